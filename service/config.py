@@ -1,0 +1,37 @@
+"""Settings: one typed object, read from ``JOBQ_*`` environment variables.
+
+There is no module-level instance: call :func:`load_settings` where a process
+starts and pass the result down, so tests build their own.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_DATABASE_URL = "sqlite:///./jobq.db"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="JOBQ_", extra="ignore")
+
+    database_url: str = Field(
+        default=DEFAULT_DATABASE_URL,
+        description="postgresql://… for a fleet, sqlite:///path for one host.",
+    )
+    notify: bool = Field(
+        default=True,
+        description="Send LISTEN/NOTIFY wake-ups on PostgreSQL. Turn off behind "
+        "PgBouncer in transaction mode; workers then rely on polling alone.",
+    )
+    pool_size: int = Field(
+        default=2, ge=1, le=64, description="Database connections per process (PostgreSQL)."
+    )
+    lease_seconds: float = Field(default=60.0, gt=0, le=86_400)
+    retry_base_seconds: float = Field(default=2.0, ge=0)
+    retry_cap_seconds: float = Field(default=600.0, ge=0)
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Settings from the environment, with explicit overrides winning."""
+    return Settings(**overrides)  # type: ignore[arg-type]

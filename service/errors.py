@@ -1,0 +1,59 @@
+"""The one exception tree of jobq.
+
+    JobqError
+     ├── InvalidInput            bad arguments: nothing was written
+     ├── JobNotFound             no such job for this tenant (another tenant's job is "not found" too)
+     ├── InvalidTransition       the job's state does not allow it (cancel a finished job, read a result too early)
+     ├── IdempotencyConflict     the idempotency key was used for a different job
+     ├── LeaseLost               the fencing token no longer holds the job: the write changed nothing
+     ├── StoreUnavailable        the database could not be reached or gave a transient error; safe to retry
+     └── PermanentError          raised by a handler: fail the job now, do not retry
+
+Driver exceptions never escape the store: each store translates them in one
+function (``_translate`` in ``store/postgres.py`` and ``store/sqlite.py``).
+"""
+
+from __future__ import annotations
+
+
+class JobqError(Exception):
+    """Base of every error jobq raises on purpose."""
+
+
+class InvalidInput(JobqError, ValueError):
+    """An argument was rejected before anything was written."""
+
+
+class JobNotFound(JobqError, LookupError):
+    def __init__(self, job_id: object) -> None:
+        super().__init__(f"job {job_id} not found")
+        self.job_id = job_id
+
+
+class InvalidTransition(JobqError):
+    """The job's current state does not allow the operation."""
+
+    def __init__(self, message: str, state: str) -> None:
+        super().__init__(message)
+        self.state = state
+
+
+class IdempotencyConflict(JobqError):
+    """The same idempotency key was already used for a job with a different body."""
+
+
+class LeaseLost(JobqError):
+    """The fencing token no longer holds the job (it was reaped, reclaimed or cancelled)."""
+
+    def __init__(self, job_id: object, attempt: int) -> None:
+        super().__init__(f"lease lost on job {job_id} (attempt {attempt}); the write was discarded")
+        self.job_id = job_id
+        self.attempt = attempt
+
+
+class StoreUnavailable(JobqError):
+    """The database is unreachable or answered with a transient error."""
+
+
+class PermanentError(JobqError):
+    """Raise from a handler to fail the job at once, without retries."""

@@ -1,0 +1,239 @@
+"""Domain types of the queue: states, jobs, leases. No I/O here."""
+
+from __future__ import annotations
+
+import enum
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from service.errors import InvalidInput
+
+JSON = Any
+"""A value that round-trips through JSON."""
+
+MAX_PRIORITY = 1_000
+MAX_ATTEMPTS_LIMIT = 100
+
+
+class JobState(enum.StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATES
+
+
+TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+
+
+class AttemptOutcome(enum.StrEnum):
+    """How one attempt ended, as kept in ``job_attempts``."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # the handler raised; the job was retried or failed
+    LEASE_EXPIRED = "lease_expired"  # the worker stopped heartbeating (crash, kill, partition)
+    RELEASED = "released"  # handed back at shutdown; the attempt is not charged
+    CANCELLED = "cancelled"
+
+
+def new_job_id() -> uuid.UUID:
+    """A UUIDv7 (RFC 9562): 48 bits of Unix milliseconds, then randomness.
+
+    Time-ordered ids keep new rows together at the right edge of the primary key
+    index, and ordering by id is ordering by creation time (list newest first).
+    """
+    millis = time.time_ns() // 1_000_000
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (millis & ((1 << 48) - 1)) << 80
+    value |= 0x7 << 76  # version 7
+    value |= ((rand >> 62) & 0xFFF) << 64  # 12 bits rand_a
+    value |= 0b10 << 62  # RFC 4122 variant
+    value |= rand & ((1 << 62) - 1)  # 62 bits rand_b
+    return uuid.UUID(int=value)
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A job to enqueue. Validated by :func:`validate_new_job` in the store."""
+
+    kind: str
+    payload: dict[str, JSON] = field(default_factory=dict)
+    queue: str = "default"
+    priority: int = 0
+    max_attempts: int = 3
+    delay_seconds: float = 0.0
+    run_after: datetime | None = None
+    total: int | None = None
+    tenant: str = "default"
+    concurrency_key: str | None = None
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True)
+class Lease:
+    """The fencing token handed out by a claim.
+
+    Every later write by the holder is conditioned on all three fields and on the
+    job still being ``running``; a write that matches no row means the lease was
+    lost. ``attempt`` grows at every claim, so a token from an earlier claim can
+    never match again.
+    """
+
+    job_id: uuid.UUID
+    owner: str
+    attempt: int
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    """A job handed to a worker: everything the handler needs, with its lease."""
+
+    lease: Lease
+    kind: str
+    queue: str
+    tenant: str
+    payload: dict[str, JSON]
+    checkpoint: JSON | None
+    done: int
+    total: int | None
+    max_attempts: int
+    lease_expires_at: datetime
+
+    @property
+    def id(self) -> uuid.UUID:
+        return self.lease.job_id
+
+    @property
+    def attempt(self) -> int:
+        return self.lease.attempt
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """What a status poll reads. Never the payload, the checkpoint or the result body."""
+
+    id: uuid.UUID
+    tenant: str
+    queue: str
+    kind: str
+    state: JobState
+    priority: int
+    attempts: int
+    max_attempts: int
+    done: int
+    total: int | None
+    error: str | None
+    cancel_requested: bool
+    stale: bool  # running, but its lease has expired: the worker is gone or stuck
+    concurrency_key: str | None
+    idempotency_key: str | None
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    run_after: datetime
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    updated_at: datetime
+    result_id: uuid.UUID | None
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """The answer to a heartbeat: does the worker still hold the job, must it stop?"""
+
+    held: bool
+    cancel_requested: bool
+
+    @property
+    def must_stop(self) -> bool:
+        return not self.held or self.cancel_requested
+
+
+@dataclass(frozen=True)
+class FailResult:
+    """Where a failed attempt left the job: queued again (with ``run_after``) or terminal."""
+
+    state: JobState
+    run_after: datetime | None
+
+
+@dataclass(frozen=True)
+class ReapResult:
+    requeued: int = 0
+    failed: int = 0
+    cancelled: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.requeued + self.failed + self.cancelled
+
+
+@dataclass(frozen=True)
+class JobQuery:
+    """Filters for listing one tenant's jobs, newest first, with keyset pagination."""
+
+    tenant: str = "default"
+    state: JobState | None = None
+    kind: str | None = None
+    queue: str | None = None
+    created_after: datetime | None = None
+    limit: int = 50
+    after_id: uuid.UUID | None = None  # the last id of the previous page
+
+
+@dataclass(frozen=True)
+class JobPage:
+    items: list[JobStatus]
+    next_after_id: uuid.UUID | None
+
+
+@dataclass(frozen=True)
+class ReplayFilter:
+    """Which terminal jobs to put back in the queue: ids, or a filter."""
+
+    tenant: str | None = None  # None: every tenant (an operator's command)
+    ids: tuple[uuid.UUID, ...] = ()
+    kind: str | None = None
+    error_like: str | None = None
+    since: datetime | None = None
+    include_cancelled: bool = False
+
+
+def validate_new_job(job: NewJob) -> None:
+    """Reject a job that must not be stored; raise InvalidInput naming the field."""
+    if not isinstance(job.kind, str) or not job.kind.strip():
+        raise InvalidInput("kind must be a non-empty string")
+    if len(job.kind) > 200:
+        raise InvalidInput("kind must be at most 200 characters")
+    if not isinstance(job.payload, dict):
+        raise InvalidInput(f"payload must be a JSON object, not {type(job.payload).__name__}")
+    for name in ("queue", "tenant"):
+        value = getattr(job, name)
+        if not isinstance(value, str) or not value.strip() or len(value) > 200:
+            raise InvalidInput(f"{name} must be a non-empty string of at most 200 characters")
+    if not _is_int(job.priority) or not 0 <= job.priority <= MAX_PRIORITY:
+        raise InvalidInput(f"priority must be an integer from 0 to {MAX_PRIORITY}")
+    if not _is_int(job.max_attempts) or not 1 <= job.max_attempts <= MAX_ATTEMPTS_LIMIT:
+        raise InvalidInput(f"max_attempts must be an integer from 1 to {MAX_ATTEMPTS_LIMIT}")
+    if job.total is not None and (not _is_int(job.total) or job.total < 0):
+        raise InvalidInput("total must be a non-negative integer")
+    if not isinstance(job.delay_seconds, int | float) or job.delay_seconds < 0:
+        raise InvalidInput("delay_seconds must be a non-negative number")
+    if job.run_after is not None and job.run_after.tzinfo is None:
+        raise InvalidInput("run_after must carry a time zone")
+    for name in ("idempotency_key", "concurrency_key"):
+        value = getattr(job, name)
+        if value is not None and (not isinstance(value, str) or not value or len(value) > 255):
+            raise InvalidInput(f"{name} must be a non-empty string of at most 255 characters")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

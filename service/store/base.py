@@ -1,0 +1,113 @@
+"""The Store protocol: every operation the queue needs, typed.
+
+Two implementations, :mod:`service.store.postgres` and :mod:`service.store.sqlite`,
+pass the same conformance suite (``tests/store``). Everything above the store
+(worker, API, CLI) talks to this protocol and never writes SQL.
+
+Time: every lease and due-time decision is computed by the database clock.
+A store built with a ``clock`` (tests only) passes that instant to the same
+statements in place of ``now()``, so tests pin time instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Protocol
+
+from service.jobs import (
+    JSON,
+    ClaimedJob,
+    FailResult,
+    Heartbeat,
+    JobPage,
+    JobQuery,
+    JobStatus,
+    Lease,
+    NewJob,
+    ReapResult,
+    ReplayFilter,
+)
+
+Clock = Callable[[], datetime]
+
+REAP_BATCH = 500
+"""Rows one reap statement touches at most, so it never holds many locks at once."""
+
+
+class Store(Protocol):
+    # -- submitting ---------------------------------------------------------------
+    def enqueue(self, job: NewJob) -> JobStatus:
+        """Store one job. With an idempotency key already used by the tenant, return that job."""
+        ...
+
+    def enqueue_many(self, jobs: Sequence[NewJob]) -> list[JobStatus]:
+        """Store many jobs in one round trip; the answer is in the order given."""
+        ...
+
+    # -- the worker's hot path (each write fenced by the lease) -------------------
+    def claim(
+        self,
+        worker: str,
+        queues: Sequence[str],
+        limit: int,
+        lease_seconds: float,
+        kinds: Sequence[str] | None = None,
+    ) -> list[ClaimedJob]:
+        """Take up to ``limit`` due jobs: running, attempts + 1, a lease from the database clock."""
+        ...
+
+    def heartbeat(
+        self,
+        lease: Lease,
+        lease_seconds: float,
+        done: int | None = None,
+        total: int | None = None,
+        checkpoint: JSON | None = None,
+    ) -> Heartbeat:
+        """Extend the lease and record progress in one statement."""
+        ...
+
+    def complete(self, lease: Lease, result: JSON) -> None:
+        """Store the result and mark the job succeeded. Raises LeaseLost, changing nothing."""
+        ...
+
+    def fail(self, lease: Lease, error: str, retryable: bool) -> FailResult:
+        """Queue the job again with backoff while attempts remain, else fail it. Raises LeaseLost."""
+        ...
+
+    def release(self, lease: Lease) -> None:
+        """Hand the job back to the queue at once, without charging the attempt. Raises LeaseLost."""
+        ...
+
+    def acknowledge_cancel(self, lease: Lease) -> None:
+        """The worker stopped a job whose cancellation was requested: mark it cancelled."""
+        ...
+
+    def reap(self, limit: int = REAP_BATCH) -> ReapResult:
+        """Requeue (or fail) running jobs whose lease expired. Safe on every worker at once."""
+        ...
+
+    # -- operators and the API ----------------------------------------------------
+    def cancel(self, job_id: uuid.UUID, tenant: str | None = None) -> JobStatus:
+        """Cancel a queued job now; ask a running job to stop. Raises InvalidTransition if terminal."""
+        ...
+
+    def replay(self, which: ReplayFilter, by: str, dry_run: bool = False) -> list[uuid.UUID]:
+        """Put failed (and optionally cancelled) jobs back in the queue with attempts 0, recorded."""
+        ...
+
+    def get(self, job_id: uuid.UUID, tenant: str | None = None) -> JobStatus:
+        """A job's status; never reads the payload or the result body. Raises JobNotFound."""
+        ...
+
+    def get_result(self, job_id: uuid.UUID, tenant: str | None = None) -> JSON:
+        """A succeeded job's result. Raises JobNotFound, or InvalidTransition before success."""
+        ...
+
+    def list_jobs(self, query: JobQuery) -> JobPage:
+        """One tenant's jobs, newest first, keyset-paginated."""
+        ...
+
+    def close(self) -> None: ...

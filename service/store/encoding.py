@@ -1,0 +1,30 @@
+"""Checks and encodings both stores share, so they reject the same input the same way."""
+
+from __future__ import annotations
+
+import json
+
+from service.errors import InvalidInput
+from service.jobs import JSON
+
+
+def dump_json(value: JSON, what: str) -> str:
+    """JSON text for a payload, checkpoint or result; InvalidInput if it is not JSON."""
+    try:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"{what} is not JSON-serialisable: {exc}") from exc
+
+
+def check_progress(done: int | None, total: int | None) -> None:
+    if done is not None and (not isinstance(done, int) or isinstance(done, bool) or done < 0):
+        raise InvalidInput("done must be a non-negative integer")
+    if total is not None and (not isinstance(total, int) or isinstance(total, bool) or total < 0):
+        raise InvalidInput("total must be a non-negative integer")
+    if done is not None and total is not None and total > 0 and done > total:
+        raise InvalidInput(f"done ({done}) cannot exceed total ({total})")
+
+
+def check_lease_seconds(lease_seconds: float) -> None:
+    if not isinstance(lease_seconds, int | float) or not 0 < lease_seconds <= 86_400:
+        raise InvalidInput("lease_seconds must be a number in (0, 86400]")

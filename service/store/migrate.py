@@ -1,0 +1,48 @@
+"""Run the Alembic migrations from code (``jobq migrate``, tests, ``jobq dev``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine, pool
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+
+
+def sqlalchemy_url(database_url: str) -> str:
+    """The SQLAlchemy spelling of a jobq URL: PostgreSQL goes through psycopg 3."""
+    for prefix in ("postgresql://", "postgres://"):
+        if database_url.startswith(prefix):
+            return "postgresql+psycopg://" + database_url[len(prefix) :]
+    return database_url
+
+
+def alembic_config(database_url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.attributes["database_url"] = database_url
+    return config
+
+
+def upgrade(database_url: str, revision: str = "head") -> None:
+    command.upgrade(alembic_config(database_url), revision)
+
+
+def downgrade(database_url: str, revision: str = "base") -> None:
+    command.downgrade(alembic_config(database_url), revision)
+
+
+def is_at_head(database_url: str) -> bool:
+    """True when the database's schema is at the newest migration (readiness checks)."""
+    heads = set(ScriptDirectory.from_config(alembic_config(database_url)).get_heads())
+    engine = create_engine(sqlalchemy_url(database_url), poolclass=pool.NullPool)
+    try:
+        with engine.connect() as connection:
+            current = set(MigrationContext.configure(connection).get_current_heads())
+    finally:
+        engine.dispose()
+    return current == heads

@@ -1,0 +1,784 @@
+"""The PostgreSQL store: psycopg 3, a small pool, SKIP LOCKED claims, LISTEN/NOTIFY.
+
+Every hot-path statement is a named constant below with the invariant it keeps.
+Each is a single statement (data-modifying CTEs), so claim, heartbeat, complete,
+fail and reap are one round trip each and never hold a transaction open while a
+handler runs. ``%(now)s`` is NULL in production, so ``coalesce`` picks the
+database clock; tests pass a pinned instant instead.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import errors as pgerrors
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from service.errors import (
+    InvalidInput,
+    InvalidTransition,
+    JobNotFound,
+    LeaseLost,
+    StoreUnavailable,
+)
+from service.jobs import (
+    JSON,
+    AttemptOutcome,
+    ClaimedJob,
+    FailResult,
+    Heartbeat,
+    JobPage,
+    JobQuery,
+    JobState,
+    JobStatus,
+    Lease,
+    NewJob,
+    ReapResult,
+    ReplayFilter,
+    new_job_id,
+    validate_new_job,
+)
+from service.retry import RetryPolicy
+from service.store.base import REAP_BATCH, Clock
+from service.store.encoding import check_lease_seconds, check_progress, dump_json
+
+NOTIFY_CHANNEL = "jobq_jobs"
+"""Wake-up hints for idle workers. The payload is the comma-separated queues that got jobs."""
+
+_NOW = "coalesce(%(now)s::timestamptz, now())"
+
+STATUS_COLUMNS = """
+    id, tenant, queue, kind, state, priority, attempts, max_attempts, done, total, error,
+    cancel_requested, concurrency_key, idempotency_key, lease_owner, lease_expires_at,
+    run_after, created_at, started_at, finished_at, updated_at, result_id,
+    (state = 'running' AND lease_expires_at < coalesce(%(now)s::timestamptz, now())) AS stale
+"""
+
+# -- enqueue_jobs --
+# Many jobs in one statement (arrays unnested). A tenant's idempotency key that is
+# already taken inserts nothing: the existing job is read back by READ_BY_IDEMPOTENCY_KEYS.
+ENQUEUE_JOBS = """
+INSERT INTO jobs (id, tenant, queue, kind, payload, state, priority, attempts, max_attempts,
+                  done, total, run_after, concurrency_key, idempotency_key, created_at, updated_at)
+SELECT i.id, i.tenant, i.queue, i.kind, i.payload::jsonb, 'queued', i.priority, 0, i.max_attempts,
+       0, i.total, coalesce(i.run_after, n.ts + make_interval(secs => i.delay)),
+       i.concurrency_key, i.idempotency_key, n.ts, n.ts
+FROM unnest(%(ids)s::uuid[], %(tenants)s::text[], %(queues)s::text[], %(kinds)s::text[],
+            %(payloads)s::text[], %(priorities)s::int[], %(max_attempts)s::int[],
+            %(delays)s::float8[], %(run_afters)s::timestamptz[], %(totals)s::int[],
+            %(concurrency_keys)s::text[], %(idempotency_keys)s::text[])
+     AS i(id, tenant, queue, kind, payload, priority, max_attempts, delay, run_after, total,
+          concurrency_key, idempotency_key),
+     (SELECT coalesce(%(now)s::timestamptz, now()) AS ts) AS n
+ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING """ + STATUS_COLUMNS
+
+READ_BY_IDEMPOTENCY_KEYS = """
+SELECT """ + STATUS_COLUMNS + """
+FROM jobs j
+WHERE (j.tenant, j.idempotency_key) IN (
+    SELECT * FROM unnest(%(tenants)s::text[], %(keys)s::text[])
+)
+"""
+
+NOTIFY_QUEUED = "SELECT pg_notify(%(channel)s, %(queues)s)"
+
+# -- claim_jobs --
+# Invariant 1: FOR UPDATE SKIP LOCKED hands each due row to exactly one claimer
+# and never makes a claimer wait. The LIMIT stays inside the CTE so the planner
+# locks no more rows than asked. attempts + 1 and the lease are set in the same
+# statement, so the fencing token (lease_owner, attempts) is born with the claim.
+# Invariant 2: the lease expiry comes from the database clock.
+# Reads only ix_jobs_claimable (queued rows), never history.
+CLAIM_JOBS = """
+WITH n AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS ts
+),
+picked AS (
+    SELECT id
+    FROM jobs
+    WHERE state = 'queued'
+      AND queue = ANY(%(queues)s::text[])
+      AND run_after <= (SELECT ts FROM n)
+      AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s::text[]))
+    ORDER BY priority DESC, run_after, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+claimed AS (
+    UPDATE jobs AS j
+    SET state = 'running',
+        attempts = j.attempts + 1,
+        lease_owner = %(worker)s,
+        lease_expires_at = n.ts + make_interval(secs => %(lease_seconds)s),
+        started_at = n.ts,
+        updated_at = n.ts
+    FROM picked, n
+    WHERE j.id = picked.id
+    RETURNING j.id, j.kind, j.queue, j.tenant, j.payload, j.checkpoint, j.done, j.total,
+              j.attempts, j.max_attempts, j.lease_expires_at, n.ts AS started_at
+),
+opened AS (
+    -- Invariant 3: every attempt has its row from the moment it starts.
+    INSERT INTO job_attempts (job_id, attempt, worker, started_at)
+    SELECT id, attempts, %(worker)s, started_at FROM claimed
+)
+SELECT * FROM claimed ORDER BY id
+"""
+
+# -- renew_lease --
+# Invariant 1: fenced on the token; a reaped or reclaimed job matches no row, and
+# the caller learns it lost the lease. Heartbeat and progress are one statement,
+# so a job's progress is never fresher than its lease. No indexed column is
+# written, so this is a HOT update.
+RENEW_LEASE = """
+UPDATE jobs
+SET lease_expires_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(lease_seconds)s),
+    done = coalesce(%(done)s, done),
+    total = coalesce(%(total)s, total),
+    checkpoint = coalesce(%(checkpoint)s::jsonb, checkpoint),
+    updated_at = coalesce(%(now)s::timestamptz, now())
+WHERE id = %(job_id)s AND attempts = %(attempt)s AND lease_owner = %(owner)s AND state = 'running'
+RETURNING cancel_requested
+"""
+
+# -- complete_job --
+# Invariant 1: the result is stored only if the token still holds the job; the
+# job, its result row and its attempt row change together or not at all.
+COMPLETE_JOB = """
+WITH n AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS ts
+),
+finished AS (
+    UPDATE jobs AS j
+    SET state = 'succeeded',
+        result_id = %(result_id)s,
+        done = CASE WHEN j.total > 0 THEN j.total ELSE j.done END,
+        lease_expires_at = NULL,
+        finished_at = n.ts,
+        updated_at = n.ts
+    FROM n
+    WHERE j.id = %(job_id)s AND j.attempts = %(attempt)s AND j.lease_owner = %(owner)s
+      AND j.state = 'running'
+    RETURNING j.id
+),
+stored AS (
+    INSERT INTO job_results (id, job_id, body, created_at)
+    SELECT %(result_id)s, finished.id, %(body)s::jsonb, n.ts FROM finished, n
+),
+closed AS (
+    UPDATE job_attempts AS a
+    SET finished_at = n.ts, outcome = 'succeeded'
+    FROM finished, n
+    WHERE a.job_id = finished.id AND a.attempt = %(attempt)s AND a.worker = %(owner)s
+      AND a.finished_at IS NULL
+)
+SELECT count(*) AS finished FROM finished
+"""
+
+# -- fail_job --
+# Invariant 1: fenced like COMPLETE_JOB. Invariant 3: the error is stored on the
+# job and on its attempt. A retry goes back to queued with a jittered run_after
+# (the delay comes from service.retry); spent attempts or a permanent error fail
+# the job; a job whose cancellation was requested ends cancelled instead.
+FAIL_JOB = """
+WITH n AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS ts
+),
+decision AS (
+    SELECT id,
+           CASE WHEN cancel_requested THEN 'cancelled'
+                WHEN %(retryable)s AND attempts < max_attempts THEN 'queued'
+                ELSE 'failed' END AS next_state
+    FROM jobs
+    WHERE id = %(job_id)s
+),
+changed AS (
+    UPDATE jobs AS j
+    SET state = d.next_state,
+        error = %(error)s,
+        run_after = CASE WHEN d.next_state = 'queued'
+                         THEN n.ts + make_interval(secs => %(delay)s) ELSE j.run_after END,
+        lease_owner = CASE WHEN d.next_state = 'queued' THEN NULL ELSE j.lease_owner END,
+        lease_expires_at = NULL,
+        finished_at = CASE WHEN d.next_state = 'queued' THEN NULL ELSE n.ts END,
+        updated_at = n.ts
+    FROM decision AS d, n
+    WHERE j.id = d.id AND j.attempts = %(attempt)s AND j.lease_owner = %(owner)s
+      AND j.state = 'running'
+    RETURNING j.id, j.state, j.run_after
+),
+closed AS (
+    UPDATE job_attempts AS a
+    SET finished_at = n.ts, outcome = 'failed', error = %(error)s
+    FROM changed, n
+    WHERE a.job_id = changed.id AND a.attempt = %(attempt)s AND a.worker = %(owner)s
+      AND a.finished_at IS NULL
+)
+SELECT state, run_after FROM changed
+"""
+
+# -- release_job --
+# Graceful shutdown hands a job back at once. The attempt is not charged
+# (attempts - 1): a deploy is not the job's fault. The token cannot match again,
+# because lease_owner is cleared and the releasing worker has stopped claiming.
+RELEASE_JOB = """
+WITH n AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS ts
+),
+released AS (
+    UPDATE jobs AS j
+    SET state = 'queued', attempts = j.attempts - 1, lease_owner = NULL, lease_expires_at = NULL,
+        run_after = n.ts, updated_at = n.ts
+    FROM n
+    WHERE j.id = %(job_id)s AND j.attempts = %(attempt)s AND j.lease_owner = %(owner)s
+      AND j.state = 'running'
+    RETURNING j.id
+),
+closed AS (
+    UPDATE job_attempts AS a
+    SET finished_at = n.ts, outcome = 'released'
+    FROM released, n
+    WHERE a.job_id = released.id AND a.attempt = %(attempt)s AND a.worker = %(owner)s
+      AND a.finished_at IS NULL
+)
+SELECT count(*) AS released FROM released
+"""
+
+# -- acknowledge_cancel --
+# The worker saw cancel_requested on a heartbeat and stopped: fenced like the rest.
+ACKNOWLEDGE_CANCEL = """
+WITH n AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS ts
+),
+stopped AS (
+    UPDATE jobs AS j
+    SET state = 'cancelled', lease_expires_at = NULL, finished_at = n.ts, updated_at = n.ts
+    FROM n
+    WHERE j.id = %(job_id)s AND j.attempts = %(attempt)s AND j.lease_owner = %(owner)s
+      AND j.state = 'running'
+    RETURNING j.id
+),
+closed AS (
+    UPDATE job_attempts AS a
+    SET finished_at = n.ts, outcome = 'cancelled'
+    FROM stopped, n
+    WHERE a.job_id = stopped.id AND a.attempt = %(attempt)s AND a.worker = %(owner)s
+      AND a.finished_at IS NULL
+)
+SELECT count(*) AS stopped FROM stopped
+"""
+
+# -- read_attempt_receipt --
+# After a finish whose commit outcome is unknown (connection lost), the attempt's
+# own row says whether our write landed: the outcome we wrote is the receipt.
+READ_ATTEMPT_RECEIPT = """
+SELECT a.outcome, j.state, j.run_after
+FROM job_attempts AS a JOIN jobs AS j ON j.id = a.job_id
+WHERE a.job_id = %(job_id)s AND a.attempt = %(attempt)s AND a.worker = %(owner)s
+ORDER BY a.id DESC
+LIMIT 1
+"""
+
+# -- reap_expired --
+# Invariant 2: a running job past its lease is reclaimed. Leaderless and
+# idempotent: SKIP LOCKED lets every worker run it at once without waiting or
+# double-reaping, rows lock in id order, and a batch is bounded. Attempts were
+# charged at claim, so a job that kills its worker every time fails after
+# max_attempts with an error that says the lease expired (invariant 3).
+# Expiry is compared with the database clock, never a worker's.
+REAP_EXPIRED = """
+WITH n AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS ts
+),
+expired AS (
+    SELECT j.id, j.attempts, j.max_attempts, j.lease_owner, j.cancel_requested,
+           (SELECT count(*) FROM job_attempts AS a
+            WHERE a.job_id = j.id AND a.outcome = 'lease_expired') + 1 AS expiries
+    FROM jobs AS j
+    WHERE j.state = 'running' AND j.lease_expires_at < (SELECT ts FROM n)
+    ORDER BY j.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+reaped AS (
+    UPDATE jobs AS j
+    SET state = CASE WHEN e.cancel_requested THEN 'cancelled'
+                     WHEN e.attempts < e.max_attempts THEN 'queued'
+                     ELSE 'failed' END,
+        error = CASE WHEN e.cancel_requested THEN j.error
+                     ELSE 'lease expired ' || e.expiries || ' time(s); last on attempt '
+                          || e.attempts || ' of ' || e.max_attempts
+                          || ' (worker ' || e.lease_owner || ')' END,
+        run_after = CASE WHEN NOT e.cancel_requested AND e.attempts < e.max_attempts
+                         THEN n.ts + make_interval(secs => random() * least(
+                              %(retry_cap)s, %(retry_base)s * power(2, e.attempts - 1)))
+                         ELSE j.run_after END,
+        lease_owner = CASE WHEN NOT e.cancel_requested AND e.attempts < e.max_attempts
+                           THEN NULL ELSE j.lease_owner END,
+        lease_expires_at = NULL,
+        finished_at = CASE WHEN NOT e.cancel_requested AND e.attempts < e.max_attempts
+                           THEN NULL ELSE n.ts END,
+        updated_at = n.ts
+    FROM expired AS e, n
+    WHERE j.id = e.id
+    RETURNING j.id, j.state, e.attempts, e.lease_owner
+),
+closed AS (
+    UPDATE job_attempts AS a
+    SET finished_at = n.ts, outcome = 'lease_expired', error = 'lease expired'
+    FROM reaped AS r, n
+    WHERE a.job_id = r.id AND a.attempt = r.attempts AND a.worker = r.lease_owner
+      AND a.finished_at IS NULL
+)
+SELECT state, count(*) AS jobs FROM reaped GROUP BY state
+"""
+
+# -- cancel_job --
+# A queued job is cancelled at once; a running one is asked to stop and its
+# worker sees cancel_requested on its next heartbeat. Terminal jobs match nothing.
+CANCEL_JOB = """
+UPDATE jobs
+SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
+    cancel_requested = (state = 'running'),
+    finished_at = CASE WHEN state = 'queued' THEN coalesce(%(now)s::timestamptz, now()) ELSE finished_at END,
+    updated_at = coalesce(%(now)s::timestamptz, now())
+WHERE id = %(job_id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+  AND state IN ('queued', 'running')
+RETURNING """ + STATUS_COLUMNS
+
+# -- replay_jobs --
+# Invariant 5: a terminal job changes only through replay, and each replay is
+# recorded in job_replays with who asked and what the job was before.
+REPLAY_JOBS = """
+WITH n AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS ts
+),
+picked AS (
+    SELECT id, state, error, attempts
+    FROM jobs
+    WHERE state = ANY(%(states)s::text[])
+      AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+      AND (cardinality(%(ids)s::uuid[]) = 0 OR id = ANY(%(ids)s::uuid[]))
+      AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+      AND (%(error_like)s::text IS NULL OR error ILIKE %(error_like)s)
+      AND (%(since)s::timestamptz IS NULL OR finished_at >= %(since)s::timestamptz)
+    ORDER BY id
+    FOR UPDATE SKIP LOCKED
+),
+replayed AS (
+    UPDATE jobs AS j
+    SET state = 'queued', attempts = 0, error = NULL, cancel_requested = false,
+        lease_owner = NULL, lease_expires_at = NULL, run_after = n.ts, finished_at = NULL,
+        updated_at = n.ts
+    FROM picked, n
+    WHERE j.id = picked.id
+    RETURNING j.id
+),
+recorded AS (
+    INSERT INTO job_replays (job_id, replayed_at, replayed_by, previous_state, previous_error,
+                             previous_attempts)
+    SELECT picked.id, n.ts, %(by)s, picked.state, picked.error, picked.attempts FROM picked, n
+)
+SELECT id FROM replayed ORDER BY id
+"""
+
+GET_JOB = """
+SELECT """ + STATUS_COLUMNS + """
+FROM jobs
+WHERE id = %(job_id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+"""
+
+# The result body is read only here, by its own request, never by a status poll.
+GET_RESULT = """
+SELECT j.state, r.body
+FROM jobs AS j LEFT JOIN job_results AS r ON r.id = j.result_id
+WHERE j.id = %(job_id)s AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
+"""
+
+# Keyset pagination on the time-ordered id through ix_jobs_tenant_id.
+LIST_JOBS = """
+SELECT """ + STATUS_COLUMNS + """
+FROM jobs
+WHERE tenant = %(tenant)s
+  AND (%(state)s::text IS NULL OR state = %(state)s)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(created_after)s::timestamptz IS NULL OR created_at > %(created_after)s::timestamptz)
+  AND (%(after_id)s::uuid IS NULL OR id < %(after_id)s::uuid)
+ORDER BY id DESC
+LIMIT %(limit)s
+"""
+
+_RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})  # serialization failure, deadlock
+_RETRIES = 5
+T = TypeVar("T")
+
+
+class PostgresStore:
+    """The queue on PostgreSQL. Holds a bounded pool; uses a connection only per statement."""
+
+    def __init__(
+        self,
+        database_url: str,
+        *,
+        pool_size: int = 2,
+        notify: bool = True,
+        retry_policy: RetryPolicy | None = None,
+        clock: Clock | None = None,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        self.database_url = database_url
+        self.notify = notify
+        self.retry_policy = retry_policy or RetryPolicy()
+        self._clock = clock
+        self._pool = ConnectionPool(
+            database_url,
+            min_size=1,
+            max_size=pool_size,
+            kwargs={"autocommit": True, "row_factory": dict_row},
+            timeout=connect_timeout,
+            open=True,
+            name="jobq",
+        )
+
+    # -- plumbing -------------------------------------------------------------------
+    def _params(self, **values: Any) -> dict[str, Any]:
+        values["now"] = self._clock() if self._clock else None
+        return values
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+        with _translate():
+            with self._pool.connection() as conn:
+                yield conn
+
+    def _retrying(self, operation: Callable[[], T]) -> T:
+        """Retry deadlocks and serialization failures with jitter; nothing else."""
+        for attempt in range(_RETRIES):
+            try:
+                return operation()
+            except _Retryable as exc:
+                if attempt == _RETRIES - 1:
+                    raise StoreUnavailable(f"gave up after {_RETRIES} tries: {exc}") from exc
+                time.sleep(random.uniform(0, 0.01 * 2**attempt))
+        raise AssertionError("unreachable")
+
+    def _fetchall(self, sql: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+        def run() -> list[dict[str, Any]]:
+            with self._connection() as conn:
+                return conn.execute(sql, params).fetchall()
+
+        return self._retrying(run)
+
+    def _fetchone(self, sql: str, params: Mapping[str, Any]) -> dict[str, Any] | None:
+        rows = self._fetchall(sql, params)
+        return rows[0] if rows else None
+
+    def close(self) -> None:
+        self._pool.close()
+
+    # -- submitting -----------------------------------------------------------------
+    def enqueue(self, job: NewJob) -> JobStatus:
+        return self.enqueue_many([job])[0]
+
+    def enqueue_many(self, jobs: Sequence[NewJob]) -> list[JobStatus]:
+        if not jobs:
+            return []
+        for job in jobs:
+            validate_new_job(job)
+        ids = [new_job_id() for _ in jobs]
+        params = self._params(
+            ids=ids,
+            tenants=[j.tenant for j in jobs],
+            queues=[j.queue for j in jobs],
+            kinds=[j.kind for j in jobs],
+            payloads=[dump_json(j.payload, "payload") for j in jobs],
+            priorities=[j.priority for j in jobs],
+            max_attempts=[j.max_attempts for j in jobs],
+            delays=[float(j.delay_seconds) for j in jobs],
+            run_afters=[j.run_after for j in jobs],
+            totals=[j.total for j in jobs],
+            concurrency_keys=[j.concurrency_key for j in jobs],
+            idempotency_keys=[j.idempotency_key for j in jobs],
+        )
+
+        def run() -> list[dict[str, Any]]:
+            with self._connection() as conn, conn.transaction():
+                rows = conn.execute(ENQUEUE_JOBS, params).fetchall()
+                if len(rows) < len(jobs):
+                    keyed = [j for j in jobs if j.idempotency_key is not None]
+                    rows += conn.execute(
+                        READ_BY_IDEMPOTENCY_KEYS,
+                        self._params(
+                            tenants=[j.tenant for j in keyed], keys=[j.idempotency_key for j in keyed]
+                        ),
+                    ).fetchall()
+                if self.notify:
+                    # One wake-up per statement, not per row; delivered at commit.
+                    queues = ",".join(sorted({j.queue for j in jobs}))
+                    conn.execute(NOTIFY_QUEUED, {"channel": NOTIFY_CHANNEL, "queues": queues})
+                return rows
+
+        rows = self._retrying(run)
+        by_id = {row["id"]: row for row in rows}
+        by_key = {(row["tenant"], row["idempotency_key"]): row for row in rows if row["idempotency_key"]}
+        ordered = []
+        for job_id, job in zip(ids, jobs, strict=True):
+            row = by_id.get(job_id) or by_key[(job.tenant, job.idempotency_key)]
+            ordered.append(_status(row))
+        return ordered
+
+    # -- the worker's hot path ------------------------------------------------------
+    def claim(
+        self,
+        worker: str,
+        queues: Sequence[str],
+        limit: int,
+        lease_seconds: float,
+        kinds: Sequence[str] | None = None,
+    ) -> list[ClaimedJob]:
+        if limit < 1:
+            raise InvalidInput("claim limit must be at least 1")
+        if not worker:
+            raise InvalidInput("worker must be a non-empty string")
+        check_lease_seconds(lease_seconds)
+        rows = self._fetchall(
+            CLAIM_JOBS,
+            self._params(
+                worker=worker,
+                queues=list(queues),
+                limit=limit,
+                lease_seconds=float(lease_seconds),
+                kinds=list(kinds) if kinds is not None else None,
+            ),
+        )
+        return [
+            ClaimedJob(
+                lease=Lease(job_id=row["id"], owner=worker, attempt=row["attempts"]),
+                kind=row["kind"],
+                queue=row["queue"],
+                tenant=row["tenant"],
+                payload=row["payload"],
+                checkpoint=row["checkpoint"],
+                done=row["done"],
+                total=row["total"],
+                max_attempts=row["max_attempts"],
+                lease_expires_at=row["lease_expires_at"],
+            )
+            for row in rows
+        ]
+
+    def heartbeat(
+        self,
+        lease: Lease,
+        lease_seconds: float,
+        done: int | None = None,
+        total: int | None = None,
+        checkpoint: JSON | None = None,
+    ) -> Heartbeat:
+        check_lease_seconds(lease_seconds)
+        check_progress(done, total)
+        row = self._fetchone(
+            RENEW_LEASE,
+            self._params(
+                **_fence(lease),
+                lease_seconds=float(lease_seconds),
+                done=done,
+                total=total,
+                checkpoint=None if checkpoint is None else dump_json(checkpoint, "checkpoint"),
+            ),
+        )
+        if row is None:
+            return Heartbeat(held=False, cancel_requested=False)
+        return Heartbeat(held=True, cancel_requested=row["cancel_requested"])
+
+    def complete(self, lease: Lease, result: JSON) -> None:
+        body = dump_json(result, "result")
+        row = self._fetchone(
+            COMPLETE_JOB, self._params(**_fence(lease), result_id=new_job_id(), body=body)
+        )
+        if row is None or row["finished"] == 0:
+            self._require_receipt(lease, AttemptOutcome.SUCCEEDED)
+
+    def fail(self, lease: Lease, error: str, retryable: bool) -> FailResult:
+        if not isinstance(error, str) or not error.strip():
+            raise InvalidInput("error must be a non-empty string")
+        row = self._fetchone(
+            FAIL_JOB,
+            self._params(
+                **_fence(lease),
+                error=error,
+                retryable=retryable,
+                delay=self.retry_policy.delay(lease.attempt),
+            ),
+        )
+        if row is None:
+            row = self._require_receipt(lease, AttemptOutcome.FAILED)
+        return FailResult(state=JobState(row["state"]), run_after=row["run_after"] if row["state"] == "queued" else None)
+
+    def release(self, lease: Lease) -> None:
+        row = self._fetchone(RELEASE_JOB, self._params(**_fence(lease)))
+        if row is None or row["released"] == 0:
+            self._require_receipt(lease, AttemptOutcome.RELEASED)
+
+    def acknowledge_cancel(self, lease: Lease) -> None:
+        row = self._fetchone(ACKNOWLEDGE_CANCEL, self._params(**_fence(lease)))
+        if row is None or row["stopped"] == 0:
+            self._require_receipt(lease, AttemptOutcome.CANCELLED)
+
+    def _require_receipt(self, lease: Lease, outcome: AttemptOutcome) -> dict[str, Any]:
+        """The fenced write matched nothing: it landed earlier (a retry) or the lease is lost."""
+        row = self._fetchone(READ_ATTEMPT_RECEIPT, self._params(**_fence(lease)))
+        if row is None or row["outcome"] != outcome.value:
+            raise LeaseLost(lease.job_id, lease.attempt)
+        return row
+
+    def reap(self, limit: int = REAP_BATCH) -> ReapResult:
+        rows = self._fetchall(
+            REAP_EXPIRED,
+            self._params(
+                limit=limit,
+                retry_base=self.retry_policy.base_seconds,
+                retry_cap=self.retry_policy.cap_seconds,
+            ),
+        )
+        counts = {row["state"]: row["jobs"] for row in rows}
+        return ReapResult(
+            requeued=counts.get("queued", 0),
+            failed=counts.get("failed", 0),
+            cancelled=counts.get("cancelled", 0),
+        )
+
+    # -- operators and the API ------------------------------------------------------
+    def cancel(self, job_id: uuid.UUID, tenant: str | None = None) -> JobStatus:
+        row = self._fetchone(CANCEL_JOB, self._params(job_id=job_id, tenant=tenant))
+        if row is not None:
+            return _status(row)
+        current = self.get(job_id, tenant)
+        raise InvalidTransition(f"job {job_id} is already {current.state.value}", current.state.value)
+
+    def replay(self, which: ReplayFilter, by: str, dry_run: bool = False) -> list[uuid.UUID]:
+        params = self._params(**_replay_params(which), by=by)
+
+        def run() -> list[uuid.UUID]:
+            with self._connection() as conn:
+                with conn.transaction(force_rollback=dry_run):
+                    return [row["id"] for row in conn.execute(REPLAY_JOBS, params).fetchall()]
+
+        return self._retrying(run)
+
+    def get(self, job_id: uuid.UUID, tenant: str | None = None) -> JobStatus:
+        row = self._fetchone(GET_JOB, self._params(job_id=job_id, tenant=tenant))
+        if row is None:
+            raise JobNotFound(job_id)
+        return _status(row)
+
+    def get_result(self, job_id: uuid.UUID, tenant: str | None = None) -> JSON:
+        row = self._fetchone(GET_RESULT, self._params(job_id=job_id, tenant=tenant))
+        if row is None:
+            raise JobNotFound(job_id)
+        if row["state"] != JobState.SUCCEEDED:
+            raise InvalidTransition(f"job {job_id} has no result: it is {row['state']}", row["state"])
+        return row["body"]
+
+    def list_jobs(self, query: JobQuery) -> JobPage:
+        rows = self._fetchall(
+            LIST_JOBS,
+            self._params(
+                tenant=query.tenant,
+                state=query.state.value if query.state else None,
+                kind=query.kind,
+                queue=query.queue,
+                created_after=query.created_after,
+                after_id=query.after_id,
+                limit=query.limit + 1,
+            ),
+        )
+        items = [_status(row) for row in rows[: query.limit]]
+        more = len(rows) > query.limit
+        return JobPage(items=items, next_after_id=items[-1].id if more else None)
+
+
+def _fence(lease: Lease) -> dict[str, Any]:
+    return {"job_id": lease.job_id, "attempt": lease.attempt, "owner": lease.owner}
+
+
+def _replay_params(which: ReplayFilter) -> dict[str, Any]:
+    states = ["failed", "cancelled"] if which.include_cancelled or which.ids else ["failed"]
+    return {
+        "states": states,
+        "tenant": which.tenant,
+        "ids": list(which.ids),
+        "kind": which.kind,
+        "error_like": _substring_pattern(which.error_like),
+        "since": which.since,
+    }
+
+
+def _substring_pattern(text: str | None) -> str | None:
+    if text is None:
+        return None
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def _status(row: Mapping[str, Any]) -> JobStatus:
+    return JobStatus(
+        id=row["id"],
+        tenant=row["tenant"],
+        queue=row["queue"],
+        kind=row["kind"],
+        state=JobState(row["state"]),
+        priority=row["priority"],
+        attempts=row["attempts"],
+        max_attempts=row["max_attempts"],
+        done=row["done"],
+        total=row["total"],
+        error=row["error"],
+        cancel_requested=row["cancel_requested"],
+        stale=bool(row["stale"]),
+        concurrency_key=row["concurrency_key"],
+        idempotency_key=row["idempotency_key"],
+        lease_owner=row["lease_owner"],
+        lease_expires_at=row["lease_expires_at"],
+        run_after=row["run_after"],
+        created_at=row["created_at"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        updated_at=row["updated_at"],
+        result_id=row["result_id"],
+    )
+
+
+class _Retryable(Exception):
+    """A deadlock or serialization failure: the statement may simply run again."""
+
+
+@contextmanager
+def _translate() -> Iterator[None]:
+    """The one place where psycopg's errors become jobq's."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        sqlstate = getattr(exc, "sqlstate", None)
+        if sqlstate in _RETRYABLE_SQLSTATES:
+            raise _Retryable(str(exc)) from exc
+        if isinstance(exc, pgerrors.CheckViolation):
+            constraint = exc.diag.constraint_name or "a check constraint"
+            raise InvalidInput(f"rejected by {constraint}") from exc
+        if isinstance(exc, pgerrors.DataError | pgerrors.IntegrityError):
+            raise InvalidInput(str(exc).splitlines()[0]) from exc
+        if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+            first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise StoreUnavailable(f"PostgreSQL unavailable: {first_line}") from exc
+        raise
+    except PoolTimeout as exc:
+        raise StoreUnavailable(f"no PostgreSQL connection within the pool timeout: {exc}") from exc

@@ -1,0 +1,158 @@
+"""The schema, as SQLAlchemy MetaData: Alembic's source of truth.
+
+The same tables serve PostgreSQL (JSONB, TIMESTAMPTZ, UUID) and SQLite (JSON as
+TEXT, timestamps as UTC text ``YYYY-MM-DD HH:MM:SS.SSS`` that sort as they
+compare, UUIDs as 36-character text).
+
+Invariants the database itself enforces (CHECK constraints):
+- a job's state is one of the five;
+- ``failed`` has a non-empty error (invariant 3 of the design);
+- ``running`` has a lease owner and a lease expiry (invariant 2);
+- progress ``done`` never passes ``total`` when a total is known.
+
+Why heartbeats are HOT updates on PostgreSQL: a heartbeat writes only
+``lease_expires_at``, ``done``, ``total``, ``checkpoint`` and ``updated_at``, and
+no index covers any of them, not even in a partial-index predicate. Reaping
+finds expired leases through ``ix_jobs_running``, a partial index on running
+jobs keyed by ``concurrency_key``; the expiry is filtered in the heap. That scan
+is bounded by the number of running jobs (the fleet's slots), not by history.
+With ``fillfactor = 80`` (set in the migration) the new row version fits on the
+same page, so a heartbeat touches no index at all.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+
+Id = sa.Uuid(as_uuid=True).with_variant(sa.String(36), "sqlite")
+Json = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+Timestamp = sa.DateTime(timezone=True).with_variant(sa.String(23), "sqlite")
+
+jobs = sa.Table(
+    "jobs",
+    metadata,
+    sa.Column("id", Id, primary_key=True),
+    sa.Column("tenant", sa.Text, nullable=False, server_default="default"),
+    sa.Column("queue", sa.Text, nullable=False, server_default="default"),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("payload", Json, nullable=False),
+    sa.Column("state", sa.Text, nullable=False, server_default="queued"),
+    sa.Column("priority", sa.Integer, nullable=False, server_default="0"),
+    # attempts counts claims (minus released ones); with lease_owner it is the fencing token.
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("max_attempts", sa.Integer, nullable=False, server_default="3"),
+    sa.Column("done", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("total", sa.Integer, nullable=True),
+    sa.Column("checkpoint", Json, nullable=True),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Column("cancel_requested", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("lease_owner", sa.Text, nullable=True),
+    sa.Column("lease_expires_at", Timestamp, nullable=True),
+    sa.Column("run_after", Timestamp, nullable=False),
+    sa.Column("concurrency_key", sa.Text, nullable=True),
+    sa.Column("idempotency_key", sa.Text, nullable=True),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("started_at", Timestamp, nullable=True),
+    sa.Column("finished_at", Timestamp, nullable=True),
+    sa.Column("updated_at", Timestamp, nullable=False),
+    # No foreign key: job_results already points back at jobs, and a cycle would make pruning order-dependent.
+    sa.Column("result_id", Id, nullable=True),
+    sa.CheckConstraint("state IN ('queued','running','succeeded','failed','cancelled')", name="state"),
+    sa.CheckConstraint("state <> 'failed' OR (error IS NOT NULL AND error <> '')", name="failed_has_error"),
+    sa.CheckConstraint(
+        "state <> 'running' OR (lease_owner IS NOT NULL AND lease_expires_at IS NOT NULL)",
+        name="running_has_lease",
+    ),
+    sa.CheckConstraint("total IS NULL OR total <= 0 OR done <= total", name="done_within_total"),
+    sa.CheckConstraint("done >= 0 AND (total IS NULL OR total >= 0)", name="progress_non_negative"),
+    sa.CheckConstraint("priority >= 0", name="priority_non_negative"),
+    sa.CheckConstraint("attempts >= 0 AND max_attempts >= 1 AND attempts <= max_attempts", name="attempts"),
+    # The claim reads only this index: queued rows, in claim order. History never enters it.
+    sa.Index(
+        "ix_jobs_claimable",
+        "queue",
+        sa.text("priority DESC"),
+        "run_after",
+        "id",
+        postgresql_where=sa.text("state = 'queued'"),
+        sqlite_where=sa.text("state = 'queued'"),
+    ),
+    # Running jobs only: the reaper's scan and per-key concurrency counts. Bounded by fleet size.
+    sa.Index(
+        "ix_jobs_running",
+        "concurrency_key",
+        postgresql_where=sa.text("state = 'running'"),
+        sqlite_where=sa.text("state = 'running'"),
+    ),
+    # A tenant's jobs newest first (ids are time-ordered UUIDv7).
+    sa.Index("ix_jobs_tenant_id", "tenant", sa.text("id DESC")),
+    # The same idempotency key names the same job, per tenant.
+    sa.Index(
+        "uq_jobs_tenant_idempotency_key",
+        "tenant",
+        "idempotency_key",
+        unique=True,
+        postgresql_where=sa.text("idempotency_key IS NOT NULL"),
+        sqlite_where=sa.text("idempotency_key IS NOT NULL"),
+    ),
+    # Failures by kind and time: the dead-letter queries read this, not the whole history.
+    sa.Index(
+        "ix_jobs_failed_kind_finished",
+        "kind",
+        "finished_at",
+        postgresql_where=sa.text("state = 'failed'"),
+        sqlite_where=sa.text("state = 'failed'"),
+    ),
+)
+
+job_results = sa.Table(
+    "job_results",
+    metadata,
+    sa.Column("id", Id, primary_key=True),
+    sa.Column("job_id", Id, sa.ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("body", Json, nullable=False),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Index("ix_job_results_job_id", "job_id"),
+)
+
+job_attempts = sa.Table(
+    "job_attempts",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("job_id", Id, sa.ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("worker", sa.Text, nullable=False),
+    sa.Column("started_at", Timestamp, nullable=False),
+    sa.Column("finished_at", Timestamp, nullable=True),
+    sa.Column("outcome", sa.Text, nullable=True),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.CheckConstraint(
+        "outcome IS NULL OR outcome IN ('succeeded','failed','lease_expired','released','cancelled')",
+        name="outcome",
+    ),
+    sa.Index("ix_job_attempts_job_id_attempt", "job_id", "attempt"),
+)
+
+job_replays = sa.Table(
+    "job_replays",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("job_id", Id, sa.ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("replayed_at", Timestamp, nullable=False),
+    sa.Column("replayed_by", sa.Text, nullable=False),
+    sa.Column("previous_state", sa.Text, nullable=False),
+    sa.Column("previous_error", sa.Text, nullable=True),
+    sa.Column("previous_attempts", sa.Integer, nullable=False),
+    sa.Index("ix_job_replays_job_id", "job_id"),
+)
