@@ -1,0 +1,694 @@
+"""The SQLite store: one host, many processes sharing one file.
+
+WAL mode lets readers (the API) run beside the one writer; a busy timeout makes
+processes queue for the write lock instead of failing. Every write runs under
+``BEGIN IMMEDIATE``, which takes the write lock up front, so a claim's read and
+its update cannot interleave with another process's claim: that is SQLite's
+answer to ``FOR UPDATE SKIP LOCKED``. There is no LISTEN/NOTIFY; workers poll.
+
+"Now" is read once per operation from SQLite's clock (``NOW``), or from the
+injected test clock, and every lease and due time is computed from it in SQL.
+Timestamps are UTC text ``YYYY-MM-DD HH:MM:SS.SSS``, which sorts as it compares.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from service.errors import (
+    InvalidInput,
+    InvalidTransition,
+    JobNotFound,
+    LeaseLost,
+    StoreUnavailable,
+)
+from service.jobs import (
+    JSON,
+    AttemptOutcome,
+    ClaimedJob,
+    FailResult,
+    Heartbeat,
+    JobPage,
+    JobQuery,
+    JobState,
+    JobStatus,
+    Lease,
+    NewJob,
+    ReapResult,
+    ReplayFilter,
+    new_job_id,
+    validate_new_job,
+)
+from service.retry import RetryPolicy
+from service.store.base import REAP_BATCH, Clock
+from service.store.encoding import check_lease_seconds, check_progress, dump_json
+
+TIME_FORMAT = "%Y-%m-%d %H:%M:%f"
+BUSY_TIMEOUT_SECONDS = 30.0
+
+NOW = "SELECT strftime('%Y-%m-%d %H:%M:%f', 'now') AS now"
+
+STATUS_COLUMNS = """
+    id, tenant, queue, kind, state, priority, attempts, max_attempts, done, total, error,
+    cancel_requested, concurrency_key, idempotency_key, lease_owner, lease_expires_at,
+    run_after, created_at, started_at, finished_at, updated_at, result_id,
+    (state = 'running' AND lease_expires_at < :now) AS stale
+"""
+
+# -- enqueue_job --
+# A tenant's idempotency key that is already taken inserts nothing; the caller
+# then reads the existing job with READ_BY_IDEMPOTENCY_KEY.
+ENQUEUE_JOB = """
+INSERT INTO jobs (id, tenant, queue, kind, payload, state, priority, attempts, max_attempts,
+                  done, total, run_after, concurrency_key, idempotency_key, created_at, updated_at)
+VALUES (:id, :tenant, :queue, :kind, :payload, 'queued', :priority, 0, :max_attempts,
+        0, :total, coalesce(:run_after, strftime('%Y-%m-%d %H:%M:%f', :now, :delay || ' seconds')),
+        :concurrency_key, :idempotency_key, :now, :now)
+ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING """ + STATUS_COLUMNS
+
+READ_BY_IDEMPOTENCY_KEY = """
+SELECT """ + STATUS_COLUMNS + """
+FROM jobs WHERE tenant = :tenant AND idempotency_key = :idempotency_key
+"""
+
+# -- claim_jobs --
+# Invariant 1: BEGIN IMMEDIATE holds the write lock from the read to the update,
+# so no other claimer can pick the same row. attempts + 1 and the lease are set
+# in the same statement: the fencing token is born with the claim.
+# Invariant 2: the lease expiry is computed from the clock read under the lock.
+CLAIM_JOBS = """
+UPDATE jobs
+SET state = 'running',
+    attempts = attempts + 1,
+    lease_owner = :worker,
+    lease_expires_at = strftime('%Y-%m-%d %H:%M:%f', :now, :lease_seconds || ' seconds'),
+    started_at = :now,
+    updated_at = :now
+WHERE id IN (
+    SELECT id FROM jobs
+    WHERE state = 'queued'
+      AND queue IN (SELECT value FROM json_each(:queues))
+      AND run_after <= :now
+      AND (:kinds IS NULL OR kind IN (SELECT value FROM json_each(:kinds)))
+    ORDER BY priority DESC, run_after, id
+    LIMIT :limit
+)
+RETURNING id, kind, queue, tenant, payload, checkpoint, done, total, attempts, max_attempts,
+          lease_expires_at
+"""
+
+# Invariant 3: every attempt has its row from the moment it starts.
+OPEN_ATTEMPT = """
+INSERT INTO job_attempts (job_id, attempt, worker, started_at)
+VALUES (:job_id, :attempt, :owner, :now)
+"""
+
+# -- renew_lease --
+# Invariant 1: fenced on the token; a reaped or reclaimed job matches no row.
+# Heartbeat and progress are one statement.
+RENEW_LEASE = """
+UPDATE jobs
+SET lease_expires_at = strftime('%Y-%m-%d %H:%M:%f', :now, :lease_seconds || ' seconds'),
+    done = coalesce(:done, done),
+    total = coalesce(:total, total),
+    checkpoint = coalesce(:checkpoint, checkpoint),
+    updated_at = :now
+WHERE id = :job_id AND attempts = :attempt AND lease_owner = :owner AND state = 'running'
+RETURNING cancel_requested
+"""
+
+# -- complete_job --
+# Invariant 1: fenced; the result row is written only after this matched.
+COMPLETE_JOB = """
+UPDATE jobs
+SET state = 'succeeded',
+    result_id = :result_id,
+    done = CASE WHEN total > 0 THEN total ELSE done END,
+    lease_expires_at = NULL,
+    finished_at = :now,
+    updated_at = :now
+WHERE id = :job_id AND attempts = :attempt AND lease_owner = :owner AND state = 'running'
+RETURNING id
+"""
+
+STORE_RESULT = """
+INSERT INTO job_results (id, job_id, body, created_at) VALUES (:result_id, :job_id, :body, :now)
+"""
+
+# -- fail_job --
+# Invariant 1: fenced. Invariant 3: the error goes on the job and on its attempt.
+# The next state was decided by service.retry from the row read under the lock.
+FAIL_JOB = """
+UPDATE jobs
+SET state = :next_state,
+    error = :error,
+    run_after = CASE WHEN :next_state = 'queued'
+                     THEN strftime('%Y-%m-%d %H:%M:%f', :now, :delay || ' seconds') ELSE run_after END,
+    lease_owner = CASE WHEN :next_state = 'queued' THEN NULL ELSE lease_owner END,
+    lease_expires_at = NULL,
+    finished_at = CASE WHEN :next_state = 'queued' THEN NULL ELSE :now END,
+    updated_at = :now
+WHERE id = :job_id AND attempts = :attempt AND lease_owner = :owner AND state = 'running'
+RETURNING state, run_after
+"""
+
+READ_FENCED = """
+SELECT attempts, max_attempts, cancel_requested FROM jobs
+WHERE id = :job_id AND attempts = :attempt AND lease_owner = :owner AND state = 'running'
+"""
+
+# -- release_job --
+# Graceful shutdown: back to queued now, the attempt not charged (attempts - 1).
+RELEASE_JOB = """
+UPDATE jobs
+SET state = 'queued', attempts = attempts - 1, lease_owner = NULL, lease_expires_at = NULL,
+    run_after = :now, updated_at = :now
+WHERE id = :job_id AND attempts = :attempt AND lease_owner = :owner AND state = 'running'
+RETURNING id
+"""
+
+# -- acknowledge_cancel --
+ACKNOWLEDGE_CANCEL = """
+UPDATE jobs
+SET state = 'cancelled', lease_expires_at = NULL, finished_at = :now, updated_at = :now
+WHERE id = :job_id AND attempts = :attempt AND lease_owner = :owner AND state = 'running'
+RETURNING id
+"""
+
+CLOSE_ATTEMPT = """
+UPDATE job_attempts
+SET finished_at = :now, outcome = :outcome, error = :error
+WHERE job_id = :job_id AND attempt = :attempt AND worker = :owner AND finished_at IS NULL
+"""
+
+# After a finish whose outcome is unknown, the attempt's own row is the receipt.
+READ_ATTEMPT_RECEIPT = """
+SELECT a.outcome, j.state, j.run_after
+FROM job_attempts AS a JOIN jobs AS j ON j.id = a.job_id
+WHERE a.job_id = :job_id AND a.attempt = :attempt AND a.worker = :owner
+ORDER BY a.id DESC
+LIMIT 1
+"""
+
+# -- reap_expired --
+# Invariant 2: running jobs past their lease, compared with the store's clock,
+# in id order and in bounded batches. Idempotent: a second reaper finds nothing.
+FIND_EXPIRED = """
+SELECT j.id, j.attempts, j.max_attempts, j.lease_owner, j.cancel_requested, j.error,
+       (SELECT count(*) FROM job_attempts AS a
+        WHERE a.job_id = j.id AND a.outcome = 'lease_expired') + 1 AS expiries
+FROM jobs AS j
+WHERE j.state = 'running' AND j.lease_expires_at < :now
+ORDER BY j.id
+LIMIT :limit
+"""
+
+REAP_JOB = """
+UPDATE jobs
+SET state = :next_state,
+    error = :error,
+    run_after = CASE WHEN :next_state = 'queued'
+                     THEN strftime('%Y-%m-%d %H:%M:%f', :now, :delay || ' seconds') ELSE run_after END,
+    lease_owner = CASE WHEN :next_state = 'queued' THEN NULL ELSE lease_owner END,
+    lease_expires_at = NULL,
+    finished_at = CASE WHEN :next_state = 'queued' THEN NULL ELSE :now END,
+    updated_at = :now
+WHERE id = :job_id AND state = 'running'
+"""
+
+CANCEL_JOB = """
+UPDATE jobs
+SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
+    cancel_requested = (state = 'running'),
+    finished_at = CASE WHEN state = 'queued' THEN :now ELSE finished_at END,
+    updated_at = :now
+WHERE id = :job_id AND (:tenant IS NULL OR tenant = :tenant) AND state IN ('queued', 'running')
+RETURNING """ + STATUS_COLUMNS
+
+# -- replay_jobs --
+# Invariant 5: terminal jobs change only through replay, and every replay is recorded.
+FIND_REPLAYABLE = """
+SELECT id, state, error, attempts FROM jobs
+WHERE state IN (SELECT value FROM json_each(:states))
+  AND (:tenant IS NULL OR tenant = :tenant)
+  AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
+  AND (:kind IS NULL OR kind = :kind)
+  AND (:error_like IS NULL OR error LIKE :error_like ESCAPE '\\')
+  AND (:since IS NULL OR finished_at >= :since)
+ORDER BY id
+"""
+
+REPLAY_JOB = """
+UPDATE jobs
+SET state = 'queued', attempts = 0, error = NULL, cancel_requested = 0, lease_owner = NULL,
+    lease_expires_at = NULL, run_after = :now, finished_at = NULL, updated_at = :now
+WHERE id = :job_id
+"""
+
+RECORD_REPLAY = """
+INSERT INTO job_replays (job_id, replayed_at, replayed_by, previous_state, previous_error,
+                         previous_attempts)
+VALUES (:job_id, :now, :by, :state, :error, :attempts)
+"""
+
+GET_JOB = """
+SELECT """ + STATUS_COLUMNS + """
+FROM jobs WHERE id = :job_id AND (:tenant IS NULL OR tenant = :tenant)
+"""
+
+GET_RESULT = """
+SELECT j.state, r.body
+FROM jobs AS j LEFT JOIN job_results AS r ON r.id = j.result_id
+WHERE j.id = :job_id AND (:tenant IS NULL OR j.tenant = :tenant)
+"""
+
+LIST_JOBS = """
+SELECT """ + STATUS_COLUMNS + """
+FROM jobs
+WHERE tenant = :tenant
+  AND (:state IS NULL OR state = :state)
+  AND (:kind IS NULL OR kind = :kind)
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:created_after IS NULL OR created_at > :created_after)
+  AND (:after_id IS NULL OR id < :after_id)
+ORDER BY id DESC
+LIMIT :limit
+"""
+
+
+class SqliteStore:
+    """The queue in one SQLite file. One connection per store, shared under a lock."""
+
+    def __init__(
+        self,
+        database_url: str,
+        *,
+        retry_policy: RetryPolicy | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        if not database_url.startswith("sqlite:///"):
+            raise InvalidInput("a SQLite URL looks like sqlite:///path/to/file.db")
+        self.database_url = database_url
+        self.path = database_url[len("sqlite:///") :]
+        self.retry_policy = retry_policy or RetryPolicy()
+        self._clock = clock
+        self._lock = threading.Lock()
+        with _translate():
+            self._conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_SECONDS
+            )
+            self._conn.row_factory = sqlite3.Row
+            self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.execute("PRAGMA synchronous = NORMAL")
+            self._conn.execute("PRAGMA foreign_keys = ON")
+            self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_SECONDS * 1000)}")
+
+    # -- plumbing -------------------------------------------------------------------
+    @contextmanager
+    def _write(self) -> Iterator[tuple[sqlite3.Connection, str]]:
+        """A write transaction holding the file's write lock, and the instant it began."""
+        with self._lock, _translate():
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn, self._now()
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    @contextmanager
+    def _read(self) -> Iterator[tuple[sqlite3.Connection, str]]:
+        with self._lock, _translate():
+            yield self._conn, self._now()
+
+    def _now(self) -> str:
+        if self._clock is not None:
+            return _to_text(self._clock())
+        return str(self._conn.execute(NOW).fetchone()["now"])
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    # -- submitting -----------------------------------------------------------------
+    def enqueue(self, job: NewJob) -> JobStatus:
+        return self.enqueue_many([job])[0]
+
+    def enqueue_many(self, jobs: Sequence[NewJob]) -> list[JobStatus]:
+        for job in jobs:
+            validate_new_job(job)
+        rows = [
+            {
+                "id": str(new_job_id()),
+                "tenant": job.tenant,
+                "queue": job.queue,
+                "kind": job.kind,
+                "payload": dump_json(job.payload, "payload"),
+                "priority": job.priority,
+                "max_attempts": job.max_attempts,
+                "total": job.total,
+                "delay": float(job.delay_seconds),
+                "run_after": _to_text(job.run_after) if job.run_after else None,
+                "concurrency_key": job.concurrency_key,
+                "idempotency_key": job.idempotency_key,
+            }
+            for job in jobs
+        ]
+        statuses = []
+        with self._write() as (conn, now):
+            for row in rows:
+                found = conn.execute(ENQUEUE_JOB, {**row, "now": now}).fetchone()
+                if found is None:
+                    found = conn.execute(READ_BY_IDEMPOTENCY_KEY, {**row, "now": now}).fetchone()
+                statuses.append(_status(found))
+        return statuses
+
+    # -- the worker's hot path ------------------------------------------------------
+    def claim(
+        self,
+        worker: str,
+        queues: Sequence[str],
+        limit: int,
+        lease_seconds: float,
+        kinds: Sequence[str] | None = None,
+    ) -> list[ClaimedJob]:
+        if limit < 1:
+            raise InvalidInput("claim limit must be at least 1")
+        if not worker:
+            raise InvalidInput("worker must be a non-empty string")
+        check_lease_seconds(lease_seconds)
+        with self._write() as (conn, now):
+            rows = conn.execute(
+                CLAIM_JOBS,
+                {
+                    "now": now,
+                    "worker": worker,
+                    "queues": json.dumps(list(queues)),
+                    "kinds": json.dumps(list(kinds)) if kinds is not None else None,
+                    "limit": limit,
+                    "lease_seconds": float(lease_seconds),
+                },
+            ).fetchall()
+            conn.executemany(
+                OPEN_ATTEMPT,
+                [{"job_id": r["id"], "attempt": r["attempts"], "owner": worker, "now": now} for r in rows],
+            )
+        rows.sort(key=lambda r: r["id"])
+        return [
+            ClaimedJob(
+                lease=Lease(job_id=uuid.UUID(r["id"]), owner=worker, attempt=r["attempts"]),
+                kind=r["kind"],
+                queue=r["queue"],
+                tenant=r["tenant"],
+                payload=json.loads(r["payload"]),
+                checkpoint=json.loads(r["checkpoint"]) if r["checkpoint"] is not None else None,
+                done=r["done"],
+                total=r["total"],
+                max_attempts=r["max_attempts"],
+                lease_expires_at=_from_text(r["lease_expires_at"]),
+            )
+            for r in rows
+        ]
+
+    def heartbeat(
+        self,
+        lease: Lease,
+        lease_seconds: float,
+        done: int | None = None,
+        total: int | None = None,
+        checkpoint: JSON | None = None,
+    ) -> Heartbeat:
+        check_lease_seconds(lease_seconds)
+        check_progress(done, total)
+        encoded = None if checkpoint is None else dump_json(checkpoint, "checkpoint")
+        with self._write() as (conn, now):
+            row = conn.execute(
+                RENEW_LEASE,
+                {
+                    **_fence(lease),
+                    "now": now,
+                    "lease_seconds": float(lease_seconds),
+                    "done": done,
+                    "total": total,
+                    "checkpoint": encoded,
+                },
+            ).fetchone()
+        if row is None:
+            return Heartbeat(held=False, cancel_requested=False)
+        return Heartbeat(held=True, cancel_requested=bool(row["cancel_requested"]))
+
+    def complete(self, lease: Lease, result: JSON) -> None:
+        body = dump_json(result, "result")
+        result_id = str(new_job_id())
+        with self._write() as (conn, now):
+            params = {**_fence(lease), "now": now, "result_id": result_id, "body": body}
+            if conn.execute(COMPLETE_JOB, params).fetchone() is None:
+                self._require_receipt(conn, lease, AttemptOutcome.SUCCEEDED)
+                return
+            conn.execute(STORE_RESULT, params)
+            _close_attempt(conn, lease, now, AttemptOutcome.SUCCEEDED)
+
+    def fail(self, lease: Lease, error: str, retryable: bool) -> FailResult:
+        if not isinstance(error, str) or not error.strip():
+            raise InvalidInput("error must be a non-empty string")
+        with self._write() as (conn, now):
+            current = conn.execute(READ_FENCED, _fence(lease)).fetchone()
+            if current is None:
+                receipt = self._require_receipt(conn, lease, AttemptOutcome.FAILED)
+                return _fail_result(receipt["state"], receipt["run_after"])
+            if current["cancel_requested"]:
+                next_state = JobState.CANCELLED
+            elif self.retry_policy.should_retry(current["attempts"], current["max_attempts"], retryable):
+                next_state = JobState.QUEUED
+            else:
+                next_state = JobState.FAILED
+            row = conn.execute(
+                FAIL_JOB,
+                {
+                    **_fence(lease),
+                    "now": now,
+                    "next_state": next_state.value,
+                    "error": error,
+                    "delay": self.retry_policy.delay(lease.attempt),
+                },
+            ).fetchone()
+            _close_attempt(conn, lease, now, AttemptOutcome.FAILED, error)
+        return _fail_result(row["state"], row["run_after"])
+
+    def release(self, lease: Lease) -> None:
+        self._finish(RELEASE_JOB, lease, AttemptOutcome.RELEASED)
+
+    def acknowledge_cancel(self, lease: Lease) -> None:
+        self._finish(ACKNOWLEDGE_CANCEL, lease, AttemptOutcome.CANCELLED)
+
+    def _finish(self, statement: str, lease: Lease, outcome: AttemptOutcome) -> None:
+        with self._write() as (conn, now):
+            if conn.execute(statement, {**_fence(lease), "now": now}).fetchone() is None:
+                self._require_receipt(conn, lease, outcome)
+                return
+            _close_attempt(conn, lease, now, outcome)
+
+    @staticmethod
+    def _require_receipt(conn: sqlite3.Connection, lease: Lease, outcome: AttemptOutcome) -> sqlite3.Row:
+        """The fenced write matched nothing: it landed earlier (a retry) or the lease is lost."""
+        row = conn.execute(READ_ATTEMPT_RECEIPT, _fence(lease)).fetchone()
+        if row is None or row["outcome"] != outcome.value:
+            raise LeaseLost(lease.job_id, lease.attempt)
+        return row
+
+    def reap(self, limit: int = REAP_BATCH) -> ReapResult:
+        counts = {JobState.QUEUED: 0, JobState.FAILED: 0, JobState.CANCELLED: 0}
+        with self._write() as (conn, now):
+            for job in conn.execute(FIND_EXPIRED, {"now": now, "limit": limit}).fetchall():
+                if job["cancel_requested"]:
+                    next_state, error = JobState.CANCELLED, job["error"]
+                else:
+                    retry = job["attempts"] < job["max_attempts"]
+                    next_state = JobState.QUEUED if retry else JobState.FAILED
+                    error = (
+                        f"lease expired {job['expiries']} time(s); last on attempt {job['attempts']}"
+                        f" of {job['max_attempts']} (worker {job['lease_owner']})"
+                    )
+                conn.execute(
+                    REAP_JOB,
+                    {
+                        "job_id": job["id"],
+                        "now": now,
+                        "next_state": next_state.value,
+                        "error": error,
+                        "delay": self.retry_policy.delay(job["attempts"]),
+                    },
+                )
+                conn.execute(
+                    CLOSE_ATTEMPT,
+                    {
+                        "job_id": job["id"],
+                        "attempt": job["attempts"],
+                        "owner": job["lease_owner"],
+                        "now": now,
+                        "outcome": AttemptOutcome.LEASE_EXPIRED.value,
+                        "error": "lease expired",
+                    },
+                )
+                counts[next_state] += 1
+        return ReapResult(
+            requeued=counts[JobState.QUEUED],
+            failed=counts[JobState.FAILED],
+            cancelled=counts[JobState.CANCELLED],
+        )
+
+    # -- operators and the API ------------------------------------------------------
+    def cancel(self, job_id: uuid.UUID, tenant: str | None = None) -> JobStatus:
+        with self._write() as (conn, now):
+            row = conn.execute(CANCEL_JOB, {"job_id": str(job_id), "tenant": tenant, "now": now}).fetchone()
+        if row is not None:
+            return _status(row)
+        current = self.get(job_id, tenant)
+        raise InvalidTransition(f"job {job_id} is already {current.state.value}", current.state.value)
+
+    def replay(self, which: ReplayFilter, by: str, dry_run: bool = False) -> list[uuid.UUID]:
+        states = ["failed", "cancelled"] if which.include_cancelled or which.ids else ["failed"]
+        params = {
+            "states": json.dumps(states),
+            "tenant": which.tenant,
+            "ids": json.dumps([str(i) for i in which.ids]) if which.ids else None,
+            "kind": which.kind,
+            "error_like": _substring_pattern(which.error_like),
+            "since": _to_text(which.since) if which.since else None,
+        }
+        with self._write() as (conn, now):
+            picked = conn.execute(FIND_REPLAYABLE, params).fetchall()
+            if not dry_run:
+                for job in picked:
+                    conn.execute(REPLAY_JOB, {"job_id": job["id"], "now": now})
+                    conn.execute(
+                        RECORD_REPLAY,
+                        {
+                            "job_id": job["id"],
+                            "now": now,
+                            "by": by,
+                            "state": job["state"],
+                            "error": job["error"],
+                            "attempts": job["attempts"],
+                        },
+                    )
+        return [uuid.UUID(job["id"]) for job in picked]
+
+    def get(self, job_id: uuid.UUID, tenant: str | None = None) -> JobStatus:
+        with self._read() as (conn, now):
+            row = conn.execute(GET_JOB, {"job_id": str(job_id), "tenant": tenant, "now": now}).fetchone()
+        if row is None:
+            raise JobNotFound(job_id)
+        return _status(row)
+
+    def get_result(self, job_id: uuid.UUID, tenant: str | None = None) -> JSON:
+        with self._read() as (conn, _now):
+            row = conn.execute(GET_RESULT, {"job_id": str(job_id), "tenant": tenant}).fetchone()
+        if row is None:
+            raise JobNotFound(job_id)
+        if row["state"] != JobState.SUCCEEDED:
+            raise InvalidTransition(f"job {job_id} has no result: it is {row['state']}", row["state"])
+        return json.loads(row["body"])
+
+    def list_jobs(self, query: JobQuery) -> JobPage:
+        with self._read() as (conn, now):
+            rows = conn.execute(
+                LIST_JOBS,
+                {
+                    "now": now,
+                    "tenant": query.tenant,
+                    "state": query.state.value if query.state else None,
+                    "kind": query.kind,
+                    "queue": query.queue,
+                    "created_after": _to_text(query.created_after) if query.created_after else None,
+                    "after_id": str(query.after_id) if query.after_id else None,
+                    "limit": query.limit + 1,
+                },
+            ).fetchall()
+        items = [_status(row) for row in rows[: query.limit]]
+        more = len(rows) > query.limit
+        return JobPage(items=items, next_after_id=items[-1].id if more else None)
+
+
+def _fence(lease: Lease) -> dict[str, Any]:
+    return {"job_id": str(lease.job_id), "attempt": lease.attempt, "owner": lease.owner}
+
+
+def _close_attempt(
+    conn: sqlite3.Connection, lease: Lease, now: str, outcome: AttemptOutcome, error: str | None = None
+) -> None:
+    conn.execute(CLOSE_ATTEMPT, {**_fence(lease), "now": now, "outcome": outcome.value, "error": error})
+
+
+def _fail_result(state: str, run_after: str | None) -> FailResult:
+    queued = state == JobState.QUEUED
+    return FailResult(state=JobState(state), run_after=_from_text(run_after) if queued and run_after else None)
+
+
+def _substring_pattern(text: str | None) -> str | None:
+    if text is None:
+        return None
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def _to_text(moment: datetime) -> str:
+    if moment.tzinfo is None:
+        raise InvalidInput("timestamps must carry a time zone")
+    utc = moment.astimezone(UTC)
+    return utc.strftime("%Y-%m-%d %H:%M:%S.") + f"{utc.microsecond // 1000:03d}"
+
+
+def _from_text(text: str) -> datetime:
+    return datetime.strptime(text, "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=UTC)
+
+
+def _maybe_time(text: str | None) -> datetime | None:
+    return _from_text(text) if text is not None else None
+
+
+def _status(row: sqlite3.Row) -> JobStatus:
+    return JobStatus(
+        id=uuid.UUID(row["id"]),
+        tenant=row["tenant"],
+        queue=row["queue"],
+        kind=row["kind"],
+        state=JobState(row["state"]),
+        priority=row["priority"],
+        attempts=row["attempts"],
+        max_attempts=row["max_attempts"],
+        done=row["done"],
+        total=row["total"],
+        error=row["error"],
+        cancel_requested=bool(row["cancel_requested"]),
+        stale=bool(row["stale"]),
+        concurrency_key=row["concurrency_key"],
+        idempotency_key=row["idempotency_key"],
+        lease_owner=row["lease_owner"],
+        lease_expires_at=_maybe_time(row["lease_expires_at"]),
+        run_after=_from_text(row["run_after"]),
+        created_at=_from_text(row["created_at"]),
+        started_at=_maybe_time(row["started_at"]),
+        finished_at=_maybe_time(row["finished_at"]),
+        updated_at=_from_text(row["updated_at"]),
+        result_id=uuid.UUID(row["result_id"]) if row["result_id"] else None,
+    )
+
+
+@contextmanager
+def _translate() -> Iterator[None]:
+    """The one place where sqlite3's errors become jobq's."""
+    try:
+        yield
+    except sqlite3.IntegrityError as exc:
+        raise InvalidInput(f"rejected by the schema: {exc}") from exc
+    except sqlite3.OperationalError as exc:
+        raise StoreUnavailable(f"SQLite unavailable: {exc}") from exc
