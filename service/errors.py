@@ -2,7 +2,9 @@
 
     JobqError
      ├── InvalidInput            bad arguments: nothing was written
-     ├── JobNotFound             no such job for this tenant (another tenant's job is "not found" too)
+     ├── NotFound
+     │    ├── JobNotFound        no such job for this tenant (another tenant's job is "not found" too)
+     │    └── TokenNotFound      no such API token
      ├── InvalidTransition       the job's state does not allow it (cancel a finished job, read a result too early)
      ├── IdempotencyConflict     the idempotency key was used for a different job
      ├── LeaseLost               the fencing token no longer holds the job: the write changed nothing
@@ -24,10 +26,20 @@ class InvalidInput(JobqError, ValueError):
     """An argument was rejected before anything was written."""
 
 
-class JobNotFound(JobqError, LookupError):
+class NotFound(JobqError, LookupError):
+    """The thing asked for does not exist (or belongs to someone else)."""
+
+
+class JobNotFound(NotFound):
     def __init__(self, job_id: object) -> None:
         super().__init__(f"job {job_id} not found")
         self.job_id = job_id
+
+
+class TokenNotFound(NotFound):
+    def __init__(self, token_id: object) -> None:
+        super().__init__(f"API token {token_id} not found")
+        self.token_id = token_id
 
 
 class InvalidTransition(JobqError):

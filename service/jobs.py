@@ -237,3 +237,38 @@ def validate_new_job(job: NewJob) -> None:
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """A worker process as operators see it in the ``workers`` table."""
+
+    id: str
+    host: str
+    pid: int
+    queues: tuple[str, ...]
+    kinds: tuple[str, ...]
+    concurrency: int
+    started_at: datetime | None = None  # set by the store from the database clock
+    last_seen_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ApiToken:
+    """An API token's record. The token itself is never stored, only its hash."""
+
+    id: uuid.UUID
+    tenant: str
+    name: str | None
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Notification:
+    """A wake-up from the store. ``payload == "*"`` means "anything on this channel may
+    have changed" (sent after the listener reconnected, since notifications sent while
+    it was away are lost)."""
+
+    channel: str
+    payload: str

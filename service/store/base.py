@@ -18,6 +18,7 @@ from typing import Protocol
 
 from service.jobs import (
     JSON,
+    ApiToken,
     ClaimedJob,
     FailResult,
     Heartbeat,
@@ -26,14 +27,38 @@ from service.jobs import (
     JobStatus,
     Lease,
     NewJob,
+    Notification,
     ReapResult,
     ReplayFilter,
+    WorkerInfo,
 )
 
 Clock = Callable[[], datetime]
 
 REAP_BATCH = 500
 """Rows one reap statement touches at most, so it never holds many locks at once."""
+
+JOBS_QUEUED = "jobq_jobs"
+"""Channel: jobs were enqueued (payload: the comma-separated queues). Wakes idle workers."""
+
+JOB_CHANGED = "jobq_job_changes"
+"""Channel: a job's state or progress changed (payload: the job id). Answers long polls."""
+
+
+class Listener(Protocol):
+    """Wake-ups from the store: LISTEN/NOTIFY on PostgreSQL, nothing on SQLite.
+
+    A wake-up is only a hint. Callers poll too, because notifications are lost
+    while a connection is down (a reconnect answers with ``payload == "*"``).
+    """
+
+    def wait(self, timeout: float) -> list[Notification]:
+        """Block until a notification arrives or ``timeout`` seconds pass ([] then)."""
+        ...
+
+    def close(self) -> None:
+        """Stop listening; a ``wait`` in another thread returns within a fraction of a second."""
+        ...
 
 
 class Store(Protocol):
@@ -109,5 +134,40 @@ class Store(Protocol):
     def list_jobs(self, query: JobQuery) -> JobPage:
         """One tenant's jobs, newest first, keyset-paginated."""
         ...
+
+    # -- wake-ups -------------------------------------------------------------------
+    def listen(self, channels: Sequence[str]) -> Listener:
+        """A listener on its own connection (not from the pool), for one thread to wait on."""
+        ...
+
+    # -- workers ----------------------------------------------------------------------
+    def register_worker(self, worker: WorkerInfo) -> None:
+        """Record a worker process (started and last seen now, by the database clock)."""
+        ...
+
+    def touch_worker(self, worker_id: str) -> None:
+        """Mark the worker alive now; re-registers nothing if the row was removed."""
+        ...
+
+    def deregister_worker(self, worker_id: str) -> None:
+        """Remove a worker that stopped cleanly."""
+        ...
+
+    def list_workers(self, seen_within_seconds: float | None = None) -> list[WorkerInfo]:
+        """Workers, newest first; only those seen within the window when one is given."""
+        ...
+
+    # -- API tokens (hashed by the caller; the store never sees a token) ------------
+    def create_token(self, tenant: str, token_hash: str, name: str | None = None) -> ApiToken: ...
+
+    def tenant_for_token(self, token_hash: str) -> str | None:
+        """The tenant of a live token, or None for an unknown or revoked one."""
+        ...
+
+    def revoke_token(self, token_id: uuid.UUID) -> ApiToken:
+        """Revoke a token from now on. Raises TokenNotFound."""
+        ...
+
+    def list_tokens(self, tenant: str | None = None) -> list[ApiToken]: ...
 
     def close(self) -> None: ...

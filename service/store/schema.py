@@ -156,3 +156,29 @@ job_replays = sa.Table(
     sa.Column("previous_attempts", sa.Integer, nullable=False),
     sa.Index("ix_job_replays_job_id", "job_id"),
 )
+
+workers = sa.Table(
+    "workers",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("host", sa.Text, nullable=False),
+    sa.Column("pid", sa.Integer, nullable=False),
+    sa.Column("queues", Json, nullable=False),
+    sa.Column("kinds", Json, nullable=False),
+    sa.Column("concurrency", sa.Integer, nullable=False),
+    sa.Column("started_at", Timestamp, nullable=False),
+    sa.Column("last_seen_at", Timestamp, nullable=False),
+    sa.Index("ix_workers_last_seen_at", "last_seen_at"),
+)
+
+api_tokens = sa.Table(
+    "api_tokens",
+    metadata,
+    sa.Column("id", Id, primary_key=True),
+    sa.Column("tenant", sa.Text, nullable=False),
+    sa.Column("name", sa.Text, nullable=True),
+    # SHA-256 of the token; the token itself is shown once and never stored.
+    sa.Column("token_hash", sa.Text, nullable=False, unique=True),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("revoked_at", Timestamp, nullable=True),
+)
