@@ -1,0 +1,329 @@
+"""The ``jobq`` command: thin, calls the layers below, never writes SQL.
+
+Each command is one small function on ``app``; to add one, write another
+``@app.command()`` function that takes ``ctx`` and uses :func:`open_cli_store`.
+
+Output: results on stdout (``enqueue`` prints only the id, so scripts can
+capture it), everything else on stderr. An error is one line, ``error: ...``,
+on stderr, with no traceback, and one of these exit codes (:func:`exit_code`
+is the one place that maps the exception tree of :mod:`service.errors`):
+
+    0  success
+    1  the command ran but cannot do it: no such job, the job's state forbids it,
+       an idempotency key reused for a different job
+    2  usage or input error (bad option, invalid JSON, malformed id, bad setting):
+       rejected before anything was written
+    3  the database is unreachable, or its schema is not migrated: retry later,
+       or run ``jobq migrate``
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import logging
+import sys
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import pydantic
+import typer
+
+from service.config import Settings, load_settings
+from service.errors import (
+    IdempotencyConflict,
+    InvalidInput,
+    InvalidTransition,
+    JobNotFound,
+    JobqError,
+    StoreUnavailable,
+)
+from service.jobs import JobStatus, NewJob, validate_new_job
+from service.store import Store, open_store
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_UNAVAILABLE = 3
+
+app = typer.Typer(
+    name="jobq",
+    help="jobq: a job queue for long-running work, stored in PostgreSQL or SQLite.",
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+# -- plumbing ------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class CliState:
+    """What the global options leave for the commands. Settings are read lazily,
+    so ``--help`` works whatever the environment holds."""
+
+    database_url: str | None = None
+
+    def settings(self) -> Settings:
+        overrides: dict[str, object] = {}
+        if self.database_url is not None:
+            overrides["database_url"] = self.database_url
+        try:
+            return load_settings(**overrides)
+        except pydantic.ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(part) for part in first["loc"]) or "settings"
+            raise InvalidInput(f"invalid setting JOBQ_{field.upper()}: {first['msg']}") from exc
+
+
+@app.callback()
+def _global_options(
+    ctx: typer.Context,
+    database_url: Annotated[
+        str | None,
+        typer.Option(
+            "--database-url",
+            metavar="URL",
+            help="postgresql://… or sqlite:///path; overrides JOBQ_DATABASE_URL "
+            "(default sqlite:///./jobq.db).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    ctx.obj = CliState(database_url=database_url)
+
+
+def cli_state(ctx: typer.Context) -> CliState:
+    state = ctx.find_object(CliState)
+    if state is None:  # a command invoked without the group (tests that call it directly)
+        state = CliState()
+    return state
+
+
+@contextmanager
+def open_cli_store(ctx: typer.Context) -> Iterator[Store]:
+    """The store for the settings in effect, closed when the command ends."""
+    store = open_store(cli_state(ctx).settings())
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def exit_code(exc: JobqError) -> int:
+    """The exit code for each branch of the exception tree (see the module docstring)."""
+    if isinstance(exc, InvalidInput):
+        return EXIT_USAGE
+    if isinstance(exc, StoreUnavailable):
+        return EXIT_UNAVAILABLE
+    if isinstance(exc, JobNotFound | InvalidTransition | IdempotencyConflict):
+        return EXIT_FAILED
+    return EXIT_FAILED
+
+
+def fail(message: str, code: int) -> None:
+    """One line on stderr; never a traceback."""
+    first_line = message.strip().splitlines()[0] if message.strip() else "unknown error"
+    print(f"error: {first_line}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def parse_job_id(text: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        raise InvalidInput(f"not a job id (expected a UUID): {text!r}") from None
+
+
+def parse_payload(text: str) -> dict[str, Any]:
+    def reject_constant(name: str) -> None:
+        raise InvalidInput(f"--payload is not valid JSON: {name} is not allowed")
+
+    try:
+        value = json.loads(text, parse_constant=reject_constant)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"--payload is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise InvalidInput(f"--payload must be a JSON object, not {type(value).__name__}")
+    return value
+
+
+def status_fields(status: JobStatus) -> dict[str, Any]:
+    """A job's status under the field names the REST API uses; timestamps ISO-8601 in UTC.
+
+    Lives here until the API needs it too; then it moves next to JobStatus.
+    """
+    return {
+        "job_id": str(status.id),
+        "kind": status.kind,
+        "queue": status.queue,
+        "state": status.state.value,
+        "done": status.done,
+        "total": status.total,
+        "attempts": status.attempts,
+        "max_attempts": status.max_attempts,
+        "error": status.error,
+        "stale": status.stale,
+        "cancel_requested": status.cancel_requested,
+        "created_at": _iso(status.created_at),
+        "started_at": _iso(status.started_at),
+        "finished_at": _iso(status.finished_at),
+        "updated_at": _iso(status.updated_at),
+    }
+
+
+def _iso(moment: datetime | None) -> str | None:
+    if moment is None:
+        return None
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC)
+    return moment.isoformat()
+
+
+def format_status(fields: dict[str, Any]) -> str:
+    """The human-readable status: one ``name  value`` line per field, the error last."""
+    lines = []
+    for name, value in fields.items():
+        if name == "error":
+            continue
+        if name == "state" and fields["stale"]:
+            value = f"{value} (stale: the lease expired; its worker is gone or stuck)"
+        elif name == "done" and fields["total"] is not None:
+            value = f"{value} of {fields['total']}"
+        elif name == "attempts":
+            value = f"{value} of {fields['max_attempts']}"
+        elif name in ("total", "max_attempts", "stale"):
+            continue
+        elif isinstance(value, bool):
+            value = "yes" if value else "no"
+        elif value is None:
+            value = "-"
+        lines.append(f"{name:<17} {value}")
+    if fields["error"]:
+        lines.append("error:")
+        lines.extend("  " + line for line in fields["error"].splitlines())
+    return "\n".join(lines)
+
+
+# -- commands ------------------------------------------------------------------------
+
+
+@app.command()
+def migrate(ctx: typer.Context) -> None:
+    """Create or upgrade the database schema to the newest migration."""
+    from service.store import migrate as migrations
+
+    url = cli_state(ctx).settings().database_url
+    with _migration_errors():
+        migrations.upgrade(url)
+    print(f"jobq: schema is at the newest migration ({_redact(url)})", file=sys.stderr)
+
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(NewJob)}
+
+
+@app.command()
+def enqueue(
+    ctx: typer.Context,
+    kind: Annotated[str, typer.Argument(help="The job's kind: which handler runs it.")],
+    payload: Annotated[str, typer.Option(metavar="JSON", help="The handler's input, a JSON object.")] = "{}",
+    queue: Annotated[str, typer.Option(metavar="Q")] = _DEFAULTS["queue"],
+    priority: Annotated[int, typer.Option(metavar="N", help="0..1000; higher runs first.")] = _DEFAULTS[
+        "priority"
+    ],
+    max_attempts: Annotated[int, typer.Option(metavar="N", help="1..100 attempts before it fails.")] = _DEFAULTS[
+        "max_attempts"
+    ],
+    total: Annotated[int | None, typer.Option(metavar="N", help="Items to do, for progress.")] = None,
+    delay: Annotated[float, typer.Option(metavar="SECONDS", help="Run no sooner than this.")] = 0.0,
+    tenant: Annotated[str, typer.Option(metavar="T")] = _DEFAULTS["tenant"],
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(metavar="K", help="Enqueue once per tenant and key; a repeat prints the first job's id."),
+    ] = None,
+) -> None:
+    """Add a job to the queue; print only its id on stdout."""
+    job = NewJob(
+        kind=kind,
+        payload=parse_payload(payload),
+        queue=queue,
+        priority=priority,
+        max_attempts=max_attempts,
+        total=total,
+        delay_seconds=delay,
+        tenant=tenant,
+        idempotency_key=idempotency_key,
+    )
+    validate_new_job(job)  # reject bad input before touching the database
+    with open_cli_store(ctx) as store:
+        status = store.enqueue(job)
+    print(status.id)
+
+
+@app.command()
+def status(
+    ctx: typer.Context,
+    job_id: Annotated[str, typer.Argument(metavar="JOB_ID", help="The id `jobq enqueue` printed.")],
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object, the REST API's field names.")] = False,
+) -> None:
+    """Show a job's state, progress, attempts and error."""
+    parsed = parse_job_id(job_id)
+    with open_cli_store(ctx) as store:
+        fields = status_fields(store.get(parsed))
+    print(json.dumps(fields, indent=2) if as_json else format_status(fields))
+
+
+# -- entry point ---------------------------------------------------------------------
+
+
+@contextmanager
+def _migration_errors() -> Iterator[None]:
+    """Alembic talks to the database through SQLAlchemy, outside the store's
+    translation; a connection failure there is the store being unavailable."""
+    import sqlalchemy.exc
+
+    try:
+        yield
+    except sqlalchemy.exc.OperationalError as exc:
+        message = str(exc.orig if exc.orig is not None else exc).strip().splitlines()
+        raise StoreUnavailable(f"database unavailable: {message[0] if message else type(exc).__name__}") from exc
+
+
+def _redact(url: str) -> str:
+    """The URL without its password, for messages."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest.split("/", 1)[0]:
+        return url
+    credentials, _, host = rest.partition("@")
+    user = credentials.split(":", 1)[0]
+    return f"{scheme}://{user}@{host}" if ":" in credentials else url
+
+
+# click's exception classes, from whichever click typer runs on (typer >= 0.2x vendors its own).
+_click_exceptions = importlib.import_module(typer.BadParameter.__module__)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The ``jobq`` console script. Exits with the codes in the module docstring."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    # The pool logs a warning per failed connection attempt; the one-line error says it once.
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=args or ["--help"], prog_name="jobq", standalone_mode=False)
+    except _click_exceptions.ClickException as exc:
+        fail(exc.format_message(), exc.exit_code)
+    except typer.Abort:
+        fail("aborted", EXIT_FAILED)
+    except JobqError as exc:
+        fail(str(exc), exit_code(exc))
+    except BrokenPipeError:
+        sys.stderr.close()  # the reader went away (`jobq status … | head -1`): nothing more to say
+        raise SystemExit(EXIT_FAILED) from None
+    if not args:
+        raise SystemExit(EXIT_USAGE)  # the help was shown; no command was run
+    raise SystemExit(result if isinstance(result, int) else EXIT_OK)
