@@ -9,7 +9,9 @@ database clock; tests pass a pinned instant instead.
 
 from __future__ import annotations
 
+import json
 import random
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -18,6 +20,7 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg import errors as pgerrors
+from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -27,9 +30,11 @@ from service.errors import (
     JobNotFound,
     LeaseLost,
     StoreUnavailable,
+    TokenNotFound,
 )
 from service.jobs import (
     JSON,
+    ApiToken,
     AttemptOutcome,
     ClaimedJob,
     FailResult,
@@ -40,17 +45,16 @@ from service.jobs import (
     JobStatus,
     Lease,
     NewJob,
+    Notification,
     ReapResult,
     ReplayFilter,
+    WorkerInfo,
     new_job_id,
     validate_new_job,
 )
 from service.retry import RetryPolicy
-from service.store.base import REAP_BATCH, Clock
+from service.store.base import REAP_BATCH, Clock, Listener
 from service.store.encoding import check_lease_seconds, check_progress, dump_json
-
-NOTIFY_CHANNEL = "jobq_jobs"
-"""Wake-up hints for idle workers. The payload is the comma-separated queues that got jobs."""
 
 _NOW = "coalesce(%(now)s::timestamptz, now())"
 
@@ -88,7 +92,12 @@ WHERE (j.tenant, j.idempotency_key) IN (
 )
 """
 
-NOTIFY_QUEUED = "SELECT pg_notify(%(channel)s, %(queues)s)"
+NOTIFY_QUEUED = "SELECT pg_notify('jobq_jobs', %(queues)s)"
+
+# Appended to the RETURNING list of every statement that changes a job's state or
+# progress: one JOB_CHANGED notification per changed job, delivered at commit, so
+# long polls answer at once. Off (NULL) when the store's notify setting is off.
+NOTIFY_CHANGED = "CASE WHEN %(notify)s THEN pg_notify('jobq_job_changes', j.id::text) END AS notified"
 
 # -- claim_jobs --
 # Invariant 1: FOR UPDATE SKIP LOCKED hands each due row to exactly one claimer
@@ -123,7 +132,7 @@ claimed AS (
     FROM picked, n
     WHERE j.id = picked.id
     RETURNING j.id, j.kind, j.queue, j.tenant, j.payload, j.checkpoint, j.done, j.total,
-              j.attempts, j.max_attempts, j.lease_expires_at, n.ts AS started_at
+              j.attempts, j.max_attempts, j.lease_expires_at, n.ts AS started_at, """ + NOTIFY_CHANGED + """
 ),
 opened AS (
     -- Invariant 3: every attempt has its row from the moment it starts.
@@ -139,14 +148,16 @@ SELECT * FROM claimed ORDER BY id
 # so a job's progress is never fresher than its lease. No indexed column is
 # written, so this is a HOT update.
 RENEW_LEASE = """
-UPDATE jobs
+UPDATE jobs AS j
 SET lease_expires_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(lease_seconds)s),
     done = coalesce(%(done)s, done),
     total = coalesce(%(total)s, total),
     checkpoint = coalesce(%(checkpoint)s::jsonb, checkpoint),
     updated_at = coalesce(%(now)s::timestamptz, now())
 WHERE id = %(job_id)s AND attempts = %(attempt)s AND lease_owner = %(owner)s AND state = 'running'
-RETURNING cancel_requested
+RETURNING cancel_requested,
+          CASE WHEN %(notify)s AND %(done)s::int IS NOT NULL
+               THEN pg_notify('jobq_job_changes', j.id::text) END AS notified
 """
 
 # -- complete_job --
@@ -167,7 +178,7 @@ finished AS (
     FROM n
     WHERE j.id = %(job_id)s AND j.attempts = %(attempt)s AND j.lease_owner = %(owner)s
       AND j.state = 'running'
-    RETURNING j.id
+    RETURNING j.id, """ + NOTIFY_CHANGED + """
 ),
 stored AS (
     INSERT INTO job_results (id, job_id, body, created_at)
@@ -213,7 +224,7 @@ changed AS (
     FROM decision AS d, n
     WHERE j.id = d.id AND j.attempts = %(attempt)s AND j.lease_owner = %(owner)s
       AND j.state = 'running'
-    RETURNING j.id, j.state, j.run_after
+    RETURNING j.id, j.state, j.run_after, """ + NOTIFY_CHANGED + """
 ),
 closed AS (
     UPDATE job_attempts AS a
@@ -240,7 +251,7 @@ released AS (
     FROM n
     WHERE j.id = %(job_id)s AND j.attempts = %(attempt)s AND j.lease_owner = %(owner)s
       AND j.state = 'running'
-    RETURNING j.id
+    RETURNING j.id, """ + NOTIFY_CHANGED + """
 ),
 closed AS (
     UPDATE job_attempts AS a
@@ -264,7 +275,7 @@ stopped AS (
     FROM n
     WHERE j.id = %(job_id)s AND j.attempts = %(attempt)s AND j.lease_owner = %(owner)s
       AND j.state = 'running'
-    RETURNING j.id
+    RETURNING j.id, """ + NOTIFY_CHANGED + """
 ),
 closed AS (
     UPDATE job_attempts AS a
@@ -329,7 +340,7 @@ reaped AS (
         updated_at = n.ts
     FROM expired AS e, n
     WHERE j.id = e.id
-    RETURNING j.id, j.state, e.attempts, e.lease_owner
+    RETURNING j.id, j.state, e.attempts, e.lease_owner, """ + NOTIFY_CHANGED + """
 ),
 closed AS (
     UPDATE job_attempts AS a
@@ -345,14 +356,14 @@ SELECT state, count(*) AS jobs FROM reaped GROUP BY state
 # A queued job is cancelled at once; a running one is asked to stop and its
 # worker sees cancel_requested on its next heartbeat. Terminal jobs match nothing.
 CANCEL_JOB = """
-UPDATE jobs
+UPDATE jobs AS j
 SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
     cancel_requested = (state = 'running'),
     finished_at = CASE WHEN state = 'queued' THEN coalesce(%(now)s::timestamptz, now()) ELSE finished_at END,
     updated_at = coalesce(%(now)s::timestamptz, now())
 WHERE id = %(job_id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
   AND state IN ('queued', 'running')
-RETURNING """ + STATUS_COLUMNS
+RETURNING """ + STATUS_COLUMNS + ", " + NOTIFY_CHANGED
 
 # -- replay_jobs --
 # Invariant 5: a terminal job changes only through replay, and each replay is
@@ -380,7 +391,7 @@ replayed AS (
         updated_at = n.ts
     FROM picked, n
     WHERE j.id = picked.id
-    RETURNING j.id
+    RETURNING j.id, """ + NOTIFY_CHANGED + """
 ),
 recorded AS (
     INSERT INTO job_replays (job_id, replayed_at, replayed_by, previous_state, previous_error,
@@ -415,6 +426,51 @@ WHERE tenant = %(tenant)s
   AND (%(after_id)s::uuid IS NULL OR id < %(after_id)s::uuid)
 ORDER BY id DESC
 LIMIT %(limit)s
+"""
+
+# -- workers --
+REGISTER_WORKER = """
+INSERT INTO workers (id, host, pid, queues, kinds, concurrency, started_at, last_seen_at)
+VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(kinds)s::jsonb, %(concurrency)s,
+        coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()))
+ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at
+"""
+
+TOUCH_WORKER = """
+UPDATE workers SET last_seen_at = coalesce(%(now)s::timestamptz, now()) WHERE id = %(id)s
+"""
+
+DEREGISTER_WORKER = "DELETE FROM workers WHERE id = %(id)s"
+
+LIST_WORKERS = """
+SELECT id, host, pid, queues, kinds, concurrency, started_at, last_seen_at
+FROM workers
+WHERE %(within)s::float8 IS NULL
+   OR last_seen_at > coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(within)s::float8)
+ORDER BY started_at DESC, id
+"""
+
+# -- api tokens --
+CREATE_TOKEN = """
+INSERT INTO api_tokens (id, tenant, name, token_hash, created_at)
+VALUES (%(id)s, %(tenant)s, %(name)s, %(token_hash)s, coalesce(%(now)s::timestamptz, now()))
+RETURNING id, tenant, name, created_at, revoked_at
+"""
+
+TENANT_FOR_TOKEN = """
+SELECT tenant FROM api_tokens WHERE token_hash = %(token_hash)s AND revoked_at IS NULL
+"""
+
+REVOKE_TOKEN = """
+UPDATE api_tokens SET revoked_at = coalesce(revoked_at, coalesce(%(now)s::timestamptz, now()))
+WHERE id = %(id)s
+RETURNING id, tenant, name, created_at, revoked_at
+"""
+
+LIST_TOKENS = """
+SELECT id, tenant, name, created_at, revoked_at FROM api_tokens
+WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s
+ORDER BY created_at, id
 """
 
 _RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})  # serialization failure, deadlock
@@ -452,6 +508,7 @@ class PostgresStore:
     # -- plumbing -------------------------------------------------------------------
     def _params(self, **values: Any) -> dict[str, Any]:
         values["now"] = self._clock() if self._clock else None
+        values["notify"] = self.notify
         return values
 
     @contextmanager
@@ -471,19 +528,83 @@ class PostgresStore:
                 time.sleep(random.uniform(0, 0.01 * 2**attempt))
         raise AssertionError("unreachable")
 
-    def _fetchall(self, sql: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def _fetchall(self, statement: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
         def run() -> list[dict[str, Any]]:
             with self._connection() as conn:
-                return conn.execute(sql, params).fetchall()
+                cursor = conn.execute(statement, params)
+                return cursor.fetchall() if cursor.description else []
 
         return self._retrying(run)
 
-    def _fetchone(self, sql: str, params: Mapping[str, Any]) -> dict[str, Any] | None:
-        rows = self._fetchall(sql, params)
+    def _fetchone(self, statement: str, params: Mapping[str, Any]) -> dict[str, Any] | None:
+        rows = self._fetchall(statement, params)
         return rows[0] if rows else None
 
     def close(self) -> None:
         self._pool.close()
+
+    # -- wake-ups -------------------------------------------------------------------
+    def listen(self, channels: Sequence[str]) -> Listener:
+        return PostgresListener(self.database_url, channels)
+
+    # -- workers ----------------------------------------------------------------------
+    def register_worker(self, worker: WorkerInfo) -> None:
+        self._fetchall(
+            REGISTER_WORKER,
+            self._params(
+                id=worker.id,
+                host=worker.host,
+                pid=worker.pid,
+                queues=json.dumps(list(worker.queues)),
+                kinds=json.dumps(list(worker.kinds)),
+                concurrency=worker.concurrency,
+            ),
+        )
+
+    def touch_worker(self, worker_id: str) -> None:
+        self._fetchall(TOUCH_WORKER, self._params(id=worker_id))
+
+    def deregister_worker(self, worker_id: str) -> None:
+        self._fetchall(DEREGISTER_WORKER, self._params(id=worker_id))
+
+    def list_workers(self, seen_within_seconds: float | None = None) -> list[WorkerInfo]:
+        rows = self._fetchall(LIST_WORKERS, self._params(within=seen_within_seconds))
+        return [
+            WorkerInfo(
+                id=row["id"],
+                host=row["host"],
+                pid=row["pid"],
+                queues=tuple(row["queues"]),
+                kinds=tuple(row["kinds"]),
+                concurrency=row["concurrency"],
+                started_at=row["started_at"],
+                last_seen_at=row["last_seen_at"],
+            )
+            for row in rows
+        ]
+
+    # -- API tokens -------------------------------------------------------------------
+    def create_token(self, tenant: str, token_hash: str, name: str | None = None) -> ApiToken:
+        if not tenant or not token_hash:
+            raise InvalidInput("a token needs a tenant and a hash")
+        row = self._fetchone(
+            CREATE_TOKEN, self._params(id=new_job_id(), tenant=tenant, name=name, token_hash=token_hash)
+        )
+        assert row is not None  # INSERT … RETURNING always returns the row
+        return _token(row)
+
+    def tenant_for_token(self, token_hash: str) -> str | None:
+        row = self._fetchone(TENANT_FOR_TOKEN, self._params(token_hash=token_hash))
+        return row["tenant"] if row else None
+
+    def revoke_token(self, token_id: uuid.UUID) -> ApiToken:
+        row = self._fetchone(REVOKE_TOKEN, self._params(id=token_id))
+        if row is None:
+            raise TokenNotFound(token_id)
+        return _token(row)
+
+    def list_tokens(self, tenant: str | None = None) -> list[ApiToken]:
+        return [_token(row) for row in self._fetchall(LIST_TOKENS, self._params(tenant=tenant))]
 
     # -- submitting -----------------------------------------------------------------
     def enqueue(self, job: NewJob) -> JobStatus:
@@ -524,7 +645,7 @@ class PostgresStore:
                 if self.notify:
                     # One wake-up per statement, not per row; delivered at commit.
                     queues = ",".join(sorted({j.queue for j in jobs}))
-                    conn.execute(NOTIFY_QUEUED, {"channel": NOTIFY_CHANNEL, "queues": queues})
+                    conn.execute(NOTIFY_QUEUED, {"queues": queues})
                 return rows
 
         rows = self._retrying(run)
@@ -705,6 +826,97 @@ class PostgresStore:
         items = [_status(row) for row in rows[: query.limit]]
         more = len(rows) > query.limit
         return JobPage(items=items, next_after_id=items[-1].id if more else None)
+
+
+class PostgresListener:
+    """LISTEN on a dedicated connection (never a pooled one: LISTEN belongs to a session).
+
+    Waits in short slices so that ``close`` from another thread is noticed quickly.
+    When the connection drops it reconnects with jittered backoff, LISTENs again,
+    and answers ``payload="*"`` on every channel: notifications sent while it was
+    away are lost, so the caller must look for itself.
+    """
+
+    SLICE_SECONDS = 0.25
+
+    def __init__(self, database_url: str, channels: Sequence[str]) -> None:
+        self._url = database_url
+        self._channels = list(channels)
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._conn: psycopg.Connection[Any] | None = None
+        self._failures = 0
+        try:
+            self._connect()
+        except psycopg.Error:
+            self._conn = None  # the first wait() retries and then answers "*"
+
+    def _connect(self) -> None:
+        conn = psycopg.connect(self._url, autocommit=True, connect_timeout=5)
+        for channel in self._channels:
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        self._conn = conn
+        self._failures = 0
+
+    def wait(self, timeout: float) -> list[Notification]:
+        deadline = time.monotonic() + timeout
+        while not self._closed.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return []
+            with self._lock:
+                if self._closed.is_set():
+                    return []
+                if self._conn is None:
+                    if self._reconnect():
+                        return [Notification(channel, "*") for channel in self._channels]
+                    pause = min(remaining, random.uniform(0, min(5.0, 0.1 * 2**self._failures)))
+                else:
+                    try:
+                        received = self._receive(min(remaining, self.SLICE_SECONDS))
+                    except psycopg.Error:
+                        self._drop()
+                        continue
+                    if received:
+                        return received
+                    continue
+            self._closed.wait(pause)
+        return []
+
+    def _receive(self, timeout: float) -> list[Notification]:
+        assert self._conn is not None
+        got = [Notification(n.channel, n.payload) for n in self._conn.notifies(timeout=timeout, stop_after=1)]
+        if got:  # take whatever else already arrived, without waiting
+            got += [Notification(n.channel, n.payload) for n in self._conn.notifies(timeout=0)]
+        return got
+
+    def _reconnect(self) -> bool:
+        try:
+            self._connect()
+            return True
+        except psycopg.Error:
+            self._failures += 1
+            return False
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+        self._conn = None
+
+    def close(self) -> None:
+        self._closed.set()
+        with self._lock:
+            self._drop()
+
+
+def _token(row: Mapping[str, Any]) -> ApiToken:
+    return ApiToken(
+        id=row["id"],
+        tenant=row["tenant"],
+        name=row["name"],
+        created_at=row["created_at"],
+        revoked_at=row["revoked_at"],
+    )
 
 
 def _fence(lease: Lease) -> dict[str, Any]:

@@ -28,9 +28,11 @@ from service.errors import (
     JobNotFound,
     LeaseLost,
     StoreUnavailable,
+    TokenNotFound,
 )
 from service.jobs import (
     JSON,
+    ApiToken,
     AttemptOutcome,
     ClaimedJob,
     FailResult,
@@ -41,13 +43,15 @@ from service.jobs import (
     JobStatus,
     Lease,
     NewJob,
+    Notification,
     ReapResult,
     ReplayFilter,
+    WorkerInfo,
     new_job_id,
     validate_new_job,
 )
 from service.retry import RetryPolicy
-from service.store.base import REAP_BATCH, Clock
+from service.store.base import REAP_BATCH, Clock, Listener
 from service.store.encoding import check_lease_seconds, check_progress, dump_json
 
 TIME_FORMAT = "%Y-%m-%d %H:%M:%f"
@@ -283,6 +287,46 @@ ORDER BY id DESC
 LIMIT :limit
 """
 
+# -- workers --
+REGISTER_WORKER = """
+INSERT INTO workers (id, host, pid, queues, kinds, concurrency, started_at, last_seen_at)
+VALUES (:id, :host, :pid, :queues, :kinds, :concurrency, :now, :now)
+ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at
+"""
+
+TOUCH_WORKER = "UPDATE workers SET last_seen_at = :now WHERE id = :id"
+
+DEREGISTER_WORKER = "DELETE FROM workers WHERE id = :id"
+
+LIST_WORKERS = """
+SELECT id, host, pid, queues, kinds, concurrency, started_at, last_seen_at
+FROM workers
+WHERE :within IS NULL
+   OR last_seen_at > strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :within || ' seconds')
+ORDER BY started_at DESC, id
+"""
+
+# -- api tokens --
+CREATE_TOKEN = """
+INSERT INTO api_tokens (id, tenant, name, token_hash, created_at)
+VALUES (:id, :tenant, :name, :token_hash, :now)
+RETURNING id, tenant, name, created_at, revoked_at
+"""
+
+TENANT_FOR_TOKEN = "SELECT tenant FROM api_tokens WHERE token_hash = :token_hash AND revoked_at IS NULL"
+
+REVOKE_TOKEN = """
+UPDATE api_tokens SET revoked_at = coalesce(revoked_at, :now)
+WHERE id = :id
+RETURNING id, tenant, name, created_at, revoked_at
+"""
+
+LIST_TOKENS = """
+SELECT id, tenant, name, created_at, revoked_at FROM api_tokens
+WHERE :tenant IS NULL OR tenant = :tenant
+ORDER BY created_at, id
+"""
+
 
 class SqliteStore:
     """The queue in one SQLite file. One connection per store, shared under a lock."""
@@ -337,6 +381,79 @@ class SqliteStore:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+    # -- wake-ups -------------------------------------------------------------------
+    def listen(self, channels: Sequence[str]) -> Listener:
+        return SilentListener()
+
+    # -- workers ----------------------------------------------------------------------
+    def register_worker(self, worker: WorkerInfo) -> None:
+        with self._write() as (conn, now):
+            conn.execute(
+                REGISTER_WORKER,
+                {
+                    "id": worker.id,
+                    "host": worker.host,
+                    "pid": worker.pid,
+                    "queues": json.dumps(list(worker.queues)),
+                    "kinds": json.dumps(list(worker.kinds)),
+                    "concurrency": worker.concurrency,
+                    "now": now,
+                },
+            )
+
+    def touch_worker(self, worker_id: str) -> None:
+        with self._write() as (conn, now):
+            conn.execute(TOUCH_WORKER, {"id": worker_id, "now": now})
+
+    def deregister_worker(self, worker_id: str) -> None:
+        with self._write() as (conn, _now):
+            conn.execute(DEREGISTER_WORKER, {"id": worker_id})
+
+    def list_workers(self, seen_within_seconds: float | None = None) -> list[WorkerInfo]:
+        with self._read() as (conn, now):
+            rows = conn.execute(LIST_WORKERS, {"now": now, "within": seen_within_seconds}).fetchall()
+        return [
+            WorkerInfo(
+                id=row["id"],
+                host=row["host"],
+                pid=row["pid"],
+                queues=tuple(json.loads(row["queues"])),
+                kinds=tuple(json.loads(row["kinds"])),
+                concurrency=row["concurrency"],
+                started_at=_from_text(row["started_at"]),
+                last_seen_at=_from_text(row["last_seen_at"]),
+            )
+            for row in rows
+        ]
+
+    # -- API tokens -------------------------------------------------------------------
+    def create_token(self, tenant: str, token_hash: str, name: str | None = None) -> ApiToken:
+        if not tenant or not token_hash:
+            raise InvalidInput("a token needs a tenant and a hash")
+        with self._write() as (conn, now):
+            row = conn.execute(
+                CREATE_TOKEN,
+                {"id": str(new_job_id()), "tenant": tenant, "name": name, "token_hash": token_hash, "now": now},
+            ).fetchone()
+        return _token(row)
+
+    def tenant_for_token(self, token_hash: str) -> str | None:
+        with self._read() as (conn, _now):
+            row = conn.execute(TENANT_FOR_TOKEN, {"token_hash": token_hash}).fetchone()
+        return row["tenant"] if row else None
+
+    def revoke_token(self, token_id: uuid.UUID) -> ApiToken:
+        with self._write() as (conn, now):
+            row = conn.execute(REVOKE_TOKEN, {"id": str(token_id), "now": now}).fetchone()
+        if row is None:
+            raise TokenNotFound(token_id)
+        return _token(row)
+
+    def list_tokens(self, tenant: str | None = None) -> list[ApiToken]:
+        with self._read() as (conn, _now):
+            rows = conn.execute(LIST_TOKENS, {"tenant": tenant}).fetchall()
+        return [_token(row) for row in rows]
 
     # -- submitting -----------------------------------------------------------------
     def enqueue(self, job: NewJob) -> JobStatus:
@@ -616,6 +733,30 @@ class SqliteStore:
         items = [_status(row) for row in rows[: query.limit]]
         more = len(rows) > query.limit
         return JobPage(items=items, next_after_id=items[-1].id if more else None)
+
+
+class SilentListener:
+    """SQLite has no notifications: ``wait`` only sleeps, so callers fall back to polling."""
+
+    def __init__(self) -> None:
+        self._closed = threading.Event()
+
+    def wait(self, timeout: float) -> list[Notification]:
+        self._closed.wait(timeout)
+        return []
+
+    def close(self) -> None:
+        self._closed.set()
+
+
+def _token(row: sqlite3.Row) -> ApiToken:
+    return ApiToken(
+        id=uuid.UUID(row["id"]),
+        tenant=row["tenant"],
+        name=row["name"],
+        created_at=_from_text(row["created_at"]),
+        revoked_at=_maybe_time(row["revoked_at"]),
+    )
 
 
 def _fence(lease: Lease) -> dict[str, Any]:
