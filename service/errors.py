@@ -2,6 +2,8 @@
 
     JobqError
      ├── InvalidInput            bad arguments: nothing was written
+     │    └── PayloadTooLarge    a request body or batch over its limit (HTTP 413)
+     ├── Unauthorized            no valid API token: missing, unknown or revoked (HTTP 401)
      ├── NotFound
      │    ├── JobNotFound        no such job for this tenant (another tenant's job is "not found" too)
      │    └── TokenNotFound      no such API token
@@ -9,7 +11,9 @@
      ├── IdempotencyConflict     the idempotency key was used for a different job
      ├── LeaseLost               the fencing token no longer holds the job: the write changed nothing
      ├── StoreUnavailable        the database could not be reached or gave a transient error; safe to retry
-     └── PermanentError          raised by a handler: fail the job now, do not retry
+     ├── PermanentError          raised by a handler: fail the job now, do not retry
+     ├── JobFailed               (client) the job ended failed; carries its status and error
+     └── JobCancelled            (client) the job ended cancelled
 
 Driver exceptions never escape the store: each store translates them in one
 function (``_translate`` in ``store/postgres.py`` and ``store/sqlite.py``).
@@ -69,3 +73,30 @@ class StoreUnavailable(JobqError):
 
 class PermanentError(JobqError):
     """Raise from a handler to fail the job at once, without retries."""
+
+
+class PayloadTooLarge(InvalidInput):
+    """A request body, payload or batch is over its configured limit; nothing was written."""
+
+
+class Unauthorized(JobqError):
+    """No valid API token: missing, unknown or revoked (the API does not say which)."""
+
+
+class JobFailed(JobqError):
+    """Raised by the client when the job it waited on ended ``failed``."""
+
+    def __init__(self, job_id: object, error: str | None, status: object = None) -> None:
+        super().__init__(f"job {job_id} failed: {error or 'no error recorded'}")
+        self.job_id = job_id
+        self.error = error
+        self.status = status  # the client's Job, as last read
+
+
+class JobCancelled(JobqError):
+    """Raised by the client when the job it waited on ended ``cancelled``."""
+
+    def __init__(self, job_id: object, status: object = None) -> None:
+        super().__init__(f"job {job_id} was cancelled")
+        self.job_id = job_id
+        self.status = status
