@@ -30,6 +30,22 @@ class Settings(BaseSettings):
     lease_seconds: float = Field(default=60.0, gt=0, le=86_400)
     retry_base_seconds: float = Field(default=2.0, ge=0)
     retry_cap_seconds: float = Field(default=600.0, ge=0)
+    # -- the REST API (jobq serve) ---------------------------------------------------
+    auth: bool = Field(
+        default=True,
+        description="Require a bearer token on every /v1 request. JOBQ_AUTH=off serves "
+        "everything as one default tenant (jobq dev, local use); the server warns at start.",
+    )
+    max_body_bytes: int = Field(
+        default=1_048_576, ge=1_024, description="Largest request body (and job payload) in bytes; 413 above."
+    )
+    max_batch_body_bytes: int = Field(
+        default=16_777_216, ge=1_024, description="Largest body of POST /v1/jobs/batch in bytes; 413 above."
+    )
+    api_pool_size: int = Field(
+        default=4, ge=1, le=64,
+        description="Database connections per API process (PostgreSQL), plus one for long-poll wake-ups.",
+    )
 
 
 def load_settings(**overrides: object) -> Settings:
