@@ -1,0 +1,478 @@
+"""Test infrastructure every test package shares: databases, stores, a pinned clock.
+
+Where PostgreSQL comes from, in order:
+
+1. ``JOBQ_TEST_DATABASE_URL`` (any database on the server; the tests create and
+   drop their own databases next to it, so the role needs CREATEDB);
+2. a throw-away container (testcontainers), only if a Docker engine answers;
+3. nowhere: PostgreSQL tests skip, loudly (header, skip reason, summary) — or,
+   with ``JOBQ_REQUIRE_POSTGRES=1`` (CI), the run stops with a usage error.
+
+Isolation is per test and cheap: the migrations run once per session into a
+template (a PostgreSQL database, a SQLite file); each test gets a copy
+(``CREATE DATABASE … TEMPLATE …``, a file copy), dropped after it.
+
+Fixtures (usable from any package under tests/):
+
+- ``clock``         a :class:`FakeClock`; stores built with it never read the real time.
+- ``pg_url``        a fresh migrated PostgreSQL database for this test.
+- ``sqlite_url``    a fresh migrated SQLite file for this test.
+- ``store_url``     either of them: tests that take it run once per store (ids ``sqlite``, ``postgres``).
+- ``make_store``    ``make_store(url, clock=None, **settings)``: an open store, closed after the test.
+- ``store``         ``make_store(store_url, clock=clock)``: pinned to ``clock``.
+- ``db``            a :class:`Database` on the test's ``store_url``, to assert on rows the
+                    same way on both stores (``db.scalar("SELECT count(*) FROM job_attempts")``).
+- ``postgres_server`` the session's :class:`PostgresServer` (create or drop databases).
+
+Mark a test ``@pytest.mark.postgres_only(reason=…)``: its ``sqlite`` variant is
+skipped with that reason.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import shutil
+import sqlite3
+import uuid
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy.engine import make_url
+
+from service.config import Settings
+from service.store import Store, open_store
+from service.store.migrate import upgrade
+
+DATABASE_URL_ENV = "JOBQ_TEST_DATABASE_URL"
+REQUIRE_POSTGRES_ENV = "JOBQ_REQUIRE_POSTGRES"
+POSTGRES_IMAGE = "postgres:16-alpine"
+
+# -- the clock ------------------------------------------------------------------------
+
+
+class FakeClock:
+    """A clock that moves only when told. Pass it as a store's ``clock``.
+
+    It starts on a whole second far from today, so a statement that reads the
+    real clock instead of the pinned one shows up as a failing test.
+    """
+
+    START = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
+
+    def __init__(self, start: datetime = START) -> None:
+        if start.tzinfo is None:
+            raise ValueError("a FakeClock needs an aware datetime")
+        self._now = start
+
+    def now(self) -> datetime:
+        return self._now
+
+    __call__ = now  # a store's clock is any () -> datetime
+
+    def advance(self, seconds: float) -> datetime:
+        self._now += timedelta(seconds=seconds)
+        return self._now
+
+    def set(self, instant: datetime) -> None:
+        self._now = instant
+
+    def __repr__(self) -> str:
+        return f"FakeClock({self._now.isoformat()})"
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+# -- where PostgreSQL comes from ----------------------------------------------------------
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker
+
+        client = docker.from_env(timeout=3)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except Exception:  # no docker package, no socket, no daemon: all mean "no"
+        return False
+
+
+@dataclass
+class _PostgresSource:
+    kind: str  # "env", "docker" or "none"
+    detail: str
+
+
+_source: _PostgresSource | None = None
+
+
+def postgres_source() -> _PostgresSource:
+    """Decided once per run, before anything is started."""
+    global _source
+    if _source is None:
+        if os.environ.get(DATABASE_URL_ENV):
+            _source = _PostgresSource("env", f"from {DATABASE_URL_ENV}")
+        elif _docker_answers():
+            _source = _PostgresSource("docker", f"from a testcontainers {POSTGRES_IMAGE} container")
+        else:
+            _source = _PostgresSource(
+                "none",
+                f"PostgreSQL tests SKIPPED: {DATABASE_URL_ENV} is not set and no Docker engine answers "
+                f"(set {DATABASE_URL_ENV}=postgresql://user@host:port/db, or start Docker; "
+                f"{REQUIRE_POSTGRES_ENV}=1 turns this into an error)",
+            )
+    return _source
+
+
+def postgres_required() -> bool:
+    return os.environ.get(REQUIRE_POSTGRES_ENV, "").strip().lower() in {"1", "true", "yes"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "postgres_only(reason): runs on PostgreSQL only; the sqlite variant is skipped"
+    )
+    if postgres_required() and postgres_source().kind == "none":
+        raise pytest.UsageError(
+            f"{REQUIRE_POSTGRES_ENV}=1 but there is no PostgreSQL: set {DATABASE_URL_ENV} or start Docker."
+        )
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    source = postgres_source()
+    return f"jobq PostgreSQL: {source.detail}"
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    source = postgres_source()
+    if source.kind != "none":
+        return
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if "PostgreSQL tests SKIPPED" in str(r.longrepr)]
+    if skipped:
+        terminalreporter.write_sep("!", f"{len(skipped)} PostgreSQL tests were SKIPPED", red=True, bold=True)
+        terminalreporter.write_line(source.detail, red=True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        marker = item.get_closest_marker("postgres_only")
+        callspec = getattr(item, "callspec", None)
+        if marker is None or callspec is None or callspec.params.get("store_url") != "sqlite":
+            continue
+        reason = marker.kwargs.get("reason") or (marker.args[0] if marker.args else "needs PostgreSQL")
+        item.add_marker(pytest.mark.skip(reason=f"PostgreSQL only: {reason}"))
+
+
+# -- PostgreSQL: one server per session, a template, a database per test --------------------
+
+
+def _with_database(url: str, name: str) -> str:
+    return make_url(url).set(database=name).render_as_string(hide_password=False)
+
+
+@dataclass
+class PostgresServer:
+    """The session's PostgreSQL server: creates and drops the tests' databases.
+
+    ``admin_url`` names a database the tests only connect to (never change) to run
+    ``CREATE DATABASE`` and ``DROP DATABASE``.
+    """
+
+    admin_url: str
+    prefix: str = field(default_factory=lambda: f"jobq_test_{os.getpid()}_{uuid.uuid4().hex[:6]}")
+    _counter: Iterator[int] = field(default_factory=itertools.count)
+    _admin: psycopg.Connection[Any] | None = None
+    _dropper: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "jobq-dropdb"))
+    _drops: list[Future[None]] = field(default_factory=list)
+
+    def url(self, name: str) -> str:
+        return _with_database(self.admin_url, name)
+
+    def new_name(self, what: str = "db") -> str:
+        return f"{self.prefix}_{what}{next(self._counter)}"
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._admin is None or self._admin.closed:
+            self._admin = psycopg.connect(self.admin_url, autocommit=True, connect_timeout=10)
+        return self._admin
+
+    def create_database(self, name: str | None = None, *, template: str | None = None) -> str:
+        """A new database (empty, or a copy of ``template``); returns its URL."""
+        name = name or self.new_name()
+        conn = self._connection()
+        sql = f'CREATE DATABASE "{name}"'  # names are ours (prefix + counter), never input
+        if template:
+            sql += f' TEMPLATE "{template}"'
+            if conn.info.server_version >= 150000:
+                # WAL_LOG (15's default) logs every block of the copy; for a small
+                # template a file copy is several times faster.
+                sql += " STRATEGY FILE_COPY"
+        conn.execute(sql)
+        return self.url(name)
+
+    def drop_database(self, name: str, *, wait: bool = False) -> None:
+        """Drop a database, terminating its connections first; in the background unless ``wait``."""
+        future = self._dropper.submit(self._drop_now, name)
+        if wait:
+            future.result()
+        else:
+            self._drops.append(future)
+
+    def _drop_now(self, name: str) -> None:
+        # Runs on the dropper thread, with a connection of its own.
+        with psycopg.connect(self.admin_url, autocommit=True, connect_timeout=10) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = %s AND pid <> pg_backend_pid()",
+                [name],
+            )
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def close(self) -> None:
+        self._dropper.shutdown(wait=True)
+        errors = [f.exception() for f in self._drops if f.exception() is not None]
+        if self._admin is not None:
+            self._admin.close()
+        if errors:
+            raise RuntimeError(f"could not drop {len(errors)} test database(s): {errors[0]}")
+
+
+def _unavailable(message: str) -> None:
+    if postgres_required():
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    source = postgres_source()
+    if source.kind == "none":
+        _unavailable(source.detail)
+    container = None
+    if source.kind == "env":
+        admin_url = os.environ[DATABASE_URL_ENV]
+    else:
+        try:
+            from testcontainers.community.postgres import PostgresContainer
+        except ImportError:  # older testcontainers
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                from testcontainers.postgres import PostgresContainer
+        container = PostgresContainer(POSTGRES_IMAGE, driver=None)
+        # Durability buys nothing in a throw-away container; speed does.
+        container.with_command("postgres -c fsync=off -c synchronous_commit=off -c full_page_writes=off")
+        container.start()
+        admin_url = container.get_connection_url(driver=None)
+    try:
+        with psycopg.connect(admin_url, autocommit=True, connect_timeout=10):
+            pass
+    except psycopg.Error as exc:
+        if container is not None:
+            container.stop()
+        # A URL that was given but does not answer is a broken setup, never a skip.
+        pytest.fail(f"PostgreSQL {source.detail} does not answer: {exc}", pytrace=False)
+    server = PostgresServer(admin_url)
+    try:
+        yield server
+    finally:
+        server.close()
+        if container is not None:
+            container.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_template(postgres_server: PostgresServer) -> Iterator[str]:
+    """The name of a database migrated to head once per session; tests get copies of it."""
+    name = postgres_server.new_name("template")
+    upgrade(postgres_server.create_database(name))
+    yield name
+    postgres_server.drop_database(name)
+
+
+@pytest.fixture
+def pg_url(postgres_server: PostgresServer, pg_template: str) -> Iterator[str]:
+    """A fresh migrated PostgreSQL database, for this test only."""
+    name = postgres_server.new_name()
+    url = postgres_server.create_database(name, template=pg_template)
+    yield url
+    postgres_server.drop_database(name)
+
+
+# -- SQLite: a migrated template file, copied per test ----------------------------------------
+
+
+def sqlite_url_for(path: Path) -> str:
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("sqlite-template") / "jobq.db"
+    upgrade(sqlite_url_for(path))
+    return path
+
+
+@pytest.fixture
+def sqlite_url(sqlite_template: Path, tmp_path: Path) -> str:
+    """A fresh migrated SQLite file, for this test only."""
+    path = tmp_path / "jobq.db"
+    shutil.copyfile(sqlite_template, path)
+    return sqlite_url_for(path)
+
+
+# -- both stores ----------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest) -> str:
+    """A fresh migrated database on each store in turn."""
+    return request.getfixturevalue("pg_url" if request.param == "postgres" else "sqlite_url")
+
+
+def build_store(url: str, clock: Callable[[], datetime] | None = None, **settings: Any) -> Store:
+    """An open store for ``url``; skips the test while service/store/sqlite.py does not exist."""
+    try:
+        return open_store(Settings(database_url=url, **settings), clock=clock)
+    except ModuleNotFoundError as exc:
+        if exc.name == "service.store.sqlite":
+            pytest.skip("service/store/sqlite.py is not written yet")
+        raise
+
+
+@pytest.fixture
+def make_store() -> Iterator[Callable[..., Store]]:
+    """``make_store(url, clock=None, **settings)``: an open store, closed when the test ends."""
+    opened: list[Store] = []
+
+    def make(url: str, clock: Callable[[], datetime] | None = None, **settings: Any) -> Store:
+        store = build_store(url, clock, **settings)
+        opened.append(store)
+        return store
+
+    yield make
+    for store in reversed(opened):
+        store.close()
+
+
+@pytest.fixture
+def store(make_store: Callable[..., Store], store_url: str, clock: FakeClock) -> Store:
+    """An open store on ``store_url``, pinned to ``clock``."""
+    return make_store(store_url, clock=clock)
+
+
+# -- reading rows the same way on both stores --------------------------------------------------
+
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+_JSON_COLUMNS = frozenset({"payload", "checkpoint", "body"})
+_BOOL_COLUMNS = frozenset({"cancel_requested"})
+
+
+def _is_time_column(name: str) -> bool:
+    return name.endswith("_at") or name == "run_after"
+
+
+class Database:
+    """Direct SQL on a test database, for assertions (and for seeding rows a test needs).
+
+    Write parameters as ``%(name)s``; they are rewritten to ``:name`` for SQLite.
+    Rows come back as dicts normalised to one shape on both stores: ids as ``str``,
+    timestamps as aware datetimes, JSON columns parsed, booleans as ``bool``.
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.dialect = "sqlite" if url.startswith("sqlite:") else "postgresql"
+        self._pg: psycopg.Connection[Any] | None = None
+        self._sqlite: sqlite3.Connection | None = None
+        if self.dialect == "sqlite":
+            self._sqlite = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None, timeout=10)
+        else:
+            self._pg = psycopg.connect(url, autocommit=True)
+
+    def rows(self, sql: str, **params: Any) -> list[dict[str, Any]]:
+        return [self._normalise(row) for row in self._run(sql, params)]
+
+    def one(self, sql: str, **params: Any) -> dict[str, Any]:
+        rows = self.rows(sql, **params)
+        assert len(rows) == 1, f"expected one row, got {len(rows)}: {sql}"
+        return rows[0]
+
+    def scalar(self, sql: str, **params: Any) -> Any:
+        row = self.one(sql, **params)
+        return next(iter(row.values()))
+
+    def execute(self, sql: str, **params: Any) -> None:
+        self._run(sql, params)
+
+    def count(self, table: str, where: str = "TRUE", **params: Any) -> int:
+        """``SELECT count(*) FROM table WHERE …``; table names are the tests' own, never input."""
+        return int(self.scalar(f"SELECT count(*) AS n FROM {table} WHERE {where}", **params))
+
+    def job(self, job_id: uuid.UUID | str) -> dict[str, Any]:
+        return self.one("SELECT * FROM jobs WHERE id = %(id)s", id=job_id)
+
+    def attempts(self, job_id: uuid.UUID | str) -> list[dict[str, Any]]:
+        return self.rows("SELECT * FROM job_attempts WHERE job_id = %(id)s ORDER BY id", id=job_id)
+
+    def close(self) -> None:
+        if self._pg is not None:
+            self._pg.close()
+        if self._sqlite is not None:
+            self._sqlite.close()
+
+    def _run(self, sql: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+        if self._pg is not None:
+            cursor = self._pg.execute(sql, dict(params) or None)  # type: ignore[arg-type]
+            if cursor.description is None:
+                return []
+            names = [c.name for c in cursor.description]
+            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        assert self._sqlite is not None
+        bound = {k: str(v) if isinstance(v, uuid.UUID) else v for k, v in params.items()}
+        cursor = self._sqlite.execute(_PLACEHOLDER.sub(r":\1", sql), bound)
+        try:
+            if cursor.description is None:
+                return []
+            names = [c[0] for c in cursor.description]
+            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        finally:
+            cursor.close()
+
+    @staticmethod
+    def _normalise(row: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, value in row.items():
+            if isinstance(value, uuid.UUID):
+                value = str(value)
+            elif isinstance(value, str) and _is_time_column(name):
+                value = datetime.fromisoformat(value)
+                if value.tzinfo is None:
+                    value = value.replace(tzinfo=UTC)
+            elif isinstance(value, str) and name in _JSON_COLUMNS:
+                value = json.loads(value)
+            elif isinstance(value, int) and name in _BOOL_COLUMNS:
+                value = bool(value)
+            out[name] = value
+        return out
+
+
+@pytest.fixture
+def db(store_url: str) -> Iterator[Database]:
+    """Direct SQL on the database of this test's ``store_url``."""
+    database = Database(store_url)
+    yield database
+    database.close()

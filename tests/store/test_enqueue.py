@@ -1,0 +1,154 @@
+"""Submitting jobs: defaults, every field, batches, idempotency keys."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from service.jobs import JobState
+from tests.conftest import Database, FakeClock
+from tests.store.builders import new_job
+
+
+def test_enqueued_job_has_the_documented_defaults(store, db: Database, clock: FakeClock):
+    status = store.enqueue(new_job(payload={"image": "cat.png", "sizes": [64, 128]}))
+
+    assert status.state is JobState.QUEUED
+    assert (status.queue, status.tenant, status.kind) == ("default", "default", "resize")
+    assert (status.priority, status.attempts, status.max_attempts) == (0, 0, 3)
+    assert (status.done, status.total, status.error) == (0, None, None)
+    assert status.cancel_requested is False and status.stale is False
+    assert status.concurrency_key is None and status.idempotency_key is None
+    assert status.lease_owner is None and status.lease_expires_at is None
+    assert status.run_after == clock.now() == status.created_at == status.updated_at
+    assert status.started_at is None and status.finished_at is None and status.result_id is None
+
+    row = db.job(status.id)
+    assert row["payload"] == {"image": "cat.png", "sizes": [64, 128]}
+    assert row["checkpoint"] is None
+    assert row["state"] == "queued"
+    assert db.count("job_attempts") == 0
+
+
+def test_enqueue_stores_every_field_it_is_given(store, db: Database, clock: FakeClock):
+    status = store.enqueue(
+        new_job(
+            "transcribe",
+            payload={"url": "s3://b/k"},
+            queue="audio",
+            priority=7,
+            max_attempts=5,
+            delay_seconds=90,
+            total=40,
+            tenant="acme",
+            concurrency_key="acme:transcribe",
+            idempotency_key="upload-17",
+        )
+    )
+
+    assert (status.kind, status.queue, status.tenant) == ("transcribe", "audio", "acme")
+    assert (status.priority, status.max_attempts, status.total, status.done) == (7, 5, 40, 0)
+    assert status.concurrency_key == "acme:transcribe"
+    assert status.idempotency_key == "upload-17"
+    assert status.run_after == clock.now() + timedelta(seconds=90)
+    assert store.get(status.id, "acme") == status
+    assert db.job(status.id)["payload"] == {"url": "s3://b/k"}
+
+
+def test_an_explicit_run_after_wins_over_the_delay(store, clock: FakeClock):
+    at = clock.now() + timedelta(hours=2)
+    status = store.enqueue(new_job(run_after=at, delay_seconds=5))
+    assert status.run_after == at
+
+
+def test_enqueue_many_answers_in_the_order_given(store, db: Database):
+    jobs = [new_job(f"kind-{i}", payload={"i": i}, priority=(i * 7) % 5) for i in range(25)]
+
+    statuses = store.enqueue_many(jobs)
+
+    assert [s.kind for s in statuses] == [f"kind-{i}" for i in range(25)]
+    assert [s.priority for s in statuses] == [(i * 7) % 5 for i in range(25)]
+    assert len({s.id for s in statuses}) == 25
+    assert db.count("jobs") == 25
+    for i, status in enumerate(statuses):
+        assert db.job(status.id)["payload"] == {"i": i}
+
+
+def test_enqueue_many_of_nothing_writes_nothing(store, db: Database):
+    assert store.enqueue_many([]) == []
+    assert db.count("jobs") == 0
+
+
+def test_enqueue_many_returns_the_existing_job_in_place_of_a_used_key(store, db: Database):
+    existing = store.enqueue(new_job(idempotency_key="k-1", payload={"v": "first"}))
+
+    statuses = store.enqueue_many(
+        [new_job("a"), new_job("b", idempotency_key="k-1", payload={"v": "second"}), new_job("c")]
+    )
+
+    assert [s.kind for s in statuses] == ["a", "resize", "c"]
+    assert statuses[1].id == existing.id
+    assert db.count("jobs") == 3
+    assert db.job(existing.id)["payload"] == {"v": "first"}
+
+
+def test_idempotency_key_returns_the_existing_job_of_the_same_tenant(store, db: Database):
+    first = store.enqueue(new_job(tenant="acme", idempotency_key="order-42", payload={"n": 1}))
+    again = store.enqueue(new_job(tenant="acme", idempotency_key="order-42", payload={"n": 1}))
+
+    assert again.id == first.id
+    assert again == first
+    assert db.count("jobs") == 1
+
+
+def test_idempotency_key_answers_with_the_stored_job_even_if_it_moved_on(store, db: Database):
+    first = store.enqueue(new_job(idempotency_key="order-42"))
+    store.cancel(first.id)
+
+    again = store.enqueue(new_job(idempotency_key="order-42"))
+
+    assert again.id == first.id
+    assert again.state is JobState.CANCELLED
+    assert db.count("jobs") == 1
+
+
+def test_the_same_idempotency_key_in_two_tenants_makes_two_jobs(store, db: Database):
+    acme = store.enqueue(new_job(tenant="acme", idempotency_key="order-42"))
+    globex = store.enqueue(new_job(tenant="globex", idempotency_key="order-42"))
+
+    assert acme.id != globex.id
+    assert (acme.tenant, globex.tenant) == ("acme", "globex")
+    assert db.count("jobs") == 2
+
+
+def test_the_same_idempotency_key_twice_in_one_batch_makes_one_job(store, db: Database):
+    statuses = store.enqueue_many(
+        [new_job(idempotency_key="dup"), new_job("other"), new_job(idempotency_key="dup")]
+    )
+
+    assert statuses[0].id == statuses[2].id
+    assert statuses[1].id != statuses[0].id
+    assert db.count("jobs") == 2
+
+
+@pytest.mark.postgres_only(reason="counts statements with a PostgreSQL statement-level trigger")
+def test_enqueue_many_is_one_insert_statement_in_one_transaction(store, db: Database):
+    db.execute(
+        """
+        CREATE TABLE insert_log (statements int NOT NULL DEFAULT 0, xids bigint[] NOT NULL DEFAULT '{}');
+        INSERT INTO insert_log DEFAULT VALUES;
+        CREATE FUNCTION count_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            UPDATE insert_log SET statements = statements + 1, xids = xids || txid_current();
+            RETURN NULL;
+        END $$;
+        CREATE TRIGGER count_insert AFTER INSERT ON jobs FOR EACH STATEMENT EXECUTE FUNCTION count_insert();
+        """
+    )
+
+    store.enqueue_many([new_job(payload={"i": i}) for i in range(200)])
+
+    log = db.one("SELECT statements, xids FROM insert_log")
+    assert log["statements"] == 1
+    assert db.count("jobs") == 200
