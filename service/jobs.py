@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import os
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -233,6 +234,31 @@ def validate_new_job(job: NewJob) -> None:
         value = getattr(job, name)
         if value is not None and (not isinstance(value, str) or not value or len(value) > 255):
             raise InvalidInput(f"{name} must be a non-empty string of at most 255 characters")
+
+
+ERROR_GROUP_LENGTH = 80
+LEASE_EXPIRED_GROUP = "lease expired"
+_MASKS = (
+    (re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I), "<id>"),
+    (re.compile(r"0x[0-9a-f]+", re.I), "<addr>"),
+    (re.compile(r"\b[0-9a-f]{16,}\b", re.I), "<hex>"),
+    (re.compile(r"\d+(\.\d+)?"), "N"),
+)
+
+
+def error_group(error: str) -> str:
+    """The error's identity for grouping failures: one bug, one group.
+
+    Uses the exception line of a traceback (its last line), masks ids, addresses
+    and numbers, and keeps the first 80 characters.
+    """
+    lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    line = lines[-1] if lines[0].startswith("Traceback (most recent call last)") else lines[0]
+    for pattern, mask in _MASKS:
+        line = pattern.sub(mask, line)
+    return line[:ERROR_GROUP_LENGTH]
 
 
 def _is_int(value: object) -> bool:

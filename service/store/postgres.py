@@ -34,6 +34,7 @@ from service.errors import (
 )
 from service.jobs import (
     JSON,
+    LEASE_EXPIRED_GROUP,
     ApiToken,
     AttemptOutcome,
     ClaimedJob,
@@ -49,6 +50,7 @@ from service.jobs import (
     ReapResult,
     ReplayFilter,
     WorkerInfo,
+    error_group,
     new_job_id,
     validate_new_job,
 )
@@ -215,6 +217,7 @@ changed AS (
     UPDATE jobs AS j
     SET state = d.next_state,
         error = %(error)s,
+        error_group = %(error_group)s,
         run_after = CASE WHEN d.next_state = 'queued'
                          THEN n.ts + make_interval(secs => %(delay)s) ELSE j.run_after END,
         lease_owner = CASE WHEN d.next_state = 'queued' THEN NULL ELSE j.lease_owner END,
@@ -328,6 +331,7 @@ reaped AS (
                      ELSE 'lease expired ' || e.expiries || ' time(s); last on attempt '
                           || e.attempts || ' of ' || e.max_attempts
                           || ' (worker ' || e.lease_owner || ')' END,
+        error_group = CASE WHEN e.cancel_requested THEN j.error_group ELSE %(lease_expired)s END,
         run_after = CASE WHEN NOT e.cancel_requested AND e.attempts < e.max_attempts
                          THEN n.ts + make_interval(secs => random() * least(
                               %(retry_cap)s, %(retry_base)s * power(2, e.attempts - 1)))
@@ -386,7 +390,7 @@ picked AS (
 ),
 replayed AS (
     UPDATE jobs AS j
-    SET state = 'queued', attempts = 0, error = NULL, cancel_requested = false,
+    SET state = 'queued', attempts = 0, error = NULL, error_group = NULL, cancel_requested = false,
         lease_owner = NULL, lease_expires_at = NULL, run_after = n.ts, finished_at = NULL,
         updated_at = n.ts
     FROM picked, n
@@ -737,6 +741,7 @@ class PostgresStore:
             self._params(
                 **_fence(lease),
                 error=error,
+                error_group=error_group(error),
                 retryable=retryable,
                 delay=self.retry_policy.delay(lease.attempt),
             ),
@@ -767,6 +772,7 @@ class PostgresStore:
             REAP_EXPIRED,
             self._params(
                 limit=limit,
+                lease_expired=LEASE_EXPIRED_GROUP,
                 retry_base=self.retry_policy.base_seconds,
                 retry_cap=self.retry_policy.cap_seconds,
             ),

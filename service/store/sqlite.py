@@ -32,6 +32,7 @@ from service.errors import (
 )
 from service.jobs import (
     JSON,
+    LEASE_EXPIRED_GROUP,
     ApiToken,
     AttemptOutcome,
     ClaimedJob,
@@ -47,6 +48,7 @@ from service.jobs import (
     ReapResult,
     ReplayFilter,
     WorkerInfo,
+    error_group,
     new_job_id,
     validate_new_job,
 )
@@ -154,6 +156,7 @@ FAIL_JOB = """
 UPDATE jobs
 SET state = :next_state,
     error = :error,
+    error_group = :error_group,
     run_after = CASE WHEN :next_state = 'queued'
                      THEN strftime('%Y-%m-%d %H:%M:%f', :now, :delay || ' seconds') ELSE run_after END,
     lease_owner = CASE WHEN :next_state = 'queued' THEN NULL ELSE lease_owner END,
@@ -206,7 +209,7 @@ LIMIT 1
 # Invariant 2: running jobs past their lease, compared with the store's clock,
 # in id order and in bounded batches. Idempotent: a second reaper finds nothing.
 FIND_EXPIRED = """
-SELECT j.id, j.attempts, j.max_attempts, j.lease_owner, j.cancel_requested, j.error,
+SELECT j.id, j.attempts, j.max_attempts, j.lease_owner, j.cancel_requested, j.error, j.error_group,
        (SELECT count(*) FROM job_attempts AS a
         WHERE a.job_id = j.id AND a.outcome = 'lease_expired') + 1 AS expiries
 FROM jobs AS j
@@ -219,6 +222,7 @@ REAP_JOB = """
 UPDATE jobs
 SET state = :next_state,
     error = :error,
+    error_group = :error_group,
     run_after = CASE WHEN :next_state = 'queued'
                      THEN strftime('%Y-%m-%d %H:%M:%f', :now, :delay || ' seconds') ELSE run_after END,
     lease_owner = CASE WHEN :next_state = 'queued' THEN NULL ELSE lease_owner END,
@@ -252,7 +256,7 @@ ORDER BY id
 
 REPLAY_JOB = """
 UPDATE jobs
-SET state = 'queued', attempts = 0, error = NULL, cancel_requested = 0, lease_owner = NULL,
+SET state = 'queued', attempts = 0, error = NULL, error_group = NULL, cancel_requested = 0, lease_owner = NULL,
     lease_expires_at = NULL, run_after = :now, finished_at = NULL, updated_at = :now
 WHERE id = :job_id
 """
@@ -594,6 +598,7 @@ class SqliteStore:
                     "now": now,
                     "next_state": next_state.value,
                     "error": error,
+                    "error_group": error_group(error),
                     "delay": self.retry_policy.delay(lease.attempt),
                 },
             ).fetchone()
@@ -626,8 +631,9 @@ class SqliteStore:
         with self._write() as (conn, now):
             for job in conn.execute(FIND_EXPIRED, {"now": now, "limit": limit}).fetchall():
                 if job["cancel_requested"]:
-                    next_state, error = JobState.CANCELLED, job["error"]
+                    next_state, error, group = JobState.CANCELLED, job["error"], job["error_group"]
                 else:
+                    group = LEASE_EXPIRED_GROUP
                     retry = job["attempts"] < job["max_attempts"]
                     next_state = JobState.QUEUED if retry else JobState.FAILED
                     error = (
@@ -641,6 +647,7 @@ class SqliteStore:
                         "now": now,
                         "next_state": next_state.value,
                         "error": error,
+                        "error_group": group,
                         "delay": self.retry_policy.delay(job["attempts"]),
                     },
                 )

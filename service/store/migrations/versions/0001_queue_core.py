@@ -23,7 +23,6 @@ BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 QUEUED = sa.text("state = 'queued'")
 RUNNING = sa.text("state = 'running'")
-FAILED = sa.text("state = 'failed'")
 HAS_IDEMPOTENCY_KEY = sa.text("idempotency_key IS NOT NULL")
 
 
@@ -43,6 +42,7 @@ def upgrade() -> None:
         sa.Column("total", sa.Integer(), nullable=True),
         sa.Column("checkpoint", Json, nullable=True),
         sa.Column("error", sa.Text(), nullable=True),
+        sa.Column("error_group", sa.Text(), nullable=True),
         sa.Column("cancel_requested", sa.Boolean(), server_default=sa.false(), nullable=False),
         sa.Column("lease_owner", sa.Text(), nullable=True),
         sa.Column("lease_expires_at", Timestamp, nullable=True),
@@ -91,13 +91,7 @@ def upgrade() -> None:
         postgresql_where=HAS_IDEMPOTENCY_KEY,
         sqlite_where=HAS_IDEMPOTENCY_KEY,
     )
-    op.create_index(
-        "ix_jobs_failed_kind_finished",
-        "jobs",
-        ["kind", "finished_at"],
-        postgresql_where=FAILED,
-        sqlite_where=FAILED,
-    )
+    op.create_index("ix_jobs_finished_at", "jobs", ["finished_at"])
     if op.get_bind().dialect.name == "postgresql":
         # Room on each page for a heartbeat's new row version (HOT), and vacuum a
         # queue table long before the default 20% of it is dead tuples.
@@ -139,6 +133,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_job_attempts")),
     )
     op.create_index("ix_job_attempts_job_id_attempt", "job_attempts", ["job_id", "attempt"])
+    op.create_index("ix_job_attempts_finished_at", "job_attempts", ["finished_at"])
 
     op.create_table(
         "job_replays",
