@@ -134,12 +134,12 @@ claimed AS (
     FROM picked, n
     WHERE j.id = picked.id
     RETURNING j.id, j.kind, j.queue, j.tenant, j.payload, j.checkpoint, j.done, j.total,
-              j.attempts, j.max_attempts, j.lease_expires_at, n.ts AS started_at, """ + NOTIFY_CHANGED + """
+              j.attempts, j.max_attempts, j.lease_expires_at, j.run_after, n.ts AS started_at, """ + NOTIFY_CHANGED + """
 ),
 opened AS (
     -- Invariant 3: every attempt has its row from the moment it starts.
-    INSERT INTO job_attempts (job_id, attempt, worker, started_at)
-    SELECT id, attempts, %(worker)s, started_at FROM claimed
+    INSERT INTO job_attempts (job_id, attempt, worker, due_at, started_at)
+    SELECT id, attempts, %(worker)s, run_after, started_at FROM claimed
 )
 SELECT * FROM claimed ORDER BY id
 """

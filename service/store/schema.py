@@ -131,6 +131,8 @@ job_attempts = sa.Table(
     sa.Column("job_id", Id, sa.ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
     sa.Column("attempt", sa.Integer, nullable=False),
     sa.Column("worker", sa.Text, nullable=False),
+    # When the job was due (its run_after at claim): started_at - due_at is the pickup latency.
+    sa.Column("due_at", Timestamp, nullable=False),
     sa.Column("started_at", Timestamp, nullable=False),
     sa.Column("finished_at", Timestamp, nullable=True),
     sa.Column("outcome", sa.Text, nullable=True),

@@ -108,13 +108,13 @@ WHERE id IN (
     LIMIT :limit
 )
 RETURNING id, kind, queue, tenant, payload, checkpoint, done, total, attempts, max_attempts,
-          lease_expires_at
+          lease_expires_at, run_after
 """
 
 # Invariant 3: every attempt has its row from the moment it starts.
 OPEN_ATTEMPT = """
-INSERT INTO job_attempts (job_id, attempt, worker, started_at)
-VALUES (:job_id, :attempt, :owner, :now)
+INSERT INTO job_attempts (job_id, attempt, worker, due_at, started_at)
+VALUES (:job_id, :attempt, :owner, :due_at, :now)
 """
 
 # -- renew_lease --
@@ -520,7 +520,10 @@ class SqliteStore:
             ).fetchall()
             conn.executemany(
                 OPEN_ATTEMPT,
-                [{"job_id": r["id"], "attempt": r["attempts"], "owner": worker, "now": now} for r in rows],
+                [
+                    {"job_id": r["id"], "attempt": r["attempts"], "owner": worker, "due_at": r["run_after"], "now": now}
+                    for r in rows
+                ],
             )
         rows.sort(key=lambda r: r["id"])
         return [

@@ -119,6 +119,7 @@ def upgrade() -> None:
         sa.Column("job_id", Id, nullable=False),
         sa.Column("attempt", sa.Integer(), nullable=False),
         sa.Column("worker", sa.Text(), nullable=False),
+        sa.Column("due_at", Timestamp, nullable=False),
         sa.Column("started_at", Timestamp, nullable=False),
         sa.Column("finished_at", Timestamp, nullable=True),
         sa.Column("outcome", sa.Text(), nullable=True),
