@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import os
 import re
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -45,20 +46,34 @@ class AttemptOutcome(enum.StrEnum):
     CANCELLED = "cancelled"
 
 
-def new_job_id() -> uuid.UUID:
-    """A UUIDv7 (RFC 9562): 48 bits of Unix milliseconds, then randomness.
+class _TimeOrderedIds:
+    """UUIDv7 (RFC 9562): 48 bits of Unix milliseconds, then randomness, monotonic per process.
 
     Time-ordered ids keep new rows together at the right edge of the primary key
-    index, and ordering by id is ordering by creation time (list newest first).
+    index, and ordering by id is ordering by creation time (list newest first;
+    FIFO within one batch). Within one millisecond the next id is the last plus one.
     """
-    millis = time.time_ns() // 1_000_000
-    rand = int.from_bytes(os.urandom(10), "big")
-    value = (millis & ((1 << 48) - 1)) << 80
-    value |= 0x7 << 76  # version 7
-    value |= ((rand >> 62) & 0xFFF) << 64  # 12 bits rand_a
-    value |= 0b10 << 62  # RFC 4122 variant
-    value |= rand & ((1 << 62) - 1)  # 62 bits rand_b
-    return uuid.UUID(int=value)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last = 0
+
+    def next(self) -> uuid.UUID:
+        millis = time.time_ns() // 1_000_000
+        rand = int.from_bytes(os.urandom(10), "big")
+        value = (millis & ((1 << 48) - 1)) << 80
+        value |= 0x7 << 76  # version 7
+        value |= ((rand >> 62) & 0xFFF) << 64  # 12 bits rand_a
+        value |= 0b10 << 62  # RFC 9562 variant
+        value |= rand & ((1 << 62) - 1)  # 62 bits rand_b
+        with self._lock:
+            if value <= self._last:
+                value = self._last + 1
+            self._last = value
+        return uuid.UUID(int=value)
+
+
+new_job_id = _TimeOrderedIds().next
 
 
 @dataclass(frozen=True)
@@ -298,3 +313,49 @@ class Notification:
 
     channel: str
     payload: str
+
+
+@dataclass(frozen=True)
+class FailureGroup:
+    """Failed jobs that share a kind and an error group: one bug, however many jobs."""
+
+    kind: str
+    error_group: str
+    count: int
+    first_seen: datetime
+    last_seen: datetime
+    example_job_id: uuid.UUID
+
+
+@dataclass(frozen=True)
+class KindOutcomes:
+    """Jobs of one kind that finished within a window, by how they ended."""
+
+    kind: str
+    succeeded: int
+    failed: int
+
+    @property
+    def failure_ratio(self) -> float:
+        finished = self.succeeded + self.failed
+        return self.failed / finished if finished else 0.0
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """One queue now: depth, what is running, and how long the oldest due job has waited."""
+
+    queue: str
+    queued: int
+    running: int
+    oldest_queued_age_seconds: float | None  # None when nothing is due
+
+
+@dataclass(frozen=True)
+class ActiveCount:
+    """Queued or running jobs of one queue and kind (terminal states are history, not gauges)."""
+
+    queue: str
+    kind: str
+    state: JobState
+    count: int

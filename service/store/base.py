@@ -18,16 +18,20 @@ from typing import Protocol
 
 from service.jobs import (
     JSON,
+    ActiveCount,
     ApiToken,
     ClaimedJob,
     FailResult,
+    FailureGroup,
     Heartbeat,
     JobPage,
     JobQuery,
     JobStatus,
+    KindOutcomes,
     Lease,
     NewJob,
     Notification,
+    QueueStats,
     ReapResult,
     ReplayFilter,
     WorkerInfo,
@@ -37,6 +41,9 @@ Clock = Callable[[], datetime]
 
 REAP_BATCH = 500
 """Rows one reap statement touches at most, so it never holds many locks at once."""
+
+PRUNE_BATCH = 1_000
+"""Jobs one prune statement deletes at most: short transactions, short locks."""
 
 JOBS_QUEUED = "jobq_jobs"
 """Channel: jobs were enqueued (payload: the comma-separated queues). Wakes idle workers."""
@@ -134,6 +141,48 @@ class Store(Protocol):
     def list_jobs(self, query: JobQuery) -> JobPage:
         """One tenant's jobs, newest first, keyset-paginated."""
         ...
+
+    # -- the dead-letter path, rates and retention (indexed time windows only) ---
+    def failure_groups(
+        self, since: datetime, kind: str | None = None, tenant: str | None = None
+    ) -> list[FailureGroup]:
+        """Failed jobs since a moment, grouped by kind and error group, biggest first. One query."""
+        ...
+
+    def outcomes(self, window_seconds: float, kind: str | None = None) -> list[KindOutcomes]:
+        """Jobs per kind that succeeded or failed within the last ``window_seconds``."""
+        ...
+
+    def lease_expiries(self, window_seconds: float) -> int:
+        """Attempts ended by lease expiry (reclaimed jobs) within the window."""
+        ...
+
+    def duration_buckets(self, window_seconds: float, bounds: Sequence[float]) -> dict[str, list[int]]:
+        """Run time of the final attempt of jobs finished in the window, per kind.
+
+        ``len(bounds) + 1`` counts per kind: index i counts values in
+        ``[bounds[i-1], bounds[i])``, index 0 those below ``bounds[0]``.
+        """
+        ...
+
+    def pickup_buckets(self, window_seconds: float, bounds: Sequence[float]) -> dict[str, list[int]]:
+        """Time from due to claimed of attempts that ended in the window, per kind; buckets as above."""
+        ...
+
+    def queue_stats(self) -> list[QueueStats]:
+        """Per queue: queued, running, and the age of the oldest due job. Reads active rows only."""
+        ...
+
+    def active_counts(self) -> list[ActiveCount]:
+        """Queued and running jobs per queue and kind."""
+        ...
+
+    def prune(self, older_than_seconds: float, limit: int = PRUNE_BATCH) -> int:
+        """Delete up to ``limit`` terminal jobs finished longer ago than that, with their
+        attempts, results and replays. Never touches queued or running jobs."""
+        ...
+
+    def count_prunable(self, older_than_seconds: float) -> int: ...
 
     # -- wake-ups -------------------------------------------------------------------
     def listen(self, channels: Sequence[str]) -> Listener:

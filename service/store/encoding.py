@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from service.errors import InvalidInput
 from service.jobs import JSON
@@ -28,3 +30,11 @@ def check_progress(done: int | None, total: int | None) -> None:
 def check_lease_seconds(lease_seconds: float) -> None:
     if not isinstance(lease_seconds, int | float) or not 0 < lease_seconds <= 86_400:
         raise InvalidInput("lease_seconds must be a number in (0, 86400]")
+
+
+def bucket_counts(rows: Iterable[Mapping[str, Any]], bound_count: int) -> dict[str, list[int]]:
+    """Fold ``(kind, bucket, count)`` rows from ``width_bucket`` into a list of counts per kind."""
+    counts: dict[str, list[int]] = {}
+    for row in rows:
+        counts.setdefault(row["kind"], [0] * (bound_count + 1))[int(row["bucket"])] += int(row["count"])
+    return counts

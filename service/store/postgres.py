@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any, TypeVar
 
 import psycopg
@@ -35,18 +36,22 @@ from service.errors import (
 from service.jobs import (
     JSON,
     LEASE_EXPIRED_GROUP,
+    ActiveCount,
     ApiToken,
     AttemptOutcome,
     ClaimedJob,
     FailResult,
+    FailureGroup,
     Heartbeat,
     JobPage,
     JobQuery,
     JobState,
     JobStatus,
+    KindOutcomes,
     Lease,
     NewJob,
     Notification,
+    QueueStats,
     ReapResult,
     ReplayFilter,
     WorkerInfo,
@@ -55,7 +60,8 @@ from service.jobs import (
     validate_new_job,
 )
 from service.retry import RetryPolicy
-from service.store.base import REAP_BATCH, Clock, Listener
+from service.store.base import PRUNE_BATCH, REAP_BATCH, Clock, Listener
+from service.store.encoding import bucket_counts
 from service.store.encoding import check_lease_seconds, check_progress, dump_json
 
 _NOW = "coalesce(%(now)s::timestamptz, now())"
@@ -432,6 +438,106 @@ ORDER BY id DESC
 LIMIT %(limit)s
 """
 
+# -- failure_groups --
+# One query for the dead-letter view: failed jobs in a window of ix_jobs_finished_at,
+# grouped by kind and the normalised error prefix written at failure time.
+FAILURE_GROUPS = """
+SELECT kind, error_group, count(*) AS count, min(finished_at) AS first_seen,
+       max(finished_at) AS last_seen, max(id::text)::uuid AS example_job_id
+FROM jobs
+WHERE finished_at >= %(since)s::timestamptz
+  AND state = 'failed'
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+  AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+GROUP BY kind, error_group
+ORDER BY count DESC, last_seen DESC
+"""
+
+# Final outcomes per kind within a window, for failure ratios and alerts.
+OUTCOMES = """
+SELECT kind,
+       count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
+       count(*) FILTER (WHERE state = 'failed') AS failed
+FROM jobs
+WHERE finished_at >= coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+GROUP BY kind
+ORDER BY kind
+"""
+
+LEASE_EXPIRIES = """
+SELECT count(*) AS expiries
+FROM job_attempts
+WHERE finished_at >= coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)
+  AND outcome = 'lease_expired'
+"""
+
+DURATION_BUCKETS = """
+SELECT kind,
+       width_bucket(extract(epoch FROM finished_at - started_at)::float8, %(bounds)s::float8[]) AS bucket,
+       count(*) AS count
+FROM jobs
+WHERE finished_at >= coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)
+  AND state IN ('succeeded', 'failed') AND started_at IS NOT NULL
+GROUP BY kind, bucket
+"""
+
+PICKUP_BUCKETS = """
+SELECT j.kind,
+       width_bucket(extract(epoch FROM a.started_at - a.due_at)::float8, %(bounds)s::float8[]) AS bucket,
+       count(*) AS count
+FROM job_attempts AS a JOIN jobs AS j ON j.id = a.job_id
+WHERE a.finished_at >= coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)
+GROUP BY j.kind, bucket
+"""
+
+# Active rows only (the two partial indexes), never history.
+QUEUE_STATS = """
+SELECT queue,
+       count(*) FILTER (WHERE state = 'queued') AS queued,
+       count(*) FILTER (WHERE state = 'running') AS running,
+       extract(epoch FROM coalesce(%(now)s::timestamptz, now())
+               - min(run_after) FILTER (WHERE state = 'queued'
+                                          AND run_after <= coalesce(%(now)s::timestamptz, now()))
+       )::float8 AS oldest_queued_age_seconds
+FROM jobs
+WHERE state IN ('queued', 'running')
+GROUP BY queue
+ORDER BY queue
+"""
+
+ACTIVE_COUNTS = """
+SELECT queue, kind, state, count(*) AS count
+FROM jobs
+WHERE state IN ('queued', 'running')
+GROUP BY queue, kind, state
+ORDER BY queue, kind, state
+"""
+
+# -- prune_finished --
+# Retention: terminal jobs finished before the cutoff, oldest first, a small batch
+# at a time; attempts, results and replays go with them (ON DELETE CASCADE).
+# SKIP LOCKED: pruning never waits on, or blocks, anything a worker holds.
+PRUNE_FINISHED = """
+WITH doomed AS (
+    SELECT id
+    FROM jobs
+    WHERE finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than)s)
+      AND state IN ('succeeded', 'failed', 'cancelled')
+    ORDER BY finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM jobs USING doomed WHERE jobs.id = doomed.id
+"""
+
+COUNT_PRUNABLE = """
+SELECT count(*) AS count
+FROM jobs
+WHERE finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than)s)
+  AND state IN ('succeeded', 'failed', 'cancelled')
+"""
+
 # -- workers --
 REGISTER_WORKER = """
 INSERT INTO workers (id, host, pid, queues, kinds, concurrency, started_at, last_seen_at)
@@ -546,6 +652,53 @@ class PostgresStore:
 
     def close(self) -> None:
         self._pool.close()
+
+    # -- the dead-letter path, rates and retention ------------------------------------
+    def failure_groups(
+        self, since: datetime, kind: str | None = None, tenant: str | None = None
+    ) -> list[FailureGroup]:
+        rows = self._fetchall(FAILURE_GROUPS, self._params(since=since, kind=kind, tenant=tenant))
+        return [FailureGroup(**row) for row in rows]
+
+    def outcomes(self, window_seconds: float, kind: str | None = None) -> list[KindOutcomes]:
+        rows = self._fetchall(OUTCOMES, self._params(window=float(window_seconds), kind=kind))
+        return [KindOutcomes(**row) for row in rows]
+
+    def lease_expiries(self, window_seconds: float) -> int:
+        row = self._fetchone(LEASE_EXPIRIES, self._params(window=float(window_seconds)))
+        return int(row["expiries"]) if row else 0
+
+    def duration_buckets(self, window_seconds: float, bounds: Sequence[float]) -> dict[str, list[int]]:
+        return self._buckets(DURATION_BUCKETS, window_seconds, bounds)
+
+    def pickup_buckets(self, window_seconds: float, bounds: Sequence[float]) -> dict[str, list[int]]:
+        return self._buckets(PICKUP_BUCKETS, window_seconds, bounds)
+
+    def _buckets(self, statement: str, window_seconds: float, bounds: Sequence[float]) -> dict[str, list[int]]:
+        rows = self._fetchall(
+            statement, self._params(window=float(window_seconds), bounds=[float(b) for b in bounds])
+        )
+        return bucket_counts(rows, len(bounds))
+
+    def queue_stats(self) -> list[QueueStats]:
+        return [QueueStats(**row) for row in self._fetchall(QUEUE_STATS, self._params())]
+
+    def active_counts(self) -> list[ActiveCount]:
+        rows = self._fetchall(ACTIVE_COUNTS, self._params())
+        return [ActiveCount(row["queue"], row["kind"], JobState(row["state"]), row["count"]) for row in rows]
+
+    def prune(self, older_than_seconds: float, limit: int = PRUNE_BATCH) -> int:
+        params = self._params(older_than=float(older_than_seconds), limit=limit)
+
+        def run() -> int:
+            with self._connection() as conn:
+                return conn.execute(PRUNE_FINISHED, params).rowcount
+
+        return self._retrying(run)
+
+    def count_prunable(self, older_than_seconds: float) -> int:
+        row = self._fetchone(COUNT_PRUNABLE, self._params(older_than=float(older_than_seconds)))
+        return int(row["count"]) if row else 0
 
     # -- wake-ups -------------------------------------------------------------------
     def listen(self, channels: Sequence[str]) -> Listener:

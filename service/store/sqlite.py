@@ -13,6 +13,7 @@ Timestamps are UTC text ``YYYY-MM-DD HH:MM:SS.SSS``, which sorts as it compares.
 
 from __future__ import annotations
 
+import bisect
 import json
 import sqlite3
 import threading
@@ -33,18 +34,22 @@ from service.errors import (
 from service.jobs import (
     JSON,
     LEASE_EXPIRED_GROUP,
+    ActiveCount,
     ApiToken,
     AttemptOutcome,
     ClaimedJob,
     FailResult,
+    FailureGroup,
     Heartbeat,
     JobPage,
     JobQuery,
     JobState,
     JobStatus,
+    KindOutcomes,
     Lease,
     NewJob,
     Notification,
+    QueueStats,
     ReapResult,
     ReplayFilter,
     WorkerInfo,
@@ -53,7 +58,8 @@ from service.jobs import (
     validate_new_job,
 )
 from service.retry import RetryPolicy
-from service.store.base import REAP_BATCH, Clock, Listener
+from service.store.base import PRUNE_BATCH, REAP_BATCH, Clock, Listener
+from service.store.encoding import bucket_counts
 from service.store.encoding import check_lease_seconds, check_progress, dump_json
 
 TIME_FORMAT = "%Y-%m-%d %H:%M:%f"
@@ -291,6 +297,99 @@ ORDER BY id DESC
 LIMIT :limit
 """
 
+# -- failure_groups --
+# One query for the dead-letter view over a window of ix_jobs_finished_at.
+FAILURE_GROUPS = """
+SELECT kind, error_group, count(*) AS count, min(finished_at) AS first_seen,
+       max(finished_at) AS last_seen, max(id) AS example_job_id
+FROM jobs
+WHERE finished_at >= :since
+  AND state = 'failed'
+  AND (:kind IS NULL OR kind = :kind)
+  AND (:tenant IS NULL OR tenant = :tenant)
+GROUP BY kind, error_group
+ORDER BY count DESC, last_seen DESC
+"""
+
+OUTCOMES = """
+SELECT kind,
+       count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
+       count(*) FILTER (WHERE state = 'failed') AS failed
+FROM jobs
+WHERE finished_at >= strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :window || ' seconds')
+  AND (:kind IS NULL OR kind = :kind)
+GROUP BY kind
+ORDER BY kind
+"""
+
+LEASE_EXPIRIES = """
+SELECT count(*) AS expiries
+FROM job_attempts
+WHERE finished_at >= strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :window || ' seconds')
+  AND outcome = 'lease_expired'
+"""
+
+# width_bucket is registered on the connection (see SqliteStore.__init__) to match PostgreSQL's.
+DURATION_BUCKETS = """
+SELECT kind,
+       width_bucket((julianday(finished_at) - julianday(started_at)) * 86400.0, :bounds) AS bucket,
+       count(*) AS count
+FROM jobs
+WHERE finished_at >= strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :window || ' seconds')
+  AND state IN ('succeeded', 'failed') AND started_at IS NOT NULL
+GROUP BY kind, bucket
+"""
+
+PICKUP_BUCKETS = """
+SELECT j.kind,
+       width_bucket((julianday(a.started_at) - julianday(a.due_at)) * 86400.0, :bounds) AS bucket,
+       count(*) AS count
+FROM job_attempts AS a JOIN jobs AS j ON j.id = a.job_id
+WHERE a.finished_at >= strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :window || ' seconds')
+GROUP BY j.kind, bucket
+"""
+
+QUEUE_STATS = """
+SELECT queue,
+       count(*) FILTER (WHERE state = 'queued') AS queued,
+       count(*) FILTER (WHERE state = 'running') AS running,
+       (julianday(:now) - julianday(min(run_after) FILTER (WHERE state = 'queued' AND run_after <= :now)))
+           * 86400.0 AS oldest_queued_age_seconds
+FROM jobs
+WHERE state IN ('queued', 'running')
+GROUP BY queue
+ORDER BY queue
+"""
+
+ACTIVE_COUNTS = """
+SELECT queue, kind, state, count(*) AS count
+FROM jobs
+WHERE state IN ('queued', 'running')
+GROUP BY queue, kind, state
+ORDER BY queue, kind, state
+"""
+
+# -- prune_finished --
+# Retention in small batches, oldest first; attempts, results and replays go with
+# their job (ON DELETE CASCADE, with foreign_keys on).
+PRUNE_FINISHED = """
+DELETE FROM jobs
+WHERE id IN (
+    SELECT id FROM jobs
+    WHERE finished_at < strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :older_than || ' seconds')
+      AND state IN ('succeeded', 'failed', 'cancelled')
+    ORDER BY finished_at
+    LIMIT :limit
+)
+"""
+
+COUNT_PRUNABLE = """
+SELECT count(*) AS count
+FROM jobs
+WHERE finished_at < strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :older_than || ' seconds')
+  AND state IN ('succeeded', 'failed', 'cancelled')
+"""
+
 # -- workers --
 REGISTER_WORKER = """
 INSERT INTO workers (id, host, pid, queues, kinds, concurrency, started_at, last_seen_at)
@@ -358,6 +457,7 @@ class SqliteStore:
             self._conn.execute("PRAGMA synchronous = NORMAL")
             self._conn.execute("PRAGMA foreign_keys = ON")
             self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_SECONDS * 1000)}")
+            self._conn.create_function("width_bucket", 2, _width_bucket, deterministic=True)
 
     # -- plumbing -------------------------------------------------------------------
     @contextmanager
@@ -385,6 +485,78 @@ class SqliteStore:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+    # -- the dead-letter path, rates and retention ------------------------------------
+    def failure_groups(
+        self, since: datetime, kind: str | None = None, tenant: str | None = None
+    ) -> list[FailureGroup]:
+        with self._read() as (conn, _now):
+            rows = conn.execute(
+                FAILURE_GROUPS, {"since": _to_text(since), "kind": kind, "tenant": tenant}
+            ).fetchall()
+        return [
+            FailureGroup(
+                kind=row["kind"],
+                error_group=row["error_group"],
+                count=row["count"],
+                first_seen=_from_text(row["first_seen"]),
+                last_seen=_from_text(row["last_seen"]),
+                example_job_id=uuid.UUID(row["example_job_id"]),
+            )
+            for row in rows
+        ]
+
+    def outcomes(self, window_seconds: float, kind: str | None = None) -> list[KindOutcomes]:
+        with self._read() as (conn, now):
+            rows = conn.execute(OUTCOMES, {"now": now, "window": float(window_seconds), "kind": kind}).fetchall()
+        return [KindOutcomes(kind=row["kind"], succeeded=row["succeeded"], failed=row["failed"]) for row in rows]
+
+    def lease_expiries(self, window_seconds: float) -> int:
+        with self._read() as (conn, now):
+            row = conn.execute(LEASE_EXPIRIES, {"now": now, "window": float(window_seconds)}).fetchone()
+        return int(row["expiries"])
+
+    def duration_buckets(self, window_seconds: float, bounds: Sequence[float]) -> dict[str, list[int]]:
+        return self._buckets(DURATION_BUCKETS, window_seconds, bounds)
+
+    def pickup_buckets(self, window_seconds: float, bounds: Sequence[float]) -> dict[str, list[int]]:
+        return self._buckets(PICKUP_BUCKETS, window_seconds, bounds)
+
+    def _buckets(self, statement: str, window_seconds: float, bounds: Sequence[float]) -> dict[str, list[int]]:
+        params = {"window": float(window_seconds), "bounds": json.dumps([float(b) for b in bounds])}
+        with self._read() as (conn, now):
+            rows = conn.execute(statement, {**params, "now": now}).fetchall()
+        return bucket_counts(rows, len(bounds))
+
+    def queue_stats(self) -> list[QueueStats]:
+        with self._read() as (conn, now):
+            rows = conn.execute(QUEUE_STATS, {"now": now}).fetchall()
+        return [
+            QueueStats(
+                queue=row["queue"],
+                queued=row["queued"],
+                running=row["running"],
+                oldest_queued_age_seconds=row["oldest_queued_age_seconds"],
+            )
+            for row in rows
+        ]
+
+    def active_counts(self) -> list[ActiveCount]:
+        with self._read() as (conn, _now):
+            rows = conn.execute(ACTIVE_COUNTS).fetchall()
+        return [ActiveCount(row["queue"], row["kind"], JobState(row["state"]), row["count"]) for row in rows]
+
+    def prune(self, older_than_seconds: float, limit: int = PRUNE_BATCH) -> int:
+        with self._write() as (conn, now):
+            cursor = conn.execute(
+                PRUNE_FINISHED, {"now": now, "older_than": float(older_than_seconds), "limit": limit}
+            )
+            return cursor.rowcount
+
+    def count_prunable(self, older_than_seconds: float) -> int:
+        with self._read() as (conn, now):
+            row = conn.execute(COUNT_PRUNABLE, {"now": now, "older_than": float(older_than_seconds)}).fetchone()
+        return int(row["count"])
 
     # -- wake-ups -------------------------------------------------------------------
     def listen(self, channels: Sequence[str]) -> Listener:
@@ -767,6 +939,13 @@ def _token(row: sqlite3.Row) -> ApiToken:
         created_at=_from_text(row["created_at"]),
         revoked_at=_maybe_time(row["revoked_at"]),
     )
+
+
+def _width_bucket(value: float | None, bounds_json: str) -> int | None:
+    """PostgreSQL's width_bucket(value, thresholds): how many thresholds are <= value."""
+    if value is None:
+        return None
+    return bisect.bisect_right(json.loads(bounds_json), value)
 
 
 def _fence(lease: Lease) -> dict[str, Any]:
