@@ -34,14 +34,7 @@ import pydantic
 import typer
 
 from service.config import Settings, load_settings
-from service.errors import (
-    IdempotencyConflict,
-    InvalidInput,
-    InvalidTransition,
-    JobNotFound,
-    JobqError,
-    StoreUnavailable,
-)
+from service.errors import InvalidInput, JobqError, StoreUnavailable
 from service.jobs import JobStatus, NewJob, validate_new_job
 from service.store import Store, open_store
 
@@ -120,8 +113,7 @@ def exit_code(exc: JobqError) -> int:
         return EXIT_USAGE
     if isinstance(exc, StoreUnavailable):
         return EXIT_UNAVAILABLE
-    if isinstance(exc, JobNotFound | InvalidTransition | IdempotencyConflict):
-        return EXIT_FAILED
+    # NotFound, InvalidTransition, IdempotencyConflict and the rest: the command ran, the answer is no.
     return EXIT_FAILED
 
 
