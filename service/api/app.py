@@ -1,0 +1,122 @@
+"""The app factory: ``create_app(settings)``; its lifespan owns the store and the watcher.
+
+    app = create_app(load_settings())      # what `jobq serve` runs under uvicorn
+
+The store is opened when the app starts (with ``api_pool_size`` connections on
+PostgreSQL) and closed when it stops; so is the one long-poll listener. Nothing
+happens at import time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from service.api.dependencies import DEFAULT_TENANT
+from service.api.limits import BodySizeLimit
+from service.api.polling import NotifyWatcher, PollingWatcher, Watcher
+from service.api.problems import Problem, problem_handler
+from service.api.routes import health, router
+from service.config import Settings, load_settings
+from service.errors import JobqError
+from service.store import open_store
+from service.store.base import Clock
+
+log = logging.getLogger("jobq.api")
+
+DESCRIPTION = """\
+Submit long-running jobs, poll their progress, fetch their results.
+
+Every `/v1` request carries `Authorization: Bearer <token>` (`jobq token create --tenant NAME`).
+Errors are `application/problem+json` (RFC 9457). Poll a job no more often than its
+`Retry-After` says, or long-poll with `?wait=30`.
+"""
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def uses_notifications(settings: Settings) -> bool:
+    """Long polls listen for changes on PostgreSQL with NOTIFY on; otherwise they re-read."""
+    return settings.notify and settings.database_url.startswith(("postgresql://", "postgres://"))
+
+
+def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> FastAPI:
+    """The API. ``clock`` (tests) pins "now" for the store and for the poll hints."""
+    settings = settings or load_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store_settings = settings.model_copy(update={"pool_size": settings.api_pool_size})
+        store = await run_in_threadpool(lambda: open_store(store_settings, clock=clock))
+        watcher: Watcher = NotifyWatcher(store) if uses_notifications(settings) else PollingWatcher()
+        try:
+            watcher.start()
+        except BaseException:
+            store.close()
+            raise
+        app.state.store = store
+        app.state.watcher = watcher
+        if not settings.auth:
+            log.warning(
+                "JOBQ_AUTH=off: every request is served as tenant %r without a token; "
+                "use this only on your own machine",
+                DEFAULT_TENANT,
+            )
+        try:
+            yield
+        finally:
+            await run_in_threadpool(watcher.stop)
+            await run_in_threadpool(store.close)
+
+    app = FastAPI(
+        title="jobq",
+        version="1",
+        summary="A job queue for long-running work.",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    now: Callable[[], datetime] = clock or _utc_now
+    app.state.clock = now
+
+    # One handler for every error: the jobq tree, the framework's, and the unexpected.
+    for exception_class in (JobqError, RequestValidationError, StarletteHTTPException, Exception):
+        app.add_exception_handler(exception_class, problem_handler)
+    app.add_middleware(
+        BodySizeLimit,
+        limit=settings.max_body_bytes,
+        limits_by_path={"/v1/jobs/batch": settings.max_batch_body_bytes},
+    )
+    app.include_router(router)
+    app.include_router(health)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    return app
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's schema, plus the Problem schema the error responses refer to."""
+    if app.openapi_schema is None:
+        schema = get_openapi(
+            title=app.title,
+            version=app.version,
+            summary=app.summary,
+            description=app.description,
+            routes=app.routes,
+        )
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        problem = Problem.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(problem.pop("$defs", {}))
+        components["Problem"] = problem
+        app.openapi_schema = schema
+    return app.openapi_schema

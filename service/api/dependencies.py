@@ -1,0 +1,81 @@
+"""What the routes get injected: settings, the store, the clock, the watcher, the tenant.
+
+Everything lives on ``app.state``, put there by :func:`service.api.app.create_app`
+and its lifespan; nothing is a module-level global.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Annotated, TypeVar
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
+
+from service.api.auth import hash_token, plausible, unauthorized
+from service.api.polling import Watcher
+from service.config import Settings
+from service.store import Store
+
+DEFAULT_TENANT = "default"
+"""The tenant everything belongs to when JOBQ_AUTH=off (and NewJob's default)."""
+
+T = TypeVar("T")
+
+
+def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def get_store(request: Request) -> Store:
+    store: Store = request.app.state.store
+    return store
+
+
+def get_watcher(request: Request) -> Watcher:
+    watcher: Watcher = request.app.state.watcher
+    return watcher
+
+
+def get_now(request: Request) -> datetime:
+    """This request's "now", from the app's clock (pinned in tests)."""
+    clock: Callable[[], datetime] = request.app.state.clock
+    return clock()
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+StoreDep = Annotated[Store, Depends(get_store)]
+WatcherDep = Annotated[Watcher, Depends(get_watcher)]
+NowDep = Annotated[datetime, Depends(get_now)]
+
+bearer = HTTPBearer(
+    auto_error=False,
+    description="An API token from `jobq token create --tenant NAME`, sent as `Authorization: Bearer <token>`.",
+)
+
+
+async def get_tenant(
+    settings: SettingsDep,
+    store: StoreDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+) -> str:
+    """The tenant of the request's bearer token. The same 401 for missing, bad and revoked."""
+    if not settings.auth:
+        return DEFAULT_TENANT
+    if credentials is None or not plausible(credentials.credentials):
+        raise unauthorized()
+    tenant = await run_in_threadpool(store.tenant_for_token, hash_token(credentials.credentials))
+    if tenant is None:
+        raise unauthorized()
+    return tenant
+
+
+TenantDep = Annotated[str, Depends(get_tenant)]
+
+
+async def blocking(function: Callable[..., T], *args: object) -> T:
+    """Run a store call (synchronous, may wait on the database) off the event loop."""
+    return await run_in_threadpool(function, *args)

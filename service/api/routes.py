@@ -1,0 +1,370 @@
+"""The v1 routes: submit, batch, status (with long poll), result, list, cancel; health.
+
+Each route is thin: parse (the schemas), authorise (the tenant dependency), one
+store call off the event loop, shape the answer. Every store call is scoped by
+the tenant of the token, never by anything in the request, so another tenant's
+job is "not found" exactly like a missing one.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import time
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Path, Query, Response
+from fastapi.responses import JSONResponse
+
+from service.api.dependencies import NowDep, SettingsDep, StoreDep, TenantDep, WatcherDep, blocking
+from service.api.polling import MAX_WAIT_SECONDS, change_tag, poll_after_seconds
+from service.api.problems import problem_responses
+from service.api.schemas import (
+    DEFAULT_PAGE_SIZE,
+    MAX_BATCH_JOBS,
+    MAX_PAGE_SIZE,
+    BatchOut,
+    BatchSubmit,
+    HealthOut,
+    JobOut,
+    JobPageOut,
+    JobResultOut,
+    JobSubmit,
+    job_url,
+)
+from service.errors import IdempotencyConflict, InvalidInput, PayloadTooLarge, StoreUnavailable
+from service.jobs import JobQuery, JobState, JobStatus, NewJob
+from service.store import Store
+
+router = APIRouter(prefix="/v1", tags=["jobs"])
+health = APIRouter(tags=["health"])
+
+JobId = Annotated[uuid.UUID, Path(description="The job's id (a UUID); anything else is a 422.")]
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        min_length=1,
+        max_length=255,
+        description="Submit at most once per key (per tenant): the same key and body return the "
+        "same job, the same key with another body is a 409.",
+    ),
+]
+
+_POLL_HINT_HEADERS = {
+    "Retry-After": {
+        "description": "Seconds before polling again is worth it (absent once the job is terminal).",
+        "schema": {"type": "integer"},
+    },
+}
+
+
+# -- submitting ---------------------------------------------------------------------------
+
+
+@router.post(
+    "/jobs",
+    status_code=202,
+    response_model=JobOut,
+    summary="Submit a job",
+    responses={
+        202: {
+            "description": "Accepted: the job is queued (or, for a repeated Idempotency-Key, it is the same job).",
+            "headers": {
+                "Location": {"description": "The job's URL.", "schema": {"type": "string"}},
+                **_POLL_HINT_HEADERS,
+            },
+        },
+        **problem_responses(401, 409, 413, 422, 503),
+    },
+)
+async def submit_job(
+    body: JobSubmit,
+    response: Response,
+    tenant: TenantDep,
+    store: StoreDep,
+    now: NowDep,
+    idempotency_key: IdempotencyKey = None,
+) -> JobOut:
+    """Queue one job. Poll the URL in ``Location`` for its progress."""
+    job = body.to_new_job(tenant, _clean_key(idempotency_key))
+    status = await blocking(store.enqueue, job)
+    if job.idempotency_key is not None:
+        await _require_same_request(store, job, status)
+    response.headers["Location"] = job_url(status.id)
+    return _status_answer(status, now, response)
+
+
+@router.post(
+    "/jobs/batch",
+    status_code=202,
+    response_model=BatchOut,
+    summary="Submit many jobs at once",
+    responses=problem_responses(401, 413, 422, 503),
+)
+async def submit_batch(
+    body: BatchSubmit, tenant: TenantDep, store: StoreDep, settings: SettingsDep, now: NowDep
+) -> BatchOut:
+    """Queue up to 1,000 jobs in one request and one database round trip, all or none."""
+    if len(body.jobs) > MAX_BATCH_JOBS:
+        raise PayloadTooLarge(
+            f"a batch holds at most {MAX_BATCH_JOBS} jobs, this one has {len(body.jobs)}; "
+            "split it into several requests (nothing was written)"
+        )
+    for index, item in enumerate(body.jobs):
+        size = len(json.dumps(item.payload, separators=(",", ":")))
+        if size > settings.max_body_bytes:
+            raise PayloadTooLarge(
+                f"jobs[{index}].payload is {size} bytes, over the limit of {settings.max_body_bytes} "
+                "(JOBQ_MAX_BODY_BYTES); nothing was written"
+            )
+    jobs = [item.to_new_job(tenant, None) for item in body.jobs]
+    statuses = await blocking(store.enqueue_many, jobs)
+    return BatchOut(jobs=[JobOut.of(status, poll_after_seconds(status, now)) for status in statuses])
+
+
+# -- reading ------------------------------------------------------------------------------
+
+
+@router.get(
+    "/jobs/{job_id}",
+    response_model=JobOut,
+    summary="A job's status (optionally waiting for a change)",
+    responses={
+        200: {
+            "description": "The job's status. Never the result: fetch result_url for that.",
+            "headers": {
+                **_POLL_HINT_HEADERS,
+                "ETag": {"description": "The job's state and progress; see If-None-Match.", "schema": {"type": "string"}},
+            },
+        },
+        **problem_responses(401, 404, 422, 503),
+    },
+)
+async def get_job(
+    job_id: JobId,
+    response: Response,
+    tenant: TenantDep,
+    store: StoreDep,
+    watcher: WatcherDep,
+    now: NowDep,
+    wait: Annotated[
+        float | None,
+        Query(
+            ge=0,
+            le=MAX_WAIT_SECONDS,
+            allow_inf_nan=False,
+            description="Long poll: answer as soon as the job's state or progress changes, "
+            f"or after this many seconds (at most {MAX_WAIT_SECONDS:g}).",
+        ),
+    ] = None,
+    if_none_match: Annotated[
+        str | None,
+        Header(
+            max_length=200,
+            description="With ?wait: the ETag you already have; the answer comes when the job no longer matches it.",
+        ),
+    ] = None,
+) -> JobOut:
+    """One indexed read of the job; never its payload or result."""
+    if not wait:
+        status = await blocking(store.get, job_id, tenant)
+    else:
+        status = await _wait_for_change(job_id, tenant, store, watcher, wait, if_none_match)
+    response.headers["ETag"] = change_tag(status)
+    return _status_answer(status, now, response)
+
+
+async def _wait_for_change(
+    job_id: uuid.UUID, tenant: str, store: Store, watcher: WatcherDep, wait: float, known: str | None
+) -> JobStatus:
+    deadline = time.monotonic() + wait
+    # Watch before the first read: a change between the two is then never missed.
+    with watcher.watch(str(job_id)) as waiter:
+        status = await blocking(store.get, job_id, tenant)
+        baseline = known or change_tag(status)
+        while not status.state.terminal and change_tag(status) == baseline:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            if await waiter.wait(remaining):
+                status = await blocking(store.get, job_id, tenant)
+    return status
+
+
+@router.get(
+    "/jobs/{job_id}/result",
+    response_model=JobResultOut,
+    summary="A succeeded job's result",
+    responses=problem_responses(401, 404, 409, 422, 503),
+)
+async def get_result(job_id: JobId, tenant: TenantDep, store: StoreDep) -> JSONResponse:
+    """The stored result. Before the job succeeded: a 409 that names its state."""
+    result = await blocking(store.get_result, job_id, tenant)
+    return JSONResponse({"job_id": str(job_id), "result": result})
+
+
+@router.get(
+    "/jobs",
+    response_model=JobPageOut,
+    summary="List your jobs, newest first",
+    responses=problem_responses(401, 422, 503),
+)
+async def list_jobs(
+    tenant: TenantDep,
+    store: StoreDep,
+    now: NowDep,
+    state: Annotated[JobState | None, Query(description="Only jobs in this state.")] = None,
+    kind: Annotated[str | None, Query(max_length=200)] = None,
+    queue: Annotated[str | None, Query(max_length=200)] = None,
+    created_after: Annotated[
+        datetime | None, Query(description="Only jobs created after this instant (ISO 8601; UTC if no offset).")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = DEFAULT_PAGE_SIZE,
+    cursor: Annotated[
+        str | None, Query(max_length=64, description="The next_cursor of the previous page.")
+    ] = None,
+) -> JobPageOut:
+    """Keyset pagination: pages stay fast however deep you go, and never repeat a job."""
+    query = JobQuery(
+        tenant=tenant,
+        state=state,
+        kind=kind,
+        queue=queue,
+        created_after=_aware(created_after),
+        limit=limit,
+        after_id=decode_cursor(cursor) if cursor is not None else None,
+    )
+    page = await blocking(store.list_jobs, query)
+    return JobPageOut(
+        items=[JobOut.of(status, poll_after_seconds(status, now)) for status in page.items],
+        next_cursor=encode_cursor(page.next_after_id) if page.next_after_id is not None else None,
+    )
+
+
+# -- changing -----------------------------------------------------------------------------
+
+
+@router.post(
+    "/jobs/{job_id}/cancel",
+    response_model=JobOut,
+    summary="Cancel a job",
+    responses={200: {"headers": _POLL_HINT_HEADERS}, **problem_responses(401, 404, 409, 422, 503)},
+)
+async def cancel_job(job_id: JobId, response: Response, tenant: TenantDep, store: StoreDep, now: NowDep) -> JobOut:
+    """A queued job is cancelled at once; a running one is asked to stop (cancel_requested)
+    and ends cancelled when its worker sees it. A finished job is a 409."""
+    status = await blocking(store.cancel, job_id, tenant)
+    return _status_answer(status, now, response)
+
+
+# -- health -------------------------------------------------------------------------------
+
+
+@health.get("/healthz", response_model=HealthOut, summary="The process is up")
+async def healthz() -> HealthOut:
+    return HealthOut(status="ok")
+
+
+@health.get(
+    "/readyz",
+    response_model=HealthOut,
+    summary="The database is reachable and its schema is current",
+    responses=problem_responses(503),
+)
+async def readyz(settings: SettingsDep) -> HealthOut:
+    from service.store import migrate  # SQLAlchemy and Alembic: loaded only when asked
+
+    try:
+        current = await blocking(migrate.is_at_head, settings.database_url)
+    except Exception as exc:  # any failure to connect or read the version table
+        raise StoreUnavailable(f"readiness check failed: {exc}") from exc
+    if not current:
+        raise StoreUnavailable("the database schema is not at the newest migration: run `jobq migrate`")
+    return HealthOut(status="ready")
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+def _status_answer(status: JobStatus, now: datetime, response: Response) -> JobOut:
+    hint = poll_after_seconds(status, now)
+    if hint is not None:
+        response.headers["Retry-After"] = str(hint)
+    return JobOut.of(status, hint)
+
+
+def _clean_key(key: str | None) -> str | None:
+    if key is None:
+        return None
+    if not key.isprintable():
+        raise InvalidInput("the Idempotency-Key header must be printable text")
+    return key
+
+
+def fingerprint(job: NewJob) -> dict[str, Any]:
+    """What must match for a repeated Idempotency-Key to name the same job."""
+    return {
+        "kind": job.kind,
+        "payload": job.payload,
+        "queue": job.queue,
+        "priority": job.priority,
+        "max_attempts": job.max_attempts,
+        "total": job.total,
+        "concurrency_key": job.concurrency_key,
+    }
+
+
+async def _require_same_request(store: Store, job: NewJob, stored: JobStatus) -> None:
+    """The key may have been used before: the stored job must be this very request.
+
+    Compared against the stored job: kind, queue, priority, max_attempts,
+    concurrency_key, the payload (read only on keyed submits), and ``total`` while
+    no worker has claimed the job yet (a worker may report a different total).
+    ``delay_seconds`` is not compared: the stored run_after moves on retries.
+    """
+    expected = fingerprint(job)
+    found: dict[str, Any] = {
+        "kind": stored.kind,
+        "queue": stored.queue,
+        "priority": stored.priority,
+        "max_attempts": stored.max_attempts,
+        "total": stored.total if stored.started_at is None else job.total,
+        "concurrency_key": stored.concurrency_key,
+    }
+    get_payload = getattr(store, "get_payload", None)
+    found["payload"] = await blocking(get_payload, stored.id, stored.tenant) if get_payload else job.payload
+    differing = [name for name in expected if _canonical(expected[name]) != _canonical(found[name])]
+    if differing:
+        raise IdempotencyConflict(
+            f"Idempotency-Key {job.idempotency_key!r} was already used for job {stored.id} "
+            f"with a different {', '.join(differing)}; send a new key for a new job"
+        )
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def encode_cursor(job_id: uuid.UUID) -> str:
+    """Opaque to clients: the URL-safe base64 of the page's last id."""
+    return base64.urlsafe_b64encode(job_id.bytes).rstrip(b"=").decode("ascii")
+
+
+def decode_cursor(cursor: str) -> uuid.UUID:
+    try:
+        raw = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True)
+        return uuid.UUID(bytes=raw)
+    except (binascii.Error, ValueError):
+        raise InvalidInput("cursor is not one this API returned; start again without it") from None
+
+
+def _aware(moment: datetime | None) -> datetime | None:
+    if moment is None:
+        return None
+    try:
+        return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    except OverflowError:
+        raise InvalidInput("created_after is out of range") from None

@@ -1,0 +1,162 @@
+"""Request and response bodies of the v1 API.
+
+Request models forbid unknown fields and are strict about types (``"5"`` is not
+an integer, ``true`` is not a number), so a client cannot set state, attempts
+or tenant, and a typo is a 422 rather than a silently ignored field. Bounds
+come from the domain (:mod:`service.jobs`) so the API and the store agree.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.jobs import MAX_ATTEMPTS_LIMIT, MAX_PRIORITY, JobState, JobStatus, NewJob
+
+MAX_BATCH_JOBS = 1_000
+MAX_PAGE_SIZE = 200
+DEFAULT_PAGE_SIZE = 50
+MAX_DELAY_SECONDS = 366 * 86_400
+MAX_TOTAL = 2_147_483_647  # a PostgreSQL integer
+
+Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"\S")]
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class JobSubmit(_Request):
+    """A job to run: which handler (``kind``) and its input (``payload``)."""
+
+    kind: Name = Field(description="Which handler runs the job.", examples=["classify"])
+    payload: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The handler's input, a JSON object (at most JOBQ_MAX_BODY_BYTES).",
+        examples=[{"text": "the parcel arrived broken"}],
+    )
+    queue: Name = Field(default="default", description="Workers claim from the queues they serve.")
+    priority: int = Field(default=0, ge=0, le=MAX_PRIORITY, description="Higher runs first.")
+    max_attempts: int = Field(
+        default=3, ge=1, le=MAX_ATTEMPTS_LIMIT, description="Attempts before the job fails for good."
+    )
+    delay_seconds: float = Field(
+        default=0.0, ge=0, le=MAX_DELAY_SECONDS, allow_inf_nan=False, description="Run no sooner than this."
+    )
+    total: int | None = Field(
+        default=None, ge=0, le=MAX_TOTAL, description="Items the job will do, if known (for progress)."
+    )
+    concurrency_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=255,
+        description="Jobs sharing a key are limited together (e.g. one customer).",
+    )
+
+    def to_new_job(self, tenant: str, idempotency_key: str | None) -> NewJob:
+        return NewJob(
+            kind=self.kind,
+            payload=self.payload,
+            queue=self.queue,
+            priority=self.priority,
+            max_attempts=self.max_attempts,
+            delay_seconds=self.delay_seconds,
+            total=self.total,
+            tenant=tenant,
+            concurrency_key=self.concurrency_key,
+            idempotency_key=idempotency_key,
+        )
+
+
+class BatchJob(JobSubmit):
+    """A job in a batch; its ``idempotency_key`` plays the Idempotency-Key header's part."""
+
+    idempotency_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=255,
+        description="The same key and body again return the same job; another body is a 409.",
+    )
+
+
+class BatchSubmit(_Request):
+    jobs: list[BatchJob] = Field(
+        min_length=1,
+        description=f"Up to {MAX_BATCH_JOBS} jobs, stored in one round trip (more is a 413).",
+        json_schema_extra={"maxItems": MAX_BATCH_JOBS},
+    )
+
+
+class JobOut(BaseModel):
+    """A job's status. Never carries the payload or the result."""
+
+    job_id: uuid.UUID
+    kind: str
+    queue: str
+    state: JobState
+    done: int = Field(description="Items done so far, as the worker last reported.")
+    total: int | None = Field(description="Items in all, when known.")
+    attempts: int = Field(description="Attempts started so far (the running one included).")
+    max_attempts: int
+    error: str | None = Field(description="Why the job failed; only when state is failed.")
+    stale: bool = Field(description="Running, but its lease expired: its worker is gone or stuck.")
+    cancel_requested: bool
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    updated_at: datetime
+    result_url: str | None = Field(description="Where the result is; only when state is succeeded.")
+    poll_after_seconds: int | None = Field(
+        description="Poll again no sooner than this (also the Retry-After header); none once terminal."
+    )
+
+    @classmethod
+    def of(cls, status: JobStatus, poll_after: int | None) -> JobOut:
+        return cls(
+            job_id=status.id,
+            kind=status.kind,
+            queue=status.queue,
+            state=status.state,
+            done=status.done,
+            total=status.total,
+            attempts=status.attempts,
+            max_attempts=status.max_attempts,
+            error=status.error if status.state is JobState.FAILED else None,
+            stale=status.stale,
+            cancel_requested=status.cancel_requested,
+            created_at=_utc(status.created_at),
+            started_at=_utc(status.started_at),
+            finished_at=_utc(status.finished_at),
+            updated_at=_utc(status.updated_at),
+            result_url=job_url(status.id) + "/result" if status.state is JobState.SUCCEEDED else None,
+            poll_after_seconds=poll_after,
+        )
+
+
+class BatchOut(BaseModel):
+    jobs: list[JobOut] = Field(description="One status per submitted job, in the order given.")
+
+
+class JobPageOut(BaseModel):
+    items: list[JobOut] = Field(description="Newest first.")
+    next_cursor: str | None = Field(description="Pass as ?cursor= for the next page; none on the last page.")
+
+
+class JobResultOut(BaseModel):
+    job_id: uuid.UUID
+    result: Any = Field(description="What the handler returned, as stored.")
+
+
+class HealthOut(BaseModel):
+    status: str = Field(examples=["ok"])
+
+
+def job_url(job_id: uuid.UUID) -> str:
+    return f"/v1/jobs/{job_id}"
+
+
+def _utc(moment: datetime | None) -> datetime | None:
+    return moment.astimezone(UTC) if moment is not None else None
