@@ -35,7 +35,7 @@ import typer
 
 from service.config import Settings, load_settings
 from service.errors import InvalidInput, JobqError, StoreUnavailable
-from service.jobs import JobStatus, NewJob, validate_new_job
+from service.jobs import JobState, JobStatus, NewJob, validate_new_job
 from service.store import Store, open_store
 
 EXIT_OK = 0
@@ -145,9 +145,10 @@ def parse_payload(text: str) -> dict[str, Any]:
 
 
 def status_fields(status: JobStatus) -> dict[str, Any]:
-    """A job's status under the field names the REST API uses; timestamps ISO-8601 in UTC.
-
-    Lives here until the API needs it too; then it moves next to JobStatus.
+    """A job's status as the REST API shows it (``JobOut`` in service/api/schemas.py):
+    the same field names and values, timestamps ISO-8601 in UTC (``…Z``), and
+    ``error`` only once the job has failed. The two mappings should become one,
+    next to JobStatus in service/jobs.py.
     """
     return {
         "job_id": str(status.id),
@@ -158,7 +159,7 @@ def status_fields(status: JobStatus) -> dict[str, Any]:
         "total": status.total,
         "attempts": status.attempts,
         "max_attempts": status.max_attempts,
-        "error": status.error,
+        "error": status.error if status.state is JobState.FAILED else None,
         "stale": status.stale,
         "cancel_requested": status.cancel_requested,
         "created_at": _iso(status.created_at),
@@ -169,11 +170,10 @@ def status_fields(status: JobStatus) -> dict[str, Any]:
 
 
 def _iso(moment: datetime | None) -> str | None:
+    """ISO-8601 in UTC, spelled as pydantic (and so the API) spells it."""
     if moment is None:
         return None
-    if moment.tzinfo is not None:
-        moment = moment.astimezone(UTC)
-    return moment.isoformat()
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def format_status(fields: dict[str, Any]) -> str:
@@ -267,6 +267,81 @@ def status(
     with open_cli_store(ctx) as store:
         fields = status_fields(store.get(parsed))
     print(json.dumps(fields, indent=2) if as_json else format_status(fields))
+
+
+@app.command()
+def worker(
+    ctx: typer.Context,
+    app_ref: Annotated[
+        str,
+        typer.Option(
+            "--app",
+            metavar="MODULE[:ATTR]",
+            help="The App whose handlers to run (ATTR defaults to `app`), e.g. service.examples. "
+            "The current directory is importable.",
+        ),
+    ],
+    queues: Annotated[
+        str | None,
+        typer.Option(metavar="Q1,Q2", help="Comma-separated queues to claim from (default: the queues the app's handlers name)."),
+    ] = None,
+    concurrency: Annotated[
+        int, typer.Option(min=1, max=1000, metavar="N", help="Jobs run at once, one thread each; claims only for free slots.")
+    ] = 4,
+    lease_seconds: Annotated[
+        float | None,
+        typer.Option(
+            min=0.1, max=86_400, metavar="S",
+            help="Lease per job, renewed by heartbeats every S/3; a dead worker's jobs come back after about S. "
+            "(default: JOBQ_LEASE_SECONDS, 60)",
+        ),
+    ] = None,
+    grace_seconds: Annotated[
+        float,
+        typer.Option(
+            min=0, metavar="G",
+            help="On SIGTERM/SIGINT: stop claiming, let running jobs finish for G seconds, then hand them back "
+            "to the queue and exit 0. A second signal exits at once. Also how long a job told to stop "
+            "(cancelled, timed out) may take to return.",
+        ),
+    ] = 30.0,
+    poll_seconds: Annotated[
+        float,
+        typer.Option(min=0.05, metavar="P", help="Claim at least every P seconds (+-50% jitter) even without a "
+                     "LISTEN/NOTIFY wake-up; SQLite relies on this alone."),
+    ] = 2.0,
+    log_level: Annotated[
+        str, typer.Option(metavar="LEVEL", help="debug, info, warning or error. Logs are JSON lines on stderr.")
+    ] = "info",
+) -> None:
+    """Run jobs of the app's kinds until SIGTERM/SIGINT (see `Workers` in the README).
+
+    Uses at most JOBQ_POOL_SIZE + 1 database connections (3 by default), whatever --concurrency is.
+    """
+    import os
+
+    from service.retry import RetryPolicy
+    from service.worker import Worker, WorkerConfig, load_app
+    from service.worker.logs import configure_logging
+
+    if log_level.upper() not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
+        raise InvalidInput(f"--log-level must be debug, info, warning or error, not {log_level!r}")
+    settings = cli_state(ctx).settings()
+    config = WorkerConfig(
+        queues=tuple(q.strip() for q in queues.split(",")) if queues else None,
+        concurrency=concurrency,
+        lease_seconds=lease_seconds if lease_seconds is not None else settings.lease_seconds,
+        grace_seconds=grace_seconds,
+        poll_seconds=poll_seconds,
+        listen=settings.notify,
+    )
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # `--app myhandlers` finds ./myhandlers.py, as uvicorn does
+    handlers = load_app(app_ref)
+    configure_logging(log_level)
+    with open_cli_store(ctx) as store:
+        policy = RetryPolicy(settings.retry_base_seconds, settings.retry_cap_seconds)
+        Worker(store, handlers, config, retry_policy=policy).run()
 
 
 # -- entry point ---------------------------------------------------------------------

@@ -1,0 +1,69 @@
+"""The reaper: running jobs whose lease expired go back to the queue (or fail).
+
+Leaderless and idempotent: every worker runs it. The store's reap statement
+skips rows another reaper holds (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, the
+write lock on SQLite) and touches at most ``batch`` rows, so ``run_once`` repeats
+it while whole batches come back, up to ``max_batches``. Expiry is judged by the
+database clock, never this host's.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable
+
+from service.errors import StoreUnavailable
+from service.jobs import ReapResult
+from service.store.base import REAP_BATCH, Store
+
+logger = logging.getLogger("jobq.maintenance")
+
+
+class Reaper:
+    def __init__(self, store: Store, *, batch: int = REAP_BATCH, max_batches: int = 20) -> None:
+        self.store = store
+        self.batch = batch
+        self.max_batches = max_batches
+
+    def run_once(self) -> ReapResult:
+        """Reap until a batch comes back short (or ``max_batches``); the sum of what was done."""
+        requeued = failed = cancelled = 0
+        for _ in range(self.max_batches):
+            result = self.store.reap(self.batch)
+            requeued += result.requeued
+            failed += result.failed
+            cancelled += result.cancelled
+            if result.total < self.batch:
+                break
+        total = ReapResult(requeued=requeued, failed=failed, cancelled=cancelled)
+        if total.total:
+            logger.info(
+                "reaper.reaped",
+                extra={"jobq_fields": {"requeued": requeued, "failed": failed, "cancelled": cancelled}},
+            )
+        return total
+
+    def run(
+        self,
+        stop: threading.Event,
+        interval: float,
+        *,
+        on_error: Callable[[StoreUnavailable], None] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        """``run_once`` every ``interval`` seconds (jittered +-50 %) until ``stop`` is set.
+
+        A database that cannot be reached is reported to ``on_error`` and tried
+        again next round; any other error is logged, never raised.
+        """
+        rng = rng or random.Random()
+        while not stop.wait(rng.uniform(0.5 * interval, 1.5 * interval)):
+            try:
+                self.run_once()
+            except StoreUnavailable as exc:
+                if on_error is not None:
+                    on_error(exc)
+            except Exception:
+                logger.exception("reaper.error")

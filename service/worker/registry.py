@@ -1,0 +1,174 @@
+"""Handlers by kind: the :class:`App` a worker runs, and how ``--app`` finds it.
+
+    app = App()
+
+    @app.handler("thumbnail", max_attempts=5, timeout=600)
+    def thumbnail(ctx: JobContext) -> dict:
+        ...
+
+A handler takes one :class:`~service.worker.context.JobContext` and returns the
+job's result (any JSON value). It may be a plain function or an ``async def``;
+an async handler runs on an event loop of its own in the job's thread.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from service.errors import InvalidInput
+from service.jobs import MAX_ATTEMPTS_LIMIT
+
+if TYPE_CHECKING:
+    from service.worker.context import JobContext
+
+Handler = Callable[["JobContext"], Any]
+F = TypeVar("F", bound=Handler)
+
+DEFAULT_QUEUE = "default"
+
+
+@dataclass(frozen=True)
+class HandlerSpec:
+    """One kind: its function and per-kind defaults (``None``: the worker's default)."""
+
+    kind: str
+    fn: Handler
+    queue: str = DEFAULT_QUEUE
+    max_attempts: int | None = None
+    """A ceiling on attempts for this kind: the worker stops retrying at this many,
+    even if the job itself allows more. Enqueuers can read it to set the job's own."""
+    lease_seconds: float | None = None
+    """The lease this kind's heartbeats renew; long-running kinds need no longer one,
+    since heartbeats keep it alive, but a kind whose handler blocks the GIL may."""
+    timeout: float | None = None
+    """Wall-clock seconds one attempt may run; past it the handler is told to stop
+    and the attempt fails (retryable) as "timed out"."""
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.fn)
+
+
+class App:
+    """A registry of handlers by kind. A worker runs the kinds of one app."""
+
+    def __init__(self, name: str = "jobq") -> None:
+        self.name = name
+        self._specs: dict[str, HandlerSpec] = {}
+
+    def handler(
+        self,
+        kind: str | None = None,
+        *,
+        queue: str = DEFAULT_QUEUE,
+        max_attempts: int | None = None,
+        lease_seconds: float | None = None,
+        timeout: float | None = None,
+    ) -> Callable[[F], F]:
+        """Register the decorated function for ``kind`` (default: the function's name)."""
+
+        def register(fn: F) -> F:
+            self.register(
+                kind or fn.__name__,
+                fn,
+                queue=queue,
+                max_attempts=max_attempts,
+                lease_seconds=lease_seconds,
+                timeout=timeout,
+            )
+            return fn
+
+        return register
+
+    def register(
+        self,
+        kind: str,
+        fn: Handler,
+        *,
+        queue: str = DEFAULT_QUEUE,
+        max_attempts: int | None = None,
+        lease_seconds: float | None = None,
+        timeout: float | None = None,
+    ) -> HandlerSpec:
+        if not isinstance(kind, str) or not kind.strip() or len(kind) > 200:
+            raise InvalidInput("a handler's kind must be a non-empty string of at most 200 characters")
+        if kind in self._specs:
+            raise InvalidInput(f"kind {kind!r} already has a handler in app {self.name!r}")
+        if not callable(fn):
+            raise InvalidInput(f"the handler for {kind!r} is not callable")
+        if not isinstance(queue, str) or not queue.strip():
+            raise InvalidInput(f"the queue of {kind!r} must be a non-empty string")
+        if max_attempts is not None and not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT:
+            raise InvalidInput(f"max_attempts of {kind!r} must be from 1 to {MAX_ATTEMPTS_LIMIT}")
+        if lease_seconds is not None and not 0 < lease_seconds <= 86_400:
+            raise InvalidInput(f"lease_seconds of {kind!r} must be in (0, 86400]")
+        if timeout is not None and not timeout > 0:
+            raise InvalidInput(f"timeout of {kind!r} must be positive")
+        spec = HandlerSpec(kind, fn, queue, max_attempts, lease_seconds, timeout)
+        self._specs[kind] = spec
+        return spec
+
+    def include(self, other: App) -> None:
+        """Register every handler of ``other`` here too (one worker, several apps)."""
+        for spec in other:
+            self.register(
+                spec.kind,
+                spec.fn,
+                queue=spec.queue,
+                max_attempts=spec.max_attempts,
+                lease_seconds=spec.lease_seconds,
+                timeout=spec.timeout,
+            )
+
+    def spec(self, kind: str) -> HandlerSpec:
+        try:
+            return self._specs[kind]
+        except KeyError:
+            raise InvalidInput(f"no handler for kind {kind!r} in app {self.name!r}") from None
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(sorted(self._specs))
+
+    @property
+    def queues(self) -> tuple[str, ...]:
+        return tuple(sorted({spec.queue for spec in self._specs.values()}))
+
+    def __contains__(self, kind: object) -> bool:
+        return kind in self._specs
+
+    def __iter__(self) -> Iterator[HandlerSpec]:
+        return iter(self._specs.values())
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def __repr__(self) -> str:
+        return f"App({self.name!r}, kinds={list(self.kinds)})"
+
+
+def load_app(reference: str) -> App:
+    """The :class:`App` named by ``module[:attribute]`` (attribute default ``app``)."""
+    module_name, _, attribute = reference.partition(":")
+    attribute = attribute or "app"
+    if not module_name:
+        raise InvalidInput(f"--app must look like module[:attribute], not {reference!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            raise InvalidInput(f"--app {reference}: no module named {exc.name!r} (is it on PYTHONPATH?)") from exc
+        raise
+    try:
+        app = getattr(module, attribute)
+    except AttributeError:
+        raise InvalidInput(f"--app {reference}: module {module_name!r} has no attribute {attribute!r}") from None
+    if not isinstance(app, App):
+        raise InvalidInput(f"--app {reference}: {attribute!r} is a {type(app).__name__}, not a jobq App")
+    if not len(app):
+        raise InvalidInput(f"--app {reference}: the app registers no handlers")
+    return app

@@ -1,0 +1,485 @@
+"""The worker process: claim for free slots, run handlers in threads, keep leases, shut down cleanly.
+
+Threads of one worker process:
+
+- the claim loop (the thread that calls :meth:`Worker.run`, the main thread under
+  ``jobq worker``): claims up to the number of free slots, starts one thread per
+  job, then sleeps until a slot frees, a wake-up arrives or the poll interval
+  (jittered) passes;
+- one thread per running job: runs the handler (:mod:`service.worker.executor`),
+  then writes the outcome through the fenced store API;
+- the lease keeper (:mod:`service.worker.lease_keeper`): heartbeats and progress;
+- the listener: LISTEN on ``JOBS_QUEUED`` (PostgreSQL), wakes the claim loop;
+- maintenance: the reaper (:mod:`service.maintenance.reaper`) and the workers-table touch.
+
+Database connections: all threads share the store's pool (``JOBQ_POOL_SIZE``,
+default 2) and take a connection only for one statement; the listener holds one
+more of its own. So a PostgreSQL worker uses at most ``pool_size + 1`` = 3
+connections whatever its ``--concurrency``; a handler never holds one of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FrameType
+from typing import TypeVar
+
+from service.errors import InvalidInput, LeaseLost, StoreUnavailable
+from service.jobs import ClaimedJob, JobState, WorkerInfo
+from service.maintenance.reaper import Reaper
+from service.retry import RetryPolicy
+from service.store.base import JOBS_QUEUED, Listener, Store
+from service.worker.backoff import Backoff, jittered
+from service.worker.context import JobContext, StopReason
+from service.worker.executor import Failed, Outcome, Stopped, Succeeded, execute
+from service.worker.health import StoreHealth
+from service.worker.lease_keeper import LeaseKeeper
+from service.worker.logs import job_event, log_event
+from service.worker.registry import App
+from service.worker.running import Phase, RunningJob
+
+T = TypeVar("T")
+
+
+
+def connections_per_process(pool_size: int, listen: bool = True) -> int:
+    """PostgreSQL connections one worker process opens at most (see the module docstring)."""
+    return pool_size + (1 if listen else 0)
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    queues: tuple[str, ...] | None = None
+    """Queues to claim from; None: the queues the app's handlers name."""
+    concurrency: int = 4
+    """Jobs run at once (threads); the worker never claims more than it has free slots."""
+    lease_seconds: float = 60.0
+    """Lease taken at claim and renewed by heartbeats (every third of it)."""
+    grace_seconds: float = 30.0
+    """On SIGTERM/SIGINT: how long running jobs may finish before they are handed back.
+    Also how long a job told to stop (cancel, timeout) may take before the worker settles it."""
+    poll_seconds: float = 2.0
+    """Claim at least this often (+-50 % jitter) even without a wake-up."""
+    reap_seconds: float | None = None
+    """How often this worker reaps expired leases; None: half the lease, within [0.5, 30] s."""
+    flush_seconds: float = 0.5
+    """Progress reaches the database about this long after a handler reports it."""
+    touch_seconds: float = 10.0
+    """How often the worker marks itself alive in the workers table."""
+    listen: bool = True
+    """Wake on LISTEN/NOTIFY (PostgreSQL). Off behind PgBouncer in transaction mode."""
+    worker_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise InvalidInput("concurrency must be at least 1")
+        if not 0 < self.lease_seconds <= 86_400:
+            raise InvalidInput("lease seconds must be in (0, 86400]")
+        if self.grace_seconds < 0:
+            raise InvalidInput("grace seconds must not be negative")
+        if self.poll_seconds <= 0:
+            raise InvalidInput("poll seconds must be positive")
+        if self.queues is not None and (not self.queues or not all(q.strip() for q in self.queues)):
+            raise InvalidInput("queues must be non-empty names")
+
+    @property
+    def reap_every(self) -> float:
+        if self.reap_seconds is not None:
+            return self.reap_seconds
+        return min(30.0, max(0.5, self.lease_seconds / 2))
+
+
+def make_worker_id() -> str:
+    """``host:pid:suffix``: readable in the workers table, unique across restarts."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+class Worker:
+    """One worker process's machinery. ``run()`` blocks until shutdown and returns the exit code."""
+
+    def __init__(
+        self,
+        store: Store,
+        app: App,
+        config: WorkerConfig | None = None,
+        *,
+        retry_policy: RetryPolicy | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.app = app
+        self.config = config or WorkerConfig()
+        self.id = self.config.worker_id or make_worker_id()
+        self.queues = tuple(self.config.queues or app.queues)
+        self.kinds = app.kinds
+        self.retry_policy = retry_policy or RetryPolicy()
+        self.clock = clock
+        self.health = StoreHealth(self.id)
+        self._lock = threading.Lock()
+        self._running: dict[object, RunningJob] = {}
+        self._wake = threading.Event()
+        self._stopping = threading.Event()  # no more claims
+        self._halt = threading.Event()  # background threads end
+        self._signals = 0
+        self._listener: Listener | None = None
+        self._threads: list[threading.Thread] = []
+        self.keeper = LeaseKeeper(
+            store,
+            self.id,
+            self.held,
+            health=self.health,
+            on_overdue=self._settle_overdue,
+            flush_seconds=self.config.flush_seconds,
+            stop_grace=self.config.grace_seconds,
+            clock=clock,
+        )
+        self.reaper = Reaper(store)
+        self.started = threading.Event()  # registered and claiming (tests wait on it)
+        self.claimed = 0
+
+    # -- public ------------------------------------------------------------------------
+    def held(self) -> list[RunningJob]:
+        with self._lock:
+            return list(self._running.values())
+
+    @property
+    def busy(self) -> int:
+        with self._lock:
+            return len(self._running)
+
+    def shutdown(self) -> None:
+        """Stop claiming; ``run`` then gives running jobs the grace period and returns."""
+        if not self._stopping.is_set():
+            log_event("worker.stopping", worker=self.id, running=self.busy, grace_s=self.config.grace_seconds)
+        self._stopping.set()
+        self._wake.set()
+
+    def run(self, *, install_signal_handlers: bool = True) -> int:
+        if install_signal_handlers:
+            self._install_signal_handlers()
+        try:
+            if not self._register():
+                return 0  # told to stop before the database ever answered
+            self._start_background()
+            self.started.set()
+            log_event(
+                "worker.started",
+                worker=self.id,
+                queues=list(self.queues),
+                kinds=list(self.kinds),
+                concurrency=self.config.concurrency,
+                lease_s=self.config.lease_seconds,
+            )
+            self._claim_loop()
+            self._drain()
+        finally:
+            self._halt.set()
+            self._wake.set()
+            self._close_listener()
+        self._deregister()
+        log_event("worker.stopped", worker=self.id, claimed=self.claimed)
+        return 0
+
+    # -- signals -----------------------------------------------------------------------
+    def _install_signal_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            # A second signal: leave now. Held leases expire and other workers reap them.
+            log_event("worker.exit_now", logging.WARNING, worker=self.id, signal=signal.Signals(signum).name,
+                      running=self.busy)
+            logging.shutdown()
+            os._exit(128 + signum)
+        log_event("worker.signal", worker=self.id, signal=signal.Signals(signum).name)
+        self.shutdown()
+
+    # -- the claim loop ---------------------------------------------------------------
+    def _claim_loop(self) -> None:
+        backoff = Backoff()
+        while not self._stopping.is_set():
+            self._wake.clear()
+            free = self.config.concurrency - self.busy
+            if free > 0:
+                sent = self.clock()
+                try:
+                    jobs = self.store.claim(self.id, self.queues, free, self.config.lease_seconds, self.kinds)
+                except StoreUnavailable as exc:
+                    self.health.failed(exc, "claim")
+                    self._wake.wait(backoff.next())
+                    continue
+                except Exception:
+                    log_event("worker.claim_error", logging.ERROR, exc_info=True, worker=self.id)
+                    self._wake.wait(backoff.next())
+                    continue
+                self.health.ok()
+                backoff.reset()
+                for job in jobs:
+                    self._start_job(job, sent)
+                if len(jobs) == free:
+                    continue  # every slot is taken: wait for one to free (next round)
+            self._wake.wait(jittered(self.config.poll_seconds))
+
+    def _start_job(self, job: ClaimedJob, sent: float) -> None:
+        spec = self.app.spec(job.kind)
+        running = RunningJob(
+            job=job,
+            spec=spec,
+            ctx=JobContext(job, self.id),
+            lease_seconds=spec.lease_seconds or self.config.lease_seconds,
+            started=sent,
+            last_renewed=sent,
+        )
+        with self._lock:
+            self._running[job.id] = running
+        self.claimed += 1
+        job_event("job.claimed", job, self.id, max_attempts=job.max_attempts)
+        thread = threading.Thread(target=self._run_job, args=(running,), name=f"jobq-job-{job.id}", daemon=True)
+        thread.start()
+
+    # -- one job -----------------------------------------------------------------------
+    def _run_job(self, running: RunningJob) -> None:
+        try:
+            outcome = execute(running.spec, running.ctx)
+            if running.begin_finish():
+                self._settle(running, outcome)
+            else:
+                job_event(
+                    "job.discarded",
+                    running.job,
+                    self.id,
+                    duration=self.clock() - running.started,
+                    reason=(running.ctx.stop_reason or StopReason.LEASE_LOST).value,
+                    detail="the worker no longer holds this attempt; what the handler produced is dropped",
+                )
+        except Exception:
+            log_event("worker.job_error", logging.ERROR, exc_info=True, worker=self.id, job_id=str(running.job.id))
+        finally:
+            with self._lock:
+                self._running.pop(running.job.id, None)
+            self._wake.set()  # a slot is free: claim again at once
+
+    def _settle(self, running: RunningJob, outcome: Outcome) -> None:
+        """Write the outcome, fenced; retry while the database is away. The caller holds FINISHING."""
+        job = running.job
+        duration = self.clock() - running.started
+        try:
+            if isinstance(outcome, Succeeded):
+                result = outcome.result
+                try:
+                    self._persist(lambda: self.store.complete(job.lease, result))
+                except InvalidInput as exc:  # the database refused the result (too big, say)
+                    self._fail(running, f"InvalidResult: the result was refused: {exc}", False, duration)
+                else:
+                    job_event("job.succeeded", job, self.id, duration=duration)
+            elif isinstance(outcome, Failed):
+                self._fail(running, outcome.error, outcome.retryable, duration)
+            elif outcome.reason is StopReason.CANCELLED:
+                self._persist(lambda: self.store.acknowledge_cancel(job.lease))
+                job_event("job.cancelled", job, self.id, duration=duration)
+            elif outcome.reason is StopReason.TIMEOUT:
+                error = f"TimeoutError: {job.kind} ran longer than its timeout of {running.spec.timeout:g} s"
+                self._fail(running, error, True, duration)
+            elif outcome.reason is StopReason.SHUTDOWN:
+                self._persist(lambda: self.store.release(job.lease))
+                job_event("job.released", job, self.id, duration=duration)
+            else:  # LEASE_LOST while finishing: nothing may be written
+                job_event("job.lease_lost", job, self.id, duration=duration, level=logging.WARNING)
+        except LeaseLost:
+            job_event(
+                "job.lease_lost",
+                job,
+                self.id,
+                duration=duration,
+                level=logging.WARNING,
+                detail="the fenced write matched nothing: the job was reclaimed; the outcome was discarded",
+            )
+        finally:
+            running.finished()
+
+    def _fail(self, running: RunningJob, error: str, retryable: bool, duration: float) -> None:
+        job = running.job
+        if running.spec.max_attempts is not None:
+            retryable = self.retry_policy.should_retry(job.attempt, running.spec.max_attempts, retryable)
+        result = self._persist(lambda: self.store.fail(job.lease, error, retryable))
+        event = {
+            JobState.QUEUED: "job.retrying",
+            JobState.FAILED: "job.failed",
+            JobState.CANCELLED: "job.cancelled",
+        }.get(result.state, "job.failed")
+        fields: dict[str, object] = {"error": error.splitlines()[0][:500]}
+        if result.run_after is not None:
+            fields["run_after"] = result.run_after.isoformat()
+        level = logging.ERROR if event == "job.failed" else logging.WARNING
+        job_event(event, job, self.id, duration=duration, level=level, **fields)
+
+    def _persist(self, write: Callable[[], T], *, deadline: float | None = None) -> T:
+        """Run a fenced write until it lands or is refused; a database outage only delays it."""
+        backoff = Backoff()
+        while True:
+            try:
+                result = write()
+            except StoreUnavailable as exc:
+                self.health.failed(exc, "finish")
+                pause = backoff.next()
+                if deadline is not None and self.clock() + pause > deadline:
+                    raise
+                time.sleep(pause)
+                continue
+            self.health.ok()
+            return result
+
+    def _settle_overdue(self, running: RunningJob) -> None:
+        """A handler told to stop (cancel, timeout) did not return within the grace period:
+        write its outcome now, in a thread of its own; the handler's thread keeps its slot."""
+        if not running.begin_finish():
+            return
+        reason = running.ctx.stop_reason or StopReason.CANCELLED
+        job_event("job.overdue", running.job, self.id, level=logging.WARNING, reason=reason.value,
+                  detail="the handler ignored the stop request; settled without it")
+        threading.Thread(
+            target=self._settle, args=(running, Stopped(reason)), name="jobq-overdue", daemon=True
+        ).start()
+
+    # -- shutdown ----------------------------------------------------------------------
+    def _drain(self) -> None:
+        """Running jobs get the grace period; those still running are handed back at once."""
+        deadline = self.clock() + self.config.grace_seconds
+        while self.clock() < deadline and any(r.phase is Phase.RUNNING for r in self.held()):
+            time.sleep(0.05)
+        release_deadline = self.clock() + max(5.0, self.config.lease_seconds / 3)
+        for running in self.held():
+            if not running.begin_finish():
+                continue
+            running.ctx.request_stop(StopReason.SHUTDOWN)
+            try:
+                self._persist(lambda r=running: self.store.release(r.job.lease), deadline=release_deadline)
+                job_event("job.released", running.job, self.id, duration=self.clock() - running.started)
+            except LeaseLost:
+                job_event("job.lease_lost", running.job, self.id, level=logging.WARNING,
+                          duration=self.clock() - running.started)
+            except StoreUnavailable:
+                log_event("job.release_failed", logging.WARNING, worker=self.id, job_id=str(running.job.id),
+                          detail="the database did not answer; the lease will expire and another worker reaps it")
+            finally:
+                running.finished()
+        # Outcomes being written by job threads: a short, bounded wait.
+        finish_deadline = self.clock() + 10.0
+        while self.clock() < finish_deadline and any(r.phase is Phase.FINISHING for r in self.held()):
+            time.sleep(0.05)
+
+    # -- registration --------------------------------------------------------------------
+    def _info(self) -> WorkerInfo:
+        return WorkerInfo(
+            id=self.id,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            queues=self.queues,
+            kinds=self.kinds,
+            concurrency=self.config.concurrency,
+        )
+
+    def _register(self) -> bool:
+        backoff = Backoff(cap=10.0)
+        while not self._stopping.is_set():
+            try:
+                self.store.register_worker(self._info())
+                self.health.ok()
+                return True
+            except StoreUnavailable as exc:
+                self.health.failed(exc, "register")
+                self._stopping.wait(backoff.next())
+        return False
+
+    def _deregister(self) -> None:
+        try:
+            self.store.deregister_worker(self.id)
+        except StoreUnavailable as exc:
+            log_event("worker.deregister_failed", logging.WARNING, worker=self.id, error=str(exc))
+
+    # -- background threads ----------------------------------------------------------------
+    def _start_background(self) -> None:
+        targets: list[tuple[str, Callable[[], None]]] = [
+            ("jobq-keeper", lambda: self.keeper.run(self._halt)),
+            ("jobq-maintenance", self._maintenance_loop),
+        ]
+        if self.config.listen:
+            targets.append(("jobq-listener", self._listen_loop))
+        for name, target in targets:
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _maintenance_loop(self) -> None:
+        next_reap = self.clock()  # reap once at start: a fleet restart finds its own orphans
+        next_touch = self.clock() + self.config.touch_seconds
+        while not self._halt.wait(0.2):
+            now = self.clock()
+            try:
+                if now >= next_reap:
+                    next_reap = now + jittered(self.config.reap_every)
+                    if self.reaper.run_once().requeued:
+                        self._wake.set()  # jobs came back due (or soon): look
+                if now >= next_touch:
+                    next_touch = now + jittered(self.config.touch_seconds, spread=0.2)
+                    self.store.touch_worker(self.id)
+                self.health.ok()
+            except StoreUnavailable as exc:
+                self.health.failed(exc, "maintenance")
+            except Exception:
+                log_event("worker.maintenance_error", logging.ERROR, exc_info=True, worker=self.id)
+
+    def _listen_loop(self) -> None:
+        queues = set(self.queues)
+        backoff = Backoff(cap=10.0)
+        while not self._halt.is_set():
+            try:
+                listener = self.store.listen([JOBS_QUEUED])
+            except Exception as exc:
+                log_event("worker.listen_error", logging.WARNING, worker=self.id, error=str(exc))
+                self._halt.wait(backoff.next())
+                continue
+            with self._lock:
+                if self._halt.is_set():
+                    listener.close()
+                    return
+                self._listener = listener
+            backoff.reset()
+            try:
+                while not self._halt.is_set():
+                    notes = listener.wait(1.0)
+                    if any(_concerns(n.payload, queues) for n in notes):
+                        self._wake.set()
+            except Exception as exc:
+                log_event("worker.listen_error", logging.WARNING, worker=self.id, error=str(exc))
+                self._halt.wait(backoff.next())
+            finally:
+                listener.close()
+
+    def _close_listener(self) -> None:
+        with self._lock:
+            listener = self._listener
+            self._listener = None
+        if listener is not None:
+            # close() may wait for a reconnect attempt in progress; never hold up the exit for it.
+            threading.Thread(target=listener.close, name="jobq-listener-close", daemon=True).start()
+
+
+def _concerns(payload: str, queues: set[str]) -> bool:
+    """A wake-up for us: one of our queues got jobs, or "*" (anything may have changed)."""
+    if payload == "*" or not payload:
+        return True
+    return not queues.isdisjoint(payload.split(","))
+
