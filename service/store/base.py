@@ -105,6 +105,10 @@ class Store(Protocol):
         """Store the result and mark the job succeeded. Raises LeaseLost, changing nothing."""
         ...
 
+    def complete_many(self, finished: Sequence[tuple[Lease, JSON]]) -> list[Lease]:
+        """Complete many jobs in one round trip; returns the leases that were lost (nothing written for them)."""
+        ...
+
     def fail(self, lease: Lease, error: str, retryable: bool) -> FailResult:
         """Queue the job again with backoff while attempts remain, else fail it. Raises LeaseLost."""
         ...

@@ -168,42 +168,50 @@ RETURNING cancel_requested,
                THEN pg_notify('jobq_job_changes', j.id::text) END AS notified
 """
 
-# -- complete_job --
-# Invariant 1: the result is stored only if the token still holds the job; the
-# job, its result row and its attempt row change together or not at all.
-COMPLETE_JOB = """
+# -- complete_jobs --
+# Invariant 1: a result is stored only for a token that still holds its job; each
+# job, its result row and its attempt row change together or not at all. Many
+# jobs in one statement (arrays unnested), so a busy worker finishes a batch in
+# one round trip; a lost lease in the batch affects only its own row.
+COMPLETE_JOBS = """
 WITH n AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS ts
+),
+input AS (
+    SELECT *
+    FROM unnest(%(job_ids)s::uuid[], %(attempts)s::int[], %(owners)s::text[],
+                %(result_ids)s::uuid[], %(bodies)s::text[])
+         AS i(job_id, attempt, owner, result_id, body)
 ),
 finished AS (
     UPDATE jobs AS j
     SET state = 'succeeded',
-        result_id = %(result_id)s,
+        result_id = i.result_id,
         done = CASE WHEN j.total > 0 THEN j.total ELSE j.done END,
         lease_expires_at = NULL,
         finished_at = n.ts,
         updated_at = n.ts
-    FROM n
-    WHERE j.id = %(job_id)s AND j.attempts = %(attempt)s AND j.lease_owner = %(owner)s
+    FROM input AS i, n
+    WHERE j.id = i.job_id AND j.attempts = i.attempt AND j.lease_owner = i.owner
       AND j.state = 'running'
-    RETURNING j.id, """ + NOTIFY_CHANGED + """
+    RETURNING j.id, i.attempt, i.owner, i.result_id, i.body, """ + NOTIFY_CHANGED + """
 ),
 stored AS (
     INSERT INTO job_results (id, job_id, body, created_at)
-    SELECT %(result_id)s, finished.id, %(body)s::jsonb, n.ts FROM finished, n
+    SELECT f.result_id, f.id, f.body::jsonb, n.ts FROM finished AS f, n
 ),
 closed AS (
     UPDATE job_attempts AS a
     SET finished_at = n.ts, outcome = 'succeeded'
-    FROM finished, n
-    WHERE a.job_id = finished.id AND a.attempt = %(attempt)s AND a.worker = %(owner)s
+    FROM finished AS f, n
+    WHERE a.job_id = f.id AND a.attempt = f.attempt AND a.worker = f.owner
       AND a.finished_at IS NULL
 )
-SELECT count(*) AS finished FROM finished
+SELECT id FROM finished
 """
 
 # -- fail_job --
-# Invariant 1: fenced like COMPLETE_JOB. Invariant 3: the error is stored on the
+# Invariant 1: fenced like COMPLETE_JOBS. Invariant 3: the error is stored on the
 # job and on its attempt. A retry goes back to queued with a jittered run_after
 # (the delay comes from service.retry); spent attempts or a permanent error fail
 # the job; a job whose cancellation was requested ends cancelled instead.
@@ -879,12 +887,29 @@ class PostgresStore:
         return Heartbeat(held=True, cancel_requested=row["cancel_requested"])
 
     def complete(self, lease: Lease, result: JSON) -> None:
-        body = dump_json(result, "result")
-        row = self._fetchone(
-            COMPLETE_JOB, self._params(**_fence(lease), result_id=new_job_id(), body=body)
+        if self.complete_many([(lease, result)]):
+            raise LeaseLost(lease.job_id, lease.attempt)
+
+    def complete_many(self, finished: Sequence[tuple[Lease, JSON]]) -> list[Lease]:
+        if not finished:
+            return []
+        bodies = [dump_json(result, "result") for _, result in finished]
+        rows = self._fetchall(
+            COMPLETE_JOBS,
+            self._params(
+                job_ids=[lease.job_id for lease, _ in finished],
+                attempts=[lease.attempt for lease, _ in finished],
+                owners=[lease.owner for lease, _ in finished],
+                result_ids=[new_job_id() for _ in finished],
+                bodies=bodies,
+            ),
         )
-        if row is None or row["finished"] == 0:
-            self._require_receipt(lease, AttemptOutcome.SUCCEEDED)
+        done = {row["id"] for row in rows}
+        return [
+            lease
+            for lease, _ in finished
+            if lease.job_id not in done and self._receipt(lease, AttemptOutcome.SUCCEEDED) is None
+        ]
 
     def fail(self, lease: Lease, error: str, retryable: bool) -> FailResult:
         if not isinstance(error, str) or not error.strip():
@@ -913,10 +938,14 @@ class PostgresStore:
         if row is None or row["stopped"] == 0:
             self._require_receipt(lease, AttemptOutcome.CANCELLED)
 
-    def _require_receipt(self, lease: Lease, outcome: AttemptOutcome) -> dict[str, Any]:
-        """The fenced write matched nothing: it landed earlier (a retry) or the lease is lost."""
+    def _receipt(self, lease: Lease, outcome: AttemptOutcome) -> dict[str, Any] | None:
+        """The fenced write matched nothing: did it land earlier (a retried call)? Else the lease is lost."""
         row = self._fetchone(READ_ATTEMPT_RECEIPT, self._params(**_fence(lease)))
-        if row is None or row["outcome"] != outcome.value:
+        return row if row is not None and row["outcome"] == outcome.value else None
+
+    def _require_receipt(self, lease: Lease, outcome: AttemptOutcome) -> dict[str, Any]:
+        row = self._receipt(lease, outcome)
+        if row is None:
             raise LeaseLost(lease.job_id, lease.attempt)
         return row
 

@@ -1,7 +1,7 @@
 """The schema, as SQLAlchemy MetaData: Alembic's source of truth.
 
 The same tables serve PostgreSQL (JSONB, TIMESTAMPTZ, UUID) and SQLite (JSON as
-TEXT, timestamps as UTC text ``YYYY-MM-DD HH:MM:SS.SSS`` that sort as they
+TEXT — declared TEXT, so SQLite's numeric affinity never turns the JSON text ``0`` into 0 —, timestamps as UTC text ``YYYY-MM-DD HH:MM:SS.SSS`` that sort as they
 compare, UUIDs as 36-character text).
 
 Invariants the database itself enforces (CHECK constraints):
@@ -36,7 +36,7 @@ NAMING_CONVENTION = {
 metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
 
 Id = sa.Uuid(as_uuid=True).with_variant(sa.String(36), "sqlite")
-Json = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+Json = sa.JSON().with_variant(postgresql.JSONB(), "postgresql").with_variant(sa.Text(), "sqlite")
 Timestamp = sa.DateTime(timezone=True).with_variant(sa.String(23), "sqlite")
 
 jobs = sa.Table(

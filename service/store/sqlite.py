@@ -742,15 +742,22 @@ class SqliteStore:
         return Heartbeat(held=True, cancel_requested=bool(row["cancel_requested"]))
 
     def complete(self, lease: Lease, result: JSON) -> None:
-        body = dump_json(result, "result")
-        result_id = str(new_job_id())
+        if self.complete_many([(lease, result)]):
+            raise LeaseLost(lease.job_id, lease.attempt)
+
+    def complete_many(self, finished: Sequence[tuple[Lease, JSON]]) -> list[Lease]:
+        bodies = [dump_json(result, "result") for _, result in finished]
+        lost = []
         with self._write() as (conn, now):
-            params = {**_fence(lease), "now": now, "result_id": result_id, "body": body}
-            if conn.execute(COMPLETE_JOB, params).fetchone() is None:
-                self._require_receipt(conn, lease, AttemptOutcome.SUCCEEDED)
-                return
-            conn.execute(STORE_RESULT, params)
-            _close_attempt(conn, lease, now, AttemptOutcome.SUCCEEDED)
+            for (lease, _), body in zip(finished, bodies, strict=True):
+                params = {**_fence(lease), "now": now, "result_id": str(new_job_id()), "body": body}
+                if conn.execute(COMPLETE_JOB, params).fetchone() is None:
+                    if _receipt(conn, lease, AttemptOutcome.SUCCEEDED) is None:
+                        lost.append(lease)
+                    continue
+                conn.execute(STORE_RESULT, params)
+                _close_attempt(conn, lease, now, AttemptOutcome.SUCCEEDED)
+        return lost
 
     def fail(self, lease: Lease, error: str, retryable: bool) -> FailResult:
         if not isinstance(error, str) or not error.strip():
@@ -758,7 +765,7 @@ class SqliteStore:
         with self._write() as (conn, now):
             current = conn.execute(READ_FENCED, _fence(lease)).fetchone()
             if current is None:
-                receipt = self._require_receipt(conn, lease, AttemptOutcome.FAILED)
+                receipt = _require_receipt(conn, lease, AttemptOutcome.FAILED)
                 return _fail_result(receipt["state"], receipt["run_after"])
             if current["cancel_requested"]:
                 next_state = JobState.CANCELLED
@@ -789,17 +796,10 @@ class SqliteStore:
     def _finish(self, statement: str, lease: Lease, outcome: AttemptOutcome) -> None:
         with self._write() as (conn, now):
             if conn.execute(statement, {**_fence(lease), "now": now}).fetchone() is None:
-                self._require_receipt(conn, lease, outcome)
+                _require_receipt(conn, lease, outcome)
                 return
             _close_attempt(conn, lease, now, outcome)
 
-    @staticmethod
-    def _require_receipt(conn: sqlite3.Connection, lease: Lease, outcome: AttemptOutcome) -> sqlite3.Row:
-        """The fenced write matched nothing: it landed earlier (a retry) or the lease is lost."""
-        row = conn.execute(READ_ATTEMPT_RECEIPT, _fence(lease)).fetchone()
-        if row is None or row["outcome"] != outcome.value:
-            raise LeaseLost(lease.job_id, lease.attempt)
-        return row
 
     def reap(self, limit: int = REAP_BATCH) -> ReapResult:
         counts = {JobState.QUEUED: 0, JobState.FAILED: 0, JobState.CANCELLED: 0}
@@ -950,6 +950,19 @@ def _width_bucket(value: float | None, bounds_json: str) -> int | None:
 
 def _fence(lease: Lease) -> dict[str, Any]:
     return {"job_id": str(lease.job_id), "attempt": lease.attempt, "owner": lease.owner}
+
+
+def _receipt(conn: sqlite3.Connection, lease: Lease, outcome: AttemptOutcome) -> sqlite3.Row | None:
+    """The fenced write matched nothing: did it land earlier (a retried call)? Else the lease is lost."""
+    row = conn.execute(READ_ATTEMPT_RECEIPT, _fence(lease)).fetchone()
+    return row if row is not None and row["outcome"] == outcome.value else None
+
+
+def _require_receipt(conn: sqlite3.Connection, lease: Lease, outcome: AttemptOutcome) -> sqlite3.Row:
+    row = _receipt(conn, lease, outcome)
+    if row is None:
+        raise LeaseLost(lease.job_id, lease.attempt)
+    return row
 
 
 def _close_attempt(

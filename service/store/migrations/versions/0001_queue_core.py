@@ -17,7 +17,7 @@ branch_labels = None
 depends_on = None
 
 Id = sa.Uuid().with_variant(sa.String(36), "sqlite")
-Json = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+Json = sa.JSON().with_variant(postgresql.JSONB(), "postgresql").with_variant(sa.Text(), "sqlite")
 Timestamp = sa.DateTime(timezone=True).with_variant(sa.String(23), "sqlite")
 BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 

@@ -1,0 +1,120 @@
+"""Analysts' read model: the views job_history and attempt_history.
+
+Revision ID: 0003
+Revises: 0002
+Create Date: 2026-11-29
+
+Analysts query these two views, never the tables: the views are the stable
+contract (docs/ANALYSTS.md lists the columns), the tables may change under them.
+On PostgreSQL the read-only role of ``deploy/analysts.sql`` may SELECT the views
+and nothing else; a view runs with its owner's privileges, so that is enough.
+
+- ``job_history``: one row per job. ``queue_wait_seconds`` is the wait before the
+  job's first start ever (its earliest attempt); ``run_seconds`` is the last
+  attempt's run, for jobs that succeeded or failed. ``result`` is the result body.
+- ``attempt_history``: one row per attempt, with the job's tenant, queue and kind.
+  ``pickup_seconds`` is how long the attempt waited after it was due.
+
+Why these shapes, for six weeks of history:
+- ``result`` is a LEFT JOIN on the result's primary key and ``replay_count`` a
+  LEFT JOIN on replays grouped by job, so PostgreSQL removes both joins from a
+  query that does not read those columns (join removal).
+- ``queue_wait_seconds`` is a correlated subquery (one probe of
+  ``ix_job_attempts_job_id_attempt`` per row): it costs nothing in a query that
+  does not read it, and only the rows a query keeps in one that does.
+
+The same SELECTs on both stores; only the interval arithmetic differs
+(PostgreSQL ``extract(epoch FROM a - b)``, SQLite ``julianday``).
+
+Note for later migrations on SQLite: a batch ALTER of ``jobs``, ``job_attempts``,
+``job_results`` or ``job_replays`` recreates the table, and SQLite refuses to
+rename a table while a view names a table that is missing. Drop these views
+first and create them again after (``upgrade()`` below, or their SQL).
+"""
+
+from __future__ import annotations
+
+from alembic import op
+
+revision = "0003"
+down_revision = "0002"
+branch_labels = None
+depends_on = None
+
+VIEWS = ("attempt_history", "job_history")
+
+
+def _seconds(dialect: str, later: str, earlier: str) -> str:
+    """SQL for ``later - earlier`` in seconds (a float; NULL if either is NULL)."""
+    if dialect == "postgresql":
+        return f"extract(epoch FROM {later} - {earlier})::double precision"
+    return f"(julianday({later}) - julianday({earlier})) * 86400.0"
+
+
+def job_history_sql(dialect: str) -> str:
+    first_start = "(SELECT min(a.started_at) FROM job_attempts AS a WHERE a.job_id = j.id)"
+    return f"""
+CREATE VIEW job_history AS
+SELECT j.id AS job_id,
+       j.tenant,
+       j.queue,
+       j.kind,
+       j.state,
+       j.attempts,
+       j.max_attempts,
+       j.priority,
+       j.done,
+       j.total,
+       j.created_at,
+       j.started_at,
+       j.finished_at,
+       {_seconds(dialect, first_start, "j.created_at")} AS queue_wait_seconds,
+       CASE WHEN j.state IN ('succeeded', 'failed')
+            THEN {_seconds(dialect, "j.finished_at", "j.started_at")} END AS run_seconds,
+       j.error,
+       j.error_group,
+       j.result_id,
+       r.body AS result,
+       coalesce(p.replays, 0) AS replay_count,
+       p.last_replayed_at
+FROM jobs AS j
+LEFT JOIN job_results AS r ON r.id = j.result_id
+LEFT JOIN (
+    SELECT job_id, count(*) AS replays, max(replayed_at) AS last_replayed_at
+    FROM job_replays
+    GROUP BY job_id
+) AS p ON p.job_id = j.id
+"""
+
+
+def attempt_history_sql(dialect: str) -> str:
+    return f"""
+CREATE VIEW attempt_history AS
+SELECT a.id AS attempt_id,
+       a.job_id,
+       j.tenant,
+       j.queue,
+       j.kind,
+       a.attempt,
+       a.worker,
+       a.due_at,
+       a.started_at,
+       a.finished_at,
+       {_seconds(dialect, "a.started_at", "a.due_at")} AS pickup_seconds,
+       {_seconds(dialect, "a.finished_at", "a.started_at")} AS run_seconds,
+       a.outcome,
+       a.error
+FROM job_attempts AS a
+JOIN jobs AS j ON j.id = a.job_id
+"""
+
+
+def upgrade() -> None:
+    dialect = op.get_bind().dialect.name
+    op.execute(job_history_sql(dialect))
+    op.execute(attempt_history_sql(dialect))
+
+
+def downgrade() -> None:
+    for view in VIEWS:
+        op.execute(f"DROP VIEW IF EXISTS {view}")
