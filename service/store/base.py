@@ -142,6 +142,10 @@ class Store(Protocol):
         """A succeeded job's result. Raises JobNotFound, or InvalidTransition before success."""
         ...
 
+    def get_payload(self, job_id: uuid.UUID, tenant: str | None = None) -> JSON:
+        """A job's payload as stored (the API compares it on a repeated Idempotency-Key). Raises JobNotFound."""
+        ...
+
     def list_jobs(self, query: JobQuery) -> JobPage:
         """One tenant's jobs, newest first, keyset-paginated."""
         ...

@@ -432,6 +432,12 @@ FROM jobs AS j LEFT JOIN job_results AS r ON r.id = j.result_id
 WHERE j.id = %(job_id)s AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
 """
 
+# The payload alone, by primary key: only a submit that repeats an Idempotency-Key reads it.
+GET_PAYLOAD = """
+SELECT payload FROM jobs
+WHERE id = %(job_id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+"""
+
 # Keyset pagination on the time-ordered id through ix_jobs_tenant_id.
 LIST_JOBS = """
 SELECT """ + STATUS_COLUMNS + """
@@ -997,6 +1003,12 @@ class PostgresStore:
         if row["state"] != JobState.SUCCEEDED:
             raise InvalidTransition(f"job {job_id} has no result: it is {row['state']}", row["state"])
         return row["body"]
+
+    def get_payload(self, job_id: uuid.UUID, tenant: str | None = None) -> JSON:
+        row = self._fetchone(GET_PAYLOAD, self._params(job_id=job_id, tenant=tenant))
+        if row is None:
+            raise JobNotFound(job_id)
+        return row["payload"]
 
     def list_jobs(self, query: JobQuery) -> JobPage:
         rows = self._fetchall(

@@ -284,6 +284,10 @@ FROM jobs AS j LEFT JOIN job_results AS r ON r.id = j.result_id
 WHERE j.id = :job_id AND (:tenant IS NULL OR j.tenant = :tenant)
 """
 
+GET_PAYLOAD = """
+SELECT payload FROM jobs WHERE id = :job_id AND (:tenant IS NULL OR tenant = :tenant)
+"""
+
 LIST_JOBS = """
 SELECT """ + STATUS_COLUMNS + """
 FROM jobs
@@ -896,6 +900,13 @@ class SqliteStore:
         if row["state"] != JobState.SUCCEEDED:
             raise InvalidTransition(f"job {job_id} has no result: it is {row['state']}", row["state"])
         return json.loads(row["body"])
+
+    def get_payload(self, job_id: uuid.UUID, tenant: str | None = None) -> JSON:
+        with self._read() as (conn, _now):
+            row = conn.execute(GET_PAYLOAD, {"job_id": str(job_id), "tenant": tenant}).fetchone()
+        if row is None:
+            raise JobNotFound(job_id)
+        return json.loads(row["payload"])
 
     def list_jobs(self, query: JobQuery) -> JobPage:
         with self._read() as (conn, now):
