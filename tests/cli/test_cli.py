@@ -17,12 +17,14 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import Database, PostgresServer, sqlite_url_for
+from service.jobs import NewJob
+from service.store import Store
+from tests.conftest import Database, FakeClock, PostgresServer, sqlite_url_for
 
 JOBQ_SCRIPT = Path(sys.executable).with_name("jobq")  # the venv's console script, next to its python
 JOBQ = [str(JOBQ_SCRIPT)] if JOBQ_SCRIPT.exists() else [sys.executable, "-m", "service"]
@@ -193,6 +195,47 @@ def test_status_is_readable_by_default(run: Run) -> None:
     assert lines["state"] == "queued"
     assert lines["done"] == "0 of 4"
     assert lines["attempts"] == "0 of 3"
+
+
+def test_status_of_a_failed_job_shows_its_error(run: Run, make_store: Callable[..., Store], store_url: str) -> None:
+    job_id = enqueue(run, "resize", "--max-attempts", "1", "--total", "4")
+    store = make_store(store_url)
+    [claimed] = store.claim("worker-a", ["default"], 1, 30.0)
+    store.heartbeat(claimed.lease, 30.0, done=2)
+    store.fail(claimed.lease, "ValueError: bad image\n  at line 3", retryable=False)
+
+    status = json.loads(run("status", str(job_id), "--json").stdout)
+    assert (status["state"], status["done"], status["total"], status["attempts"]) == ("failed", 2, 4, 1)
+    assert status["error"] == "ValueError: bad image\n  at line 3"
+    assert status["started_at"] is not None and status["finished_at"] is not None
+
+    shown = run("status", str(job_id)).stdout
+    assert shown.endswith("error:\n  ValueError: bad image\n    at line 3\n")
+
+
+def test_status_of_a_job_waiting_to_retry_shows_no_error_like_the_api(
+    run: Run, make_store: Callable[..., Store], store_url: str
+) -> None:
+    job_id = enqueue(run, "resize")
+    store = make_store(store_url)
+    [claimed] = store.claim("worker-a", ["default"], 1, 30.0)
+    store.fail(claimed.lease, "TimeoutError", retryable=True)
+    status = json.loads(run("status", str(job_id), "--json").stdout)
+    assert (status["state"], status["attempts"], status["error"]) == ("queued", 1, None)
+
+
+def test_status_of_a_running_job_with_an_expired_lease_is_stale(
+    run: Run, make_store: Callable[..., Store], store_url: str
+) -> None:
+    an_hour_ago = FakeClock(datetime.now(UTC) - timedelta(hours=1))
+    store = make_store(store_url, clock=an_hour_ago)
+    job_id = store.enqueue(NewJob(kind="resize")).id
+    store.claim("worker-a", ["default"], 1, 60.0)  # its lease ran out 59 minutes ago
+
+    status = json.loads(run("status", str(job_id), "--json").stdout)
+    assert (status["state"], status["stale"]) == ("running", True)
+    [state_line] = [line for line in run("status", str(job_id)).stdout.splitlines() if line.startswith("state ")]
+    assert "running (stale" in state_line
 
 
 # -- bad input: one line on stderr, a non-zero exit, nothing written -------------------------------
