@@ -38,9 +38,10 @@ import shutil
 import sqlite3
 import uuid
 import warnings
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -184,20 +185,29 @@ def _with_database(url: str, name: str) -> str:
     return make_url(url).set(database=name).render_as_string(hide_password=False)
 
 
-@dataclass
 class PostgresServer:
     """The session's PostgreSQL server: creates and drops the tests' databases.
 
     ``admin_url`` names a database the tests only connect to (never change) to run
     ``CREATE DATABASE`` and ``DROP DATABASE``.
+
+    Both statements are slow next to a store test: each ``DROP DATABASE`` waits for
+    a checkpoint, and a busy server makes that seconds. So copies of the template
+    are made ahead of time and dropped behind the tests, on a few background
+    threads: concurrent drops share their checkpoints, and a test waits only when
+    the server cannot keep up at all.
     """
 
-    admin_url: str
-    prefix: str = field(default_factory=lambda: f"jobq_test_{os.getpid()}_{uuid.uuid4().hex[:6]}")
-    _counter: Iterator[int] = field(default_factory=itertools.count)
-    _admin: psycopg.Connection[Any] | None = None
-    _dropper: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "jobq-dropdb"))
-    _drops: list[Future[None]] = field(default_factory=list)
+    SPARE_COPIES = 2
+    BACKGROUND_THREADS = 4
+
+    def __init__(self, admin_url: str) -> None:
+        self.admin_url = admin_url
+        self.prefix = f"jobq_test_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+        self._counter = itertools.count()
+        self._background = ThreadPoolExecutor(self.BACKGROUND_THREADS, "jobq-testdb")
+        self._spares: dict[str, deque[tuple[str, Future[str]]]] = {}
+        self._drops: list[Future[None]] = []
 
     def url(self, name: str) -> str:
         return _with_database(self.admin_url, name)
@@ -205,35 +215,34 @@ class PostgresServer:
     def new_name(self, what: str = "db") -> str:
         return f"{self.prefix}_{what}{next(self._counter)}"
 
-    def _connection(self) -> psycopg.Connection[Any]:
-        if self._admin is None or self._admin.closed:
-            self._admin = psycopg.connect(self.admin_url, autocommit=True, connect_timeout=10)
-        return self._admin
-
     def create_database(self, name: str | None = None, *, template: str | None = None) -> str:
-        """A new database (empty, or a copy of ``template``); returns its URL."""
+        """A new database now (empty, or a copy of ``template``); returns its URL."""
         name = name or self.new_name()
-        conn = self._connection()
         sql = f'CREATE DATABASE "{name}"'  # names are ours (prefix + counter), never input
         if template:
             sql += f' TEMPLATE "{template}"'
-            if conn.info.server_version >= 150000:
-                # WAL_LOG (15's default) logs every block of the copy; for a small
-                # template a file copy is several times faster.
-                sql += " STRATEGY FILE_COPY"
-        conn.execute(sql)
+        with psycopg.connect(self.admin_url, autocommit=True, connect_timeout=10) as conn:
+            conn.execute(sql)
         return self.url(name)
+
+    def copy_of(self, template: str) -> tuple[str, str]:
+        """A fresh copy of ``template``, made ahead of time: ``(name, url)``."""
+        spares = self._spares.setdefault(template, deque())
+        while len(spares) < self.SPARE_COPIES + 1:
+            name = self.new_name()
+            spares.append((name, self._background.submit(self.create_database, name, template=template)))
+        name, made = spares.popleft()
+        return name, made.result()
 
     def drop_database(self, name: str, *, wait: bool = False) -> None:
         """Drop a database, terminating its connections first; in the background unless ``wait``."""
-        future = self._dropper.submit(self._drop_now, name)
+        future = self._background.submit(self._drop_now, name)
         if wait:
             future.result()
         else:
             self._drops.append(future)
 
     def _drop_now(self, name: str) -> None:
-        # Runs on the dropper thread, with a connection of its own.
         with psycopg.connect(self.admin_url, autocommit=True, connect_timeout=10) as conn:
             conn.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
@@ -242,11 +251,19 @@ class PostgresServer:
             )
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
+    def drop_spares(self, template: str) -> None:
+        """Drop the copies of ``template`` made ahead that no test took."""
+        for name, made in self._spares.pop(template, ()):
+            if made.cancel():
+                continue
+            if made.exception() is None:
+                self.drop_database(name)
+
     def close(self) -> None:
-        self._dropper.shutdown(wait=True)
+        for template in list(self._spares):
+            self.drop_spares(template)
+        self._background.shutdown(wait=True)
         errors = [f.exception() for f in self._drops if f.exception() is not None]
-        if self._admin is not None:
-            self._admin.close()
         if errors:
             raise RuntimeError(f"could not drop {len(errors)} test database(s): {errors[0]}")
 
@@ -300,14 +317,14 @@ def pg_template(postgres_server: PostgresServer) -> Iterator[str]:
     name = postgres_server.new_name("template")
     upgrade(postgres_server.create_database(name))
     yield name
-    postgres_server.drop_database(name)
+    postgres_server.drop_spares(name)
+    postgres_server.drop_database(name, wait=True)
 
 
 @pytest.fixture
 def pg_url(postgres_server: PostgresServer, pg_template: str) -> Iterator[str]:
     """A fresh migrated PostgreSQL database, for this test only."""
-    name = postgres_server.new_name()
-    url = postgres_server.create_database(name, template=pg_template)
+    name, url = postgres_server.copy_of(pg_template)
     yield url
     postgres_server.drop_database(name)
 

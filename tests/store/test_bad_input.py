@@ -1,0 +1,158 @@
+"""Bad input: a named exception with a clear message, and nothing written."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+import pytest
+
+from service.errors import InvalidInput, JobNotFound
+from service.jobs import JobQuery, Lease, ReplayFilter
+from tests.conftest import Database
+from tests.store.builders import claim_one, new_job
+
+TABLES = ("jobs", "job_attempts", "job_results", "job_replays")
+
+
+def _counts(db: Database) -> dict[str, int]:
+    return {table: db.count(table) for table in TABLES}
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"payload": ["not", "an", "object"]}, "payload must be a JSON object"),
+        ({"payload": "a string"}, "payload must be a JSON object"),
+        ({"payload": {"when": datetime(2030, 1, 1)}}, "payload is not JSON-serialisable"),
+        ({"payload": {"x": float("nan")}}, "payload is not JSON-serialisable"),
+        ({"kind": ""}, "kind must be a non-empty string"),
+        ({"kind": "   "}, "kind must be a non-empty string"),
+        ({"kind": "k" * 201}, "kind must be at most 200 characters"),
+        ({"priority": -1}, "priority must be an integer"),
+        ({"max_attempts": 0}, "max_attempts must be an integer"),
+        ({"max_attempts": -3}, "max_attempts must be an integer"),
+        ({"queue": ""}, "queue must be a non-empty string"),
+        ({"tenant": ""}, "tenant must be a non-empty string"),
+        ({"total": -1}, "total must be a non-negative integer"),
+        ({"delay_seconds": -5}, "delay_seconds must be a non-negative number"),
+        ({"run_after": datetime(2030, 1, 1)}, "run_after must carry a time zone"),
+        ({"idempotency_key": ""}, "idempotency_key must be a non-empty string"),
+    ],
+    ids=lambda value: value if isinstance(value, str) else None,
+)
+def test_a_bad_job_is_rejected_by_name_and_nothing_is_written(store, db: Database, fields, message):
+    job = new_job(**fields)
+
+    with pytest.raises(InvalidInput, match=message):
+        store.enqueue(job)
+    with pytest.raises(InvalidInput, match=message):
+        store.enqueue_many([new_job("fine"), job, new_job("also-fine")])
+
+    assert db.count("jobs") == 0
+
+
+def test_progress_beyond_the_total_is_rejected_and_nothing_is_written(store, db: Database):
+    store.enqueue(new_job(total=10))
+    job = claim_one(store)
+    store.heartbeat(job.lease, 30, done=2)
+    before = db.job(job.id)
+
+    with pytest.raises(InvalidInput, match=r"done \(11\) cannot exceed total \(10\)"):
+        store.heartbeat(job.lease, 30, done=11, total=10)
+    with pytest.raises(InvalidInput):
+        store.heartbeat(job.lease, 30, done=11)  # beyond the total already stored
+    with pytest.raises(InvalidInput, match="done must be a non-negative integer"):
+        store.heartbeat(job.lease, 30, done=-1)
+
+    assert db.job(job.id) == before
+
+
+def test_a_checkpoint_that_is_not_json_is_rejected_and_nothing_is_written(store, db: Database):
+    store.enqueue(new_job())
+    job = claim_one(store)
+    before = db.job(job.id)
+
+    with pytest.raises(InvalidInput, match="checkpoint is not JSON-serialisable"):
+        store.heartbeat(job.lease, 30, done=1, checkpoint={"obj": object()})
+
+    assert db.job(job.id) == before
+
+
+def test_a_result_that_is_not_json_is_rejected_and_the_job_keeps_running(store, db: Database):
+    store.enqueue(new_job())
+    job = claim_one(store)
+    before = _counts(db), db.job(job.id)
+
+    with pytest.raises(InvalidInput, match="result is not JSON-serialisable"):
+        store.complete(job.lease, {"set": {1, 2}})
+
+    assert (_counts(db), db.job(job.id)) == before
+
+
+def test_a_failure_without_an_error_is_rejected(store, db: Database):
+    store.enqueue(new_job())
+    job = claim_one(store)
+    before = _counts(db), db.job(job.id)
+
+    for error in ("", "   "):
+        with pytest.raises(InvalidInput, match="error must be a non-empty string"):
+            store.fail(job.lease, error, retryable=False)
+
+    assert (_counts(db), db.job(job.id)) == before
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ({"limit": 0}, "claim limit must be at least 1"),
+        ({"worker": ""}, "worker must be a non-empty string"),
+        ({"lease_seconds": 0}, "lease_seconds must be a number"),
+        ({"lease_seconds": -1}, "lease_seconds must be a number"),
+    ],
+)
+def test_a_bad_claim_is_rejected_and_claims_nothing(store, db: Database, args, message):
+    store.enqueue(new_job())
+    call = {"worker": "worker-a", "queues": ["default"], "limit": 1, "lease_seconds": 30, **args}
+
+    with pytest.raises(InvalidInput, match=message):
+        store.claim(**call)
+
+    assert db.count("jobs", "state = 'queued'") == 1
+    assert db.count("job_attempts") == 0
+
+
+def test_an_unknown_job_is_not_found(store, db: Database):
+    unknown = uuid.uuid4()
+
+    with pytest.raises(JobNotFound, match=str(unknown)):
+        store.get(unknown)
+    with pytest.raises(JobNotFound):
+        store.get_result(unknown)
+    with pytest.raises(JobNotFound):
+        store.cancel(unknown)
+    assert store.replay(ReplayFilter(ids=(unknown,)), by="bob") == []
+    assert _counts(db) == dict.fromkeys(TABLES, 0)
+
+
+def test_a_lease_on_an_unknown_job_holds_nothing(store, db: Database):
+    from service.errors import LeaseLost
+
+    lease = Lease(job_id=uuid.uuid4(), owner="worker-a", attempt=1)
+
+    assert store.heartbeat(lease, 30).held is False
+    with pytest.raises(LeaseLost):
+        store.complete(lease, {})
+    with pytest.raises(LeaseLost):
+        store.fail(lease, "boom", retryable=True)
+    with pytest.raises(LeaseLost):
+        store.release(lease)
+    assert _counts(db) == dict.fromkeys(TABLES, 0)
+
+
+@pytest.mark.parametrize("limit", [0, -1])
+def test_a_page_size_below_one_is_rejected(store, limit):
+    store.enqueue_many([new_job(), new_job()])
+
+    with pytest.raises(InvalidInput):
+        store.list_jobs(JobQuery(limit=limit))
