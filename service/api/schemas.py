@@ -12,7 +12,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from service.jobs import MAX_ATTEMPTS_LIMIT, MAX_PRIORITY, JobState, JobStatus, NewJob
 
@@ -22,7 +22,38 @@ DEFAULT_PAGE_SIZE = 50
 MAX_DELAY_SECONDS = 366 * 86_400
 MAX_TOTAL = 2_147_483_647  # a PostgreSQL integer
 
-Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"\S")]
+
+
+def storable_text(value: str) -> str:
+    """Text both databases can hold: no NUL character, no lone surrogate."""
+    if "\x00" in value:
+        raise ValueError("must not contain the NUL character (\\u0000)")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode (it holds a lone surrogate)") from None
+    return value
+
+
+def storable_json(value: dict[str, Any]) -> dict[str, Any]:
+    """Every string in a JSON value (keys too) must be storable text; walked without recursion."""
+    pending: list[Any] = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            storable_text(item)
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, float) and (item != item or item in (float("inf"), float("-inf"))):
+            raise ValueError("must not hold NaN or Infinity (they are not JSON)")
+    return value
+
+
+Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"\S"), AfterValidator(storable_text)]
+Key = Annotated[str, Field(min_length=1, max_length=255), AfterValidator(storable_text)]
 
 
 class _Request(BaseModel):
@@ -49,12 +80,14 @@ class JobSubmit(_Request):
     total: int | None = Field(
         default=None, ge=0, le=MAX_TOTAL, description="Items the job will do, if known (for progress)."
     )
-    concurrency_key: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=255,
-        description="Jobs sharing a key are limited together (e.g. one customer).",
+    concurrency_key: Key | None = Field(
+        default=None, description="Jobs sharing a key are limited together (e.g. one customer)."
     )
+
+    @field_validator("payload")
+    @classmethod
+    def _storable_payload(cls, payload: dict[str, Any]) -> dict[str, Any]:
+        return storable_json(payload)
 
     def to_new_job(self, tenant: str, idempotency_key: str | None) -> NewJob:
         return NewJob(
@@ -71,21 +104,12 @@ class JobSubmit(_Request):
         )
 
 
-class BatchJob(JobSubmit):
-    """A job in a batch; its ``idempotency_key`` plays the Idempotency-Key header's part."""
-
-    idempotency_key: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=255,
-        description="The same key and body again return the same job; another body is a 409.",
-    )
-
-
 class BatchSubmit(_Request):
-    jobs: list[BatchJob] = Field(
+    jobs: list[JobSubmit] = Field(
         min_length=1,
-        description=f"Up to {MAX_BATCH_JOBS} jobs, stored in one round trip (more is a 413).",
+        description=f"Up to {MAX_BATCH_JOBS} jobs, stored in one round trip, all or none (more is a 413). "
+        "Batches take no idempotency keys: submit one by one with Idempotency-Key where a retry "
+        "must never duplicate a job.",
         json_schema_extra={"maxItems": MAX_BATCH_JOBS},
     )
 
