@@ -1,0 +1,282 @@
+"""The worker's pieces without a database: registry, context, executor, backoff, config."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+
+from service.errors import InvalidInput, PermanentError
+from service.jobs import ClaimedJob, Lease
+from service.worker import App, JobContext, JobStopped, StopReason, WorkerConfig, load_app, make_worker_id
+from service.worker.backoff import Backoff, jittered
+from service.worker.executor import MAX_ERROR_CHARS, Failed, Stopped, Succeeded, execute, format_error
+
+
+def claimed(kind: str = "k", payload: dict | None = None, checkpoint: object = None, attempt: int = 1) -> ClaimedJob:
+    return ClaimedJob(
+        lease=Lease(job_id=uuid.uuid4(), owner="w", attempt=attempt),
+        kind=kind,
+        queue="default",
+        tenant="default",
+        payload=payload or {},
+        checkpoint=checkpoint,
+        done=0,
+        total=None,
+        max_attempts=3,
+        lease_expires_at=datetime.now(UTC),
+    )
+
+
+def run(app: App, kind: str, ctx: JobContext | None = None):
+    return execute(app.spec(kind), ctx or JobContext(claimed(kind), "w"))
+
+
+# -- registry ------------------------------------------------------------------------------
+
+
+def test_handler_decorator_registers_kinds_with_defaults() -> None:
+    app = App()
+
+    @app.handler()
+    def resize(ctx: JobContext) -> None: ...
+
+    @app.handler("transcribe", queue="gpu", max_attempts=5, lease_seconds=120, timeout=3600)
+    async def transcribe(ctx: JobContext) -> None: ...
+
+    assert app.kinds == ("resize", "transcribe")
+    assert app.queues == ("default", "gpu")
+    spec = app.spec("transcribe")
+    assert (spec.queue, spec.max_attempts, spec.lease_seconds, spec.timeout) == ("gpu", 5, 120, 3600)
+    assert spec.is_async and not app.spec("resize").is_async
+    assert resize.__name__ == "resize"  # the decorator returns the function itself
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"max_attempts": 0}, {"max_attempts": 101}, {"lease_seconds": 0}, {"timeout": -1}, {"queue": " "}],
+)
+def test_handler_options_are_checked(kwargs: dict) -> None:
+    with pytest.raises(InvalidInput):
+        App().register("k", lambda ctx: None, **kwargs)
+
+
+def test_a_kind_has_one_handler() -> None:
+    app = App()
+    app.register("k", lambda ctx: None)
+    with pytest.raises(InvalidInput, match="already has a handler"):
+        app.register("k", lambda ctx: None)
+    with pytest.raises(InvalidInput, match="no handler"):
+        app.spec("other")
+
+
+def test_include_merges_apps() -> None:
+    first, second = App(), App()
+    first.register("a", lambda ctx: None)
+    second.register("b", lambda ctx: None, queue="q")
+    first.include(second)
+    assert first.kinds == ("a", "b") and first.spec("b").queue == "q"
+
+
+def test_load_app() -> None:
+    assert load_app("service.examples").kinds == ("classify", "fail", "sleep")
+    assert load_app("service.examples:app") is load_app("service.examples")
+    with pytest.raises(InvalidInput, match="no module named"):
+        load_app("no_such_module_anywhere")
+    with pytest.raises(InvalidInput, match="no attribute"):
+        load_app("service.examples:nothing")
+    with pytest.raises(InvalidInput, match="not a jobq App"):
+        load_app("service.examples:LABELS")
+
+
+# -- context --------------------------------------------------------------------------------
+
+
+def test_progress_is_recorded_locally_and_checked() -> None:
+    ctx = JobContext(claimed(), "w")
+    assert ctx.pending() is None
+    ctx.progress(3, 10)
+    pending = ctx.pending()
+    assert pending is not None and (pending.done, pending.total, pending.has_checkpoint) == (3, 10, False)
+    ctx.flushed(pending)
+    assert ctx.pending() is None
+    with pytest.raises(InvalidInput):
+        ctx.progress(11)  # past the known total
+    with pytest.raises(InvalidInput):
+        ctx.progress(-1)
+
+
+def test_checkpoint_is_a_copy_and_flushes_once() -> None:
+    ctx = JobContext(claimed(), "w")
+    state = {"cursor": 1}
+    ctx.checkpoint(state)
+    state["cursor"] = 2
+    assert ctx.last_checkpoint == {"cursor": 1}
+    pending = ctx.pending()
+    assert pending is not None and pending.checkpoint == {"cursor": 1}
+    ctx.flushed(pending)
+    ctx.progress(1)
+    later = ctx.pending()
+    assert later is not None and later.checkpoint is None  # already written
+    with pytest.raises(InvalidInput):
+        ctx.checkpoint({"not json": object()})
+
+
+def test_items_resume_after_the_checkpoint_with_the_saved_state() -> None:
+    first = JobContext(claimed(), "w")
+    seen = first.state.setdefault("seen", [])
+    for item in first.items(list(range(10))):
+        seen.append(item)
+        if item == 3:
+            break  # the worker dies while item 4 is being done
+    saved = first.last_checkpoint
+    assert saved["position"] <= 3 + 1 and saved["state"]["seen"] == list(range(saved["position"]))
+
+    second = JobContext(claimed(checkpoint=saved, attempt=2), "w")
+    assert second.state == {"seen": list(range(saved["position"]))}
+    again = second.state["seen"]
+    for item in second.items(list(range(10))):
+        again.append(item)
+    assert again == list(range(10))
+    assert second.done == 10 and second.total == 10
+
+
+def test_items_raise_job_stopped_once_told_to_stop() -> None:
+    ctx = JobContext(claimed(), "w")
+    got = []
+    with pytest.raises(JobStopped) as stopped:
+        for item in ctx.items([1, 2, 3]):
+            got.append(item)
+            ctx.request_stop(StopReason.CANCELLED)
+    assert got == [1] and stopped.value.reason is StopReason.CANCELLED
+
+
+def test_stop_signals() -> None:
+    ctx = JobContext(claimed(), "w")
+    assert not ctx.should_stop and ctx.stop_reason is None
+    assert ctx.wait(0.01) is False
+    ctx.raise_if_stopped()
+    called = []
+    ctx.on_stop(lambda: called.append(1))
+    threading.Timer(0.05, ctx.request_stop, args=(StopReason.LEASE_LOST,)).start()
+    began = time.monotonic()
+    assert ctx.wait(5) is True
+    assert time.monotonic() - began < 1
+    assert ctx.stop_reason is StopReason.LEASE_LOST and called == [1]
+    assert ctx.request_stop(StopReason.CANCELLED) is False  # the first reason wins
+    with pytest.raises(JobStopped):
+        ctx.raise_if_stopped()
+    ctx.on_stop(lambda: called.append(2))  # already stopped: runs at once
+    assert called == [1, 2]
+
+
+# -- executor -------------------------------------------------------------------------------
+
+
+def test_outcomes() -> None:
+    app = App()
+    app.register("ok", lambda ctx: {"echo": ctx.payload})
+    app.register("boom", lambda ctx: 1 / 0)
+    app.register("perm", lambda ctx: (_ for _ in ()).throw(PermanentError("bad input")))
+    app.register("not_json", lambda ctx: object())
+
+    ok = execute(app.spec("ok"), JobContext(claimed("ok", {"x": 1}), "w"))
+    assert ok == Succeeded({"echo": {"x": 1}})
+    boom = run(app, "boom")
+    assert isinstance(boom, Failed) and boom.retryable
+    assert boom.error.startswith("ZeroDivisionError: division by zero\n") and "Traceback" in boom.error
+    perm = run(app, "perm")
+    assert isinstance(perm, Failed) and not perm.retryable and perm.error.startswith("PermanentError: bad input")
+    not_json = run(app, "not_json")
+    assert isinstance(not_json, Failed) and not not_json.retryable and "not JSON" in not_json.error
+
+
+def test_a_stopped_handler_is_stopped_whatever_it_returns_or_raises() -> None:
+    app = App()
+
+    def stops(ctx: JobContext) -> str:
+        ctx.request_stop(StopReason.TIMEOUT)  # as the keeper would, from another thread
+        return "late"
+
+    def raises_after_stop(ctx: JobContext) -> None:
+        ctx.request_stop(StopReason.CANCELLED)
+        raise RuntimeError("interrupted")
+
+    def checks(ctx: JobContext) -> None:
+        ctx.request_stop(StopReason.SHUTDOWN)
+        ctx.raise_if_stopped()
+
+    app.register("stops", stops)
+    app.register("raises", raises_after_stop)
+    app.register("checks", checks)
+    assert run(app, "stops") == Stopped(StopReason.TIMEOUT)
+    assert run(app, "raises") == Stopped(StopReason.CANCELLED)
+    assert run(app, "checks") == Stopped(StopReason.SHUTDOWN)
+
+
+def test_async_handlers_run_on_their_own_loop_and_are_cancelled_on_stop() -> None:
+    app = App()
+
+    @app.handler()
+    async def quick(ctx: JobContext) -> int:
+        await asyncio.sleep(0)
+        return 42
+
+    @app.handler()
+    async def slow(ctx: JobContext) -> None:
+        await asyncio.sleep(30)
+
+    assert run(app, "quick") == Succeeded(42)
+    ctx = JobContext(claimed("slow"), "w")
+    threading.Timer(0.1, ctx.request_stop, args=(StopReason.CANCELLED,)).start()
+    began = time.monotonic()
+    assert execute(app.spec("slow"), ctx) == Stopped(StopReason.CANCELLED)
+    assert time.monotonic() - began < 2
+
+
+def test_errors_keep_their_first_line_and_the_end_of_the_traceback() -> None:
+    try:
+        raise ValueError("x" * 20_000)
+    except ValueError as exc:
+        text = format_error(exc)
+    assert len(text) <= MAX_ERROR_CHARS
+    assert text.startswith("ValueError: xxx")
+    assert "[... traceback cut ...]" in text
+
+
+# -- small parts ------------------------------------------------------------------------------
+
+
+def test_backoff_grows_with_jitter_up_to_the_cap() -> None:
+    backoff = Backoff(base=0.1, cap=1.0)
+    waits = [backoff.next() for _ in range(8)]
+    assert 0.05 <= waits[0] <= 0.1
+    assert all(0.5 <= w <= 1.0 for w in waits[5:])
+    backoff.reset()
+    assert backoff.next() <= 0.1
+    assert all(1.0 <= jittered(2.0) <= 3.0 for _ in range(100))
+
+
+def test_worker_id_is_host_pid_suffix() -> None:
+    first, second = make_worker_id(), make_worker_id()
+    assert re.fullmatch(r"[^:]+:\d+:[0-9a-f]{6}", first)
+    assert first != second
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"concurrency": 0}, {"lease_seconds": 0}, {"grace_seconds": -1}, {"poll_seconds": 0}, {"queues": ()}]
+)
+def test_worker_config_is_checked(kwargs: dict) -> None:
+    with pytest.raises(InvalidInput):
+        WorkerConfig(**kwargs)
+
+
+def test_reap_interval_follows_the_lease() -> None:
+    assert WorkerConfig(lease_seconds=2).reap_every == 1
+    assert WorkerConfig(lease_seconds=600).reap_every == 30
+    assert WorkerConfig(lease_seconds=0.4).reap_every == 0.5
