@@ -1,0 +1,64 @@
+-- jobq: the analysts' read-only role (PostgreSQL).
+--
+-- Creates jobq_analyst, a NOLOGIN group role that may read the two views of the
+-- analysts' read model (job_history, attempt_history; see docs/ANALYSTS.md) and
+-- nothing else: no base table (so never api_tokens.token_hash), no writes.
+-- A view runs with its owner's privileges, so SELECT on the view is all it needs.
+--
+-- Run it after `jobq migrate`, as the role that ran the migrations (the owner
+-- of jobq's tables), in jobq's database, with jobq's schema first on the
+-- search_path (the default: public):
+--
+--     psql "$JOBQ_DATABASE_URL" -v ON_ERROR_STOP=1 -f deploy/analysts.sql
+--
+-- Creating the role needs CREATEROLE (or a superuser) the first time; later
+-- runs only re-apply the grants. Idempotent: safe to run twice, and run it again
+-- after any migration that recreates a view (a recreated view loses its grants).
+--
+-- Then give each analyst a login role of their own that is a member of it:
+--
+--     CREATE ROLE alice LOGIN PASSWORD '...' IN ROLE jobq_analyst;
+--     -- or, for an existing role:  GRANT jobq_analyst TO alice;
+--     -- recommended for every analyst login (settings are per login role):
+--     ALTER ROLE alice SET default_transaction_read_only = on;
+--     ALTER ROLE alice SET statement_timeout = '60s';
+--
+-- Take it away with `REVOKE jobq_analyst FROM alice;`. To remove the role
+-- entirely: `REVOKE ALL ON job_history, attempt_history FROM jobq_analyst;
+-- REVOKE ALL ON SCHEMA public FROM jobq_analyst; DROP ROLE jobq_analyst;`
+-- (plus the CONNECT grant, in each database where the script ran).
+
+-- The group role: created once, never with LOGIN, never inheriting anything.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'jobq_analyst') THEN
+        CREATE ROLE jobq_analyst NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS;
+    END IF;
+END
+$$;
+
+-- Start from nothing in this schema: whatever was granted to the role before
+-- (by hand, by an older version of this script) goes.
+DO $$
+BEGIN
+    EXECUTE format('REVOKE ALL ON ALL TABLES IN SCHEMA %I FROM jobq_analyst', current_schema());
+    EXECUTE format('REVOKE ALL ON ALL SEQUENCES IN SCHEMA %I FROM jobq_analyst', current_schema());
+END
+$$;
+
+-- Nobody reads or writes jobq's tables through PUBLIC (PostgreSQL grants PUBLIC
+-- nothing on tables by default; this undoes a grant someone may have made).
+-- The application keeps its access: it connects as the owner.
+REVOKE ALL ON TABLE jobs, job_results, job_attempts, job_replays, workers, api_tokens, alembic_version
+    FROM PUBLIC;
+REVOKE ALL ON SEQUENCE job_attempts_id_seq, job_replays_id_seq FROM PUBLIC;
+REVOKE ALL ON TABLE job_history, attempt_history FROM PUBLIC;
+
+-- What the role may do: connect, look up names in the schema, read the views.
+DO $$
+BEGIN
+    EXECUTE format('GRANT CONNECT ON DATABASE %I TO jobq_analyst', current_database());
+    EXECUTE format('GRANT USAGE ON SCHEMA %I TO jobq_analyst', current_schema());
+END
+$$;
+GRANT SELECT ON TABLE job_history, attempt_history TO jobq_analyst;
