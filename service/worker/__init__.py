@@ -17,7 +17,8 @@ and the job threads, each taking a connection for one statement only, plus one
 dedicated LISTEN connection: **at most 3 per process** at the defaults, whatever
 ``--concurrency`` is. Handlers never hold one. A PostgreSQL with
 ``max_connections = 100`` and some left for the API therefore carries about 30
-worker processes; put PgBouncer (session mode for the listener) in front for more.
+worker processes. LISTEN needs a session of its own: behind PgBouncer in
+transaction mode, set ``JOBQ_NOTIFY=false`` (no listener; polling alone).
 """
 
 from service.worker.context import JobContext, JobStopped, StopReason

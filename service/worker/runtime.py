@@ -33,7 +33,7 @@ from types import FrameType
 from typing import TypeVar
 
 from service.errors import InvalidInput, LeaseLost, StoreUnavailable
-from service.jobs import ClaimedJob, JobState, WorkerInfo
+from service.jobs import ClaimedJob, JobState, Lease, WorkerInfo
 from service.maintenance.reaper import Reaper
 from service.retry import RetryPolicy
 from service.store.base import JOBS_QUEUED, Listener, Store
@@ -124,7 +124,7 @@ class Worker:
         self.clock = clock
         self.health = StoreHealth(self.id)
         self._lock = threading.Lock()
-        self._running: dict[object, RunningJob] = {}
+        self._running: dict[Lease, RunningJob] = {}
         self._wake = threading.Event()
         self._stopping = threading.Event()  # no more claims
         self._halt = threading.Event()  # background threads end
@@ -139,6 +139,7 @@ class Worker:
             on_overdue=self._settle_overdue,
             flush_seconds=self.config.flush_seconds,
             stop_grace=self.config.grace_seconds,
+            tick_seconds=min(0.1, self.config.lease_seconds / 10),
             clock=clock,
         )
         self.reaper = Reaper(store)
@@ -243,7 +244,9 @@ class Worker:
             last_renewed=sent,
         )
         with self._lock:
-            self._running[job.id] = running
+            # Keyed by the lease, not the job id: this worker may claim a job again (a new
+            # attempt) while the thread of its abandoned earlier attempt is still running.
+            self._running[job.lease] = running
         self.claimed += 1
         job_event("job.claimed", job, self.id, max_attempts=job.max_attempts)
         thread = threading.Thread(target=self._run_job, args=(running,), name=f"jobq-job-{job.id}", daemon=True)
@@ -268,7 +271,7 @@ class Worker:
             log_event("worker.job_error", logging.ERROR, exc_info=True, worker=self.id, job_id=str(running.job.id))
         finally:
             with self._lock:
-                self._running.pop(running.job.id, None)
+                self._running.pop(running.job.lease, None)
             self._wake.set()  # a slot is free: claim again at once
 
     def _settle(self, running: RunningJob, outcome: Outcome) -> None:

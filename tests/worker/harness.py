@@ -32,12 +32,20 @@ def wait_until(predicate: Callable[[], T], timeout: float, interval: float = 0.0
 
 
 class WorkerProcess:
-    """``python -m service --database-url URL worker --app tests.worker.apps ARGS``, logs to a file."""
+    """``python -m service --database-url URL worker --app APP ARGS`` (APP: the test app), logs to a file."""
 
-    def __init__(self, url: str, log_dir: Path, name: str, args: list[str], env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        url: str,
+        log_dir: Path,
+        name: str,
+        args: list[str],
+        env: dict[str, str] | None = None,
+        app: str = TEST_APP,
+    ) -> None:
         self.name = name
         self.log_path = log_dir / f"{name}.log"
-        command = [sys.executable, "-m", "service", "--database-url", url, "worker", "--app", TEST_APP, *args]
+        command = [sys.executable, "-m", "service", "--database-url", url, "worker", "--app", app, *args]
         environment = {**os.environ, "PYTHONPATH": str(ROOT), "JOBQ_RETRY_BASE_SECONDS": "0.2", **(env or {})}
         environment.pop("JOBQ_DATABASE_URL", None)
         with open(self.log_path, "wb") as log:
