@@ -22,7 +22,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from service.errors import InvalidInput
 from service.jobs import JSON, ClaimedJob

@@ -460,6 +460,7 @@ class Worker:
                     return
                 self._listener = listener
             backoff.reset()
+            self._wake.set()  # jobs enqueued before LISTEN took effect notified no one: look once
             try:
                 while not self._halt.is_set():
                     notes = listener.wait(1.0)

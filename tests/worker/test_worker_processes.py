@@ -78,7 +78,7 @@ def test_cancel_while_running_is_seen_within_one_heartbeat(
     seen_after = stopped[0]["at"] - asked_at
     print(f"\ncancel seen by the handler after {seen_after * 1000:.0f} ms (heartbeat every {lease / 3:g} s)")
     assert stopped[0]["reason"] == "cancelled"
-    assert seen_after <= lease / 3 + 0.3
+    assert seen_after <= lease / 3 + 0.5  # one heartbeat interval, plus slack for a busy machine
     assert [a["outcome"] for a in pg.attempts(job.id)] == ["cancelled"]
     assert [e["job_id"] for e in worker.events("job.cancelled")] == [str(job.id)]
 
