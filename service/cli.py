@@ -23,7 +23,12 @@ import dataclasses
 import importlib
 import json
 import logging
+import os
+import signal
+import subprocess
 import sys
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -342,6 +347,155 @@ def worker(
     with open_cli_store(ctx) as store:
         policy = RetryPolicy(settings.retry_base_seconds, settings.retry_cap_seconds)
         Worker(store, handlers, config, retry_policy=policy).run()
+
+
+# -- the REST API: serve, dev, tokens (service.api) --------------------------------------
+
+
+@app.command()
+def serve(
+    ctx: typer.Context,
+    host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0 in a container).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535)] = 8000,
+    log_level: Annotated[str, typer.Option(metavar="LEVEL", help="uvicorn's log level.")] = "info",
+) -> None:
+    """Run the REST API under uvicorn (OpenAPI at /openapi.json, docs at /docs)."""
+    import uvicorn
+
+    from service.api import create_app
+
+    uvicorn.run(create_app(cli_state(ctx).settings()), host=host, port=port, log_level=log_level)
+
+
+@app.command()
+def dev(
+    ctx: typer.Context,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535)] = 8000,
+) -> None:
+    """Try jobq in one command: the API (auth off) and a worker running the example handlers.
+
+    Migrates the database first (SQLite ./jobq.db unless JOBQ_DATABASE_URL says otherwise),
+    prints the URL and a curl line to paste; Ctrl-C stops both cleanly.
+    """
+    import uvicorn
+
+    from service.api import create_app
+    from service.store import migrate as migrations
+
+    settings = cli_state(ctx).settings().model_copy(update={"auth": False})
+    with _migration_errors():
+        migrations.upgrade(settings.database_url)
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning"))
+    worker = _start_dev_worker(settings.database_url)
+    threading.Thread(target=_dev_announce, args=(server, worker, settings), daemon=True).start()
+    previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)  # uvicorn re-raises it when done
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        _stop_dev_worker(worker)
+    print("jobq dev: stopped", file=sys.stderr)
+
+
+def _start_dev_worker(database_url: str) -> subprocess.Popen[bytes]:
+    # Its own session: Ctrl-C reaches only `jobq dev`, which then stops the worker gracefully.
+    env = {**os.environ, "JOBQ_DATABASE_URL": database_url}
+    command = [sys.executable, "-m", "service", "worker", "--app", "service.examples", "--poll-seconds", "0.5"]
+    return subprocess.Popen(command, env=env, start_new_session=True)
+
+
+def _dev_announce(server: Any, worker: subprocess.Popen[bytes], settings: Settings) -> None:
+    while not server.started and not server.should_exit:
+        time.sleep(0.05)
+    if not server.started:
+        return
+    config = server.config
+    url = f"http://{config.host}:{config.port}"
+    example = json.dumps({"kind": "classify", "payload": {"items": ["great product", "arrived broken"]}})
+    print(
+        f"jobq dev: the API is at {url} (docs: {url}/docs); a worker runs service.examples;\n"
+        f"  database {_redact(settings.database_url)}; auth is off (tenant 'default').\n"
+        f"Submit a job:\n\n"
+        f"  curl -si -X POST {url}/v1/jobs -H 'Content-Type: application/json' -d '{example}'\n\n"
+        f"then GET the URL in its Location header. Ctrl-C stops everything.",
+        flush=True,
+    )
+    code = worker.wait()
+    if not server.should_exit:
+        print(f"jobq dev: the worker exited (code {code}); stopping", file=sys.stderr)
+        server.should_exit = True
+
+
+def _stop_dev_worker(worker: subprocess.Popen[bytes]) -> None:
+    if worker.poll() is not None:
+        return
+    worker.send_signal(signal.SIGTERM)  # finish or hand back its jobs, then exit
+    try:
+        worker.wait(timeout=40)
+    except (KeyboardInterrupt, subprocess.TimeoutExpired):
+        worker.kill()  # a second Ctrl-C, or a worker that would not stop
+        worker.wait()
+
+
+def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+token_app = typer.Typer(help="API tokens: create (shown once), revoke, list.", no_args_is_help=True)
+app.add_typer(token_app, name="token")
+
+
+@token_app.command("create")
+def token_create(
+    ctx: typer.Context,
+    tenant: Annotated[str, typer.Option(metavar="NAME", help="The tenant whose jobs the token may see.")],
+    name: Annotated[str | None, typer.Option(metavar="TEXT", help="A note: who or what uses it.")] = None,
+) -> None:
+    """Create an API token and print it once on stdout; only its SHA-256 is stored."""
+    from service.api.auth import hash_token, new_token
+
+    if not tenant.strip() or len(tenant) > 200:
+        raise InvalidInput("--tenant must be a non-empty name of at most 200 characters")
+    token = new_token()
+    with open_cli_store(ctx) as store:
+        record = store.create_token(tenant, hash_token(token), name)
+    print(token)
+    print(
+        f"token {record.id} for tenant {tenant!r}: keep it now, it is not shown again "
+        f"(revoke: jobq token revoke {record.id})",
+        file=sys.stderr,
+    )
+
+
+@token_app.command("revoke")
+def token_revoke(
+    ctx: typer.Context,
+    token_id: Annotated[str, typer.Argument(metavar="TOKEN_ID", help="The id `jobq token create` printed.")],
+) -> None:
+    """Revoke a token: from now on it gets 401, like any unknown token."""
+    try:
+        parsed = uuid.UUID(token_id)
+    except ValueError:
+        raise InvalidInput(f"not a token id (expected a UUID): {token_id!r}") from None
+    with open_cli_store(ctx) as store:
+        record = store.revoke_token(parsed)
+    print(f"revoked token {record.id} of tenant {record.tenant!r}", file=sys.stderr)
+
+
+@token_app.command("list")
+def token_list(
+    ctx: typer.Context,
+    tenant: Annotated[str | None, typer.Option(metavar="NAME", help="Only this tenant's tokens.")] = None,
+) -> None:
+    """List tokens (never the tokens themselves): id, tenant, name, created, revoked."""
+    with open_cli_store(ctx) as store:
+        records = store.list_tokens(tenant)
+    for record in records:
+        revoked = _iso(record.revoked_at) or "-"
+        print(f"{record.id}  {record.tenant}  {record.name or '-'}  created {_iso(record.created_at)}  revoked {revoked}")
 
 
 # -- entry point ---------------------------------------------------------------------
