@@ -28,11 +28,23 @@
 -- REVOKE ALL ON SCHEMA public FROM jobq_analyst; DROP ROLE jobq_analyst;`
 -- (plus the CONNECT grant, in each database where the script ran).
 
--- The group role: created once, never with LOGIN, never inheriting anything.
+-- The group role: created once, never with LOGIN. Roles belong to the whole
+-- server, so another database (or a concurrent run) may have created it already.
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'jobq_analyst') THEN
-        CREATE ROLE jobq_analyst NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS;
+        BEGIN
+            CREATE ROLE jobq_analyst NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS;
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN
+            NULL;  -- created by a concurrent run between the check and here
+        END;
+    END IF;
+    -- A role of that name that can do more than read (log in by itself, bypass
+    -- row security, create roles...) is not this one: stop rather than grant it.
+    IF EXISTS (SELECT FROM pg_catalog.pg_roles
+               WHERE rolname = 'jobq_analyst'
+                 AND (rolcanlogin OR rolsuper OR rolcreatedb OR rolcreaterole OR rolreplication OR rolbypassrls)) THEN
+        RAISE EXCEPTION 'role jobq_analyst exists with LOGIN or another attribute; expected NOLOGIN and nothing else';
     END IF;
 END
 $$;

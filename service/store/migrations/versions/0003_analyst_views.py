@@ -18,7 +18,9 @@ and nothing else; a view runs with its owner's privileges, so that is enough.
 Why these shapes, for six weeks of history:
 - ``result`` is a LEFT JOIN on the result's primary key and ``replay_count`` a
   LEFT JOIN on replays grouped by job, so PostgreSQL removes both joins from a
-  query that does not read those columns (join removal).
+  query that does not read those columns (join removal). ``attempt_history``
+  reaches its job the same way (a LEFT JOIN on the primary key; the foreign key
+  guarantees the job is there), so a query on attempts alone never reads jobs.
 - ``queue_wait_seconds`` is a correlated subquery (one probe of
   ``ix_job_attempts_job_id_attempt`` per row): it costs nothing in a query that
   does not read it, and only the rows a query keeps in one that does.
@@ -29,7 +31,7 @@ Why these shapes, for six weeks of history:
   objects are not tables or indexes: ``alembic check`` does not compare them.
 
 The same SELECTs on both stores; only the interval arithmetic differs
-(PostgreSQL ``extract(epoch FROM a - b)``, SQLite ``julianday``).
+(PostgreSQL ``date_part('epoch', a - b)``, SQLite ``julianday``).
 
 Note for later migrations on SQLite: a batch ALTER of ``jobs``, ``job_attempts``,
 ``job_results`` or ``job_replays`` recreates the table, and SQLite refuses to
@@ -60,7 +62,8 @@ DAY_STATISTICS = {
 def _seconds(dialect: str, later: str, earlier: str) -> str:
     """SQL for ``later - earlier`` in seconds (a float; NULL if either is NULL)."""
     if dialect == "postgresql":
-        return f"extract(epoch FROM {later} - {earlier})::double precision"
+        # date_part is extract's float8 twin: no numeric arithmetic on a million rows.
+        return f"date_part('epoch', {later} - {earlier})"
     return f"(julianday({later}) - julianday({earlier})) * 86400.0"
 
 
@@ -118,7 +121,7 @@ SELECT a.id AS attempt_id,
        a.outcome,
        a.error
 FROM job_attempts AS a
-JOIN jobs AS j ON j.id = a.job_id
+LEFT JOIN jobs AS j ON j.id = a.job_id
 """
 
 
