@@ -36,15 +36,17 @@ import os
 import re
 import shutil
 import sqlite3
+import time
 import uuid
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import pytest
@@ -54,6 +56,7 @@ from service.config import Settings
 from service.store import Store, open_store
 from service.store.migrate import upgrade
 
+T = TypeVar("T")
 DATABASE_URL_ENV = "JOBQ_TEST_DATABASE_URL"
 REQUIRE_POSTGRES_ENV = "JOBQ_REQUIRE_POSTGRES"
 POSTGRES_IMAGE = "postgres:16-alpine"
@@ -119,6 +122,7 @@ class _PostgresSource:
 
 
 _source: _PostgresSource | None = None
+_undropped: list[str] = []  # errors of test databases left behind, shown in the summary
 
 
 def postgres_source() -> _PostgresSource:
@@ -159,6 +163,9 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if _undropped:
+        terminalreporter.write_sep("!", f"{len(_undropped)} test database(s) could not be dropped", yellow=True)
+        terminalreporter.write_line(f"first error: {_undropped[0]}", yellow=True)
     source = postgres_source()
     if source.kind != "none":
         return
@@ -232,15 +239,20 @@ class PostgresServer:
             name = self.new_name()
             spares.append((name, self._background.submit(self.create_database, name, template=template)))
         name, made = spares.popleft()
-        return name, made.result()
+        try:
+            return name, made.result()
+        except psycopg.OperationalError:
+            # The server went away while the copy was made ahead (a test restarts it): make one now.
+            self.drop_database(name)
+            name = self.new_name()
+            return name, _patiently(lambda: self.create_database(name, template=template))
 
     def drop_database(self, name: str, *, wait: bool = False) -> None:
         """Drop a database, terminating its connections first; in the background unless ``wait``."""
-        future = self._background.submit(self._drop_now, name)
+        future = self._background.submit(_patiently, lambda: self._drop_now(name))
+        self._drops.append(future)  # a failed drop is reported at the end, never raised
         if wait:
-            future.result()
-        else:
-            self._drops.append(future)
+            futures_wait([future])
 
     def _drop_now(self, name: str) -> None:
         with psycopg.connect(self.admin_url, autocommit=True, connect_timeout=10) as conn:
@@ -259,13 +271,24 @@ class PostgresServer:
             if made.exception() is None:
                 self.drop_database(name)
 
-    def close(self) -> None:
+    def close(self) -> list[str]:
+        """Drop what is left; answers the errors of drops that failed (reported, not raised)."""
         for template in list(self._spares):
             self.drop_spares(template)
         self._background.shutdown(wait=True)
-        errors = [f.exception() for f in self._drops if f.exception() is not None]
-        if errors:
-            raise RuntimeError(f"could not drop {len(errors)} test database(s): {errors[0]}")
+        return [str(f.exception()) for f in self._drops if f.exception() is not None]
+
+
+def _patiently(operation: Callable[[], T], *, seconds: float = 30.0) -> T:
+    """Run ``operation``, retrying while the server does not answer (a test may be restarting it)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return operation()
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def _unavailable(message: str) -> None:
@@ -306,7 +329,7 @@ def postgres_server() -> Iterator[PostgresServer]:
     try:
         yield server
     finally:
-        server.close()
+        _undropped.extend(server.close())
         if container is not None:
             container.stop()
 
@@ -315,7 +338,7 @@ def postgres_server() -> Iterator[PostgresServer]:
 def pg_template(postgres_server: PostgresServer) -> Iterator[str]:
     """The name of a database migrated to head once per session; tests get copies of it."""
     name = postgres_server.new_name("template")
-    upgrade(postgres_server.create_database(name))
+    upgrade(_patiently(lambda: postgres_server.create_database(name)))
     yield name
     postgres_server.drop_spares(name)
     postgres_server.drop_database(name, wait=True)

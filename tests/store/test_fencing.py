@@ -171,3 +171,57 @@ def test_a_token_from_before_a_replay_never_matches_the_new_claim(store, db: Dat
     with pytest.raises(LeaseLost):
         store.complete(hung.lease, {"from": "the hung handler"})
     assert _snapshot(db, fresh.id) == before
+
+
+def _attempt_fenced(store, clock: FakeClock):
+    """The same worker lost the job and claimed it again: only the attempt tells the tokens apart."""
+    store.enqueue(new_job(max_attempts=3, total=10))
+    old = claim_one(store, "worker-a", lease_seconds=10)
+    clock.advance(11)
+    store.reap()
+    clock.advance(3600)
+    new = claim_one(store, "worker-a", lease_seconds=60)
+    assert (old.lease.owner, old.attempt, new.attempt) == ("worker-a", 1, 2)
+    return old, new
+
+
+def _owner_fenced(store, clock: FakeClock):
+    """A released job was claimed by another worker with the same attempt number: only the owner differs."""
+    store.enqueue(new_job(max_attempts=3, total=10))
+    old = claim_one(store, "worker-a", lease_seconds=60)
+    store.release(old.lease)
+    new = claim_one(store, "worker-b", lease_seconds=60)
+    assert (old.attempt, new.attempt, new.lease.owner) == (1, 1, "worker-b")
+    return old, new
+
+
+WRITES = {
+    "heartbeat": lambda store, lease: store.heartbeat(lease, 600, done=9, checkpoint={"from": "old"}),
+    "complete": lambda store, lease: store.complete(lease, {"from": "old"}),
+    "fail-retryable": lambda store, lease: store.fail(lease, "old", retryable=True),
+    "fail-permanent": lambda store, lease: store.fail(lease, "old", retryable=False),
+    "release": lambda store, lease: store.release(lease),
+    "acknowledge-cancel": lambda store, lease: store.acknowledge_cancel(lease),
+}
+
+
+@pytest.mark.parametrize("scenario", [_attempt_fenced, _owner_fenced], ids=["same-owner", "same-attempt"])
+@pytest.mark.parametrize("write", list(WRITES))
+def test_every_write_is_fenced_on_both_owner_and_attempt(store, db: Database, clock: FakeClock, scenario, write):
+    old, new = scenario(store, clock)
+    store.cancel(new.id)  # so that acknowledging a cancel would be a real change too
+    before = _snapshot(db, new.id)
+
+    # The old token's own release did land: repeating it answers from that receipt.
+    answers_from_receipt = scenario is _owner_fenced and write == "release"
+    try:
+        outcome = WRITES[write](store, old.lease)
+    except LeaseLost:
+        assert not answers_from_receipt
+    else:
+        if write == "heartbeat":
+            assert outcome.held is False
+        else:
+            assert answers_from_receipt, f"{write} with the old token did not report the lost lease"
+
+    assert _snapshot(db, new.id) == before

@@ -1,0 +1,377 @@
+"""Random operation sequences against a real store, checking DESIGN.md's invariants after every step.
+
+Hypothesis drives enqueue / claim / heartbeat / complete / fail / release /
+acknowledge-cancel / reap / cancel / replay / advance-the-clock in any order, with
+tokens that are current and tokens that went stale. After each step the rows are
+read back and checked:
+
+1. at most one worker holds a running job: a running job has exactly one open
+   attempt row, and it belongs to the job's current token; a stale token changes
+   nothing at all;
+2. a running job has a lease owner and expiry; after a reap, no lease is past due;
+3. a failed job has an error, a finished attempt has an outcome (and a failed one
+   its error);
+5. a terminal job changes only through replay, and each replay is recorded;
+
+and attempts stay within max_attempts, results exist exactly for succeeded jobs,
+and a claim takes the first due jobs in claim order.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
+
+from service.errors import LeaseLost
+from service.jobs import JobState, Lease, NewJob, ReplayFilter
+from tests.conftest import Database, FakeClock
+
+TABLES_CHILD_FIRST = ("job_replays", "job_attempts", "job_results", "jobs")
+QUEUES = ("a", "b")
+WORKERS = ("w1", "w2")  # few workers: the same worker often reclaims a job it lost
+# Shrinking a failing sequence against a real database can take minutes (Hypothesis
+# stops only after five), so by default a failure is reported as found, at most 30
+# steps long. JOBQ_STATEFUL_SHRINK=1 shrinks it; JOBQ_STATEFUL_EXAMPLES=500 searches longer.
+RUN_SETTINGS = settings(
+    max_examples=int(os.environ.get("JOBQ_STATEFUL_EXAMPLES", "40")),
+    stateful_step_count=30,
+    deadline=None,
+    phases=[p for p in Phase if p is not Phase.shrink or os.environ.get("JOBQ_STATEFUL_SHRINK") == "1"],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+
+pick = st.integers(min_value=0, max_value=10_000)
+
+
+@dataclass
+class Model:
+    """What the test remembers between steps (the rows themselves are the truth)."""
+
+    jobs: list[uuid.UUID]
+    leases: list[Lease]
+    claims: dict[str, int]  # job id -> claims made, i.e. attempt rows expected
+    replays: int
+    terminal: dict[str, dict[str, Any]]  # job id -> row, for jobs that were terminal after the last step
+
+
+def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedStateMachine]:
+    class QueueMachine(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            for table in TABLES_CHILD_FIRST:  # a fresh queue per example, cheaper than a new database
+                db.execute(f"DELETE FROM {table}")
+            clock.set(FakeClock.START)
+            self.model = Model(jobs=[], leases=[], claims={}, replays=0, terminal={})
+            self.replayed_now: set[str] = set()
+
+        # -- helpers ------------------------------------------------------------------
+        def rows(self) -> dict[str, dict[str, Any]]:
+            return {r["id"]: r for r in db.rows("SELECT * FROM jobs")}
+
+        def snapshot(self) -> tuple[Any, ...]:
+            return tuple(db.rows(f"SELECT * FROM {t} ORDER BY 1") for t in TABLES_CHILD_FIRST)
+
+        def is_current(self, lease: Lease) -> bool:
+            row = self.rows().get(str(lease.job_id))
+            return (
+                row is not None
+                and row["state"] == "running"
+                and row["lease_owner"] == lease.owner
+                and row["attempts"] == lease.attempt
+            )
+
+        def choose(self, items: list[Any], index: int) -> Any:
+            return items[index % len(items)]
+
+        def choose_lease(self, index: int) -> Lease:
+            """A third of the time a zombie's token (stale, on a job someone runs now), a third
+            one of the newest three (likely current), a third any token at all."""
+            leases = self.model.leases
+            if index % 3 == 0:
+                rows = self.rows()
+                zombies = [
+                    lease for lease in leases
+                    if rows[str(lease.job_id)]["state"] == "running" and not self.is_current(lease)
+                ]
+                if zombies:
+                    return self.choose(zombies, index // 3)
+            pool = leases[-3:] if index % 3 == 1 else leases
+            return self.choose(pool, index // 3)
+
+        def stale_write(self, lease: Lease, write: Any) -> None:
+            """A stale token: the write reports the lost lease (or answers from its receipt) and changes nothing."""
+            before = self.snapshot()
+            try:
+                write()
+            except LeaseLost:
+                pass
+            assert self.snapshot() == before, f"a stale token {lease} changed the database"
+
+        # -- submitting ---------------------------------------------------------------
+        @rule(
+            priority=st.integers(0, 2),
+            max_attempts=st.integers(1, 3),
+            delay=st.sampled_from([0, 0, 5]),
+            queue=st.sampled_from(QUEUES),
+            total=st.sampled_from([None, 10]),
+            key=st.sampled_from([None, None, None, "k1", "k2"]),
+        )
+        def enqueue(self, priority, max_attempts, delay, queue, total, key):
+            before = {r["id"] for r in self.rows().values()}
+            status = store.enqueue(
+                NewJob(
+                    kind="k",
+                    payload={"n": len(self.model.jobs)},
+                    queue=queue,
+                    priority=priority,
+                    max_attempts=max_attempts,
+                    delay_seconds=delay,
+                    total=total,
+                    idempotency_key=key,
+                )
+            )
+            if str(status.id) in before:
+                assert key is not None, "a job without an idempotency key was not inserted"
+            else:
+                assert status.state is JobState.QUEUED and status.attempts == 0
+                self.model.jobs.append(status.id)
+                self.model.claims[str(status.id)] = 0
+
+        # -- the worker's side ----------------------------------------------------------
+        @rule(
+            worker=st.sampled_from(WORKERS),
+            limit=st.integers(1, 3),
+            queues=st.sampled_from([("a",), ("b",), ("a", "b")]),
+            lease_seconds=st.sampled_from([5, 30]),
+        )
+        def claim(self, worker, limit, queues, lease_seconds):
+            now = clock.now()
+            due = sorted(
+                (r for r in self.rows().values()
+                 if r["state"] == "queued" and r["queue"] in queues and r["run_after"] <= now),
+                key=lambda r: (-r["priority"], r["run_after"], r["id"]),
+            )
+            claimed = store.claim(worker, list(queues), limit, lease_seconds)
+
+            assert {str(c.id) for c in claimed} == {r["id"] for r in due[:limit]}, "not the first due jobs"
+            after = self.rows()
+            for job in claimed:
+                row = after[str(job.id)]
+                assert (row["state"], row["lease_owner"], row["attempts"]) == ("running", worker, job.attempt)
+                self.model.claims[str(job.id)] += 1
+                self.model.leases.append(job.lease)
+
+        @precondition(lambda self: self.model.leases)
+        @rule(which=pick, done=st.sampled_from([None, 0, 5, 10]))
+        def heartbeat(self, which, done):
+            lease = self.choose_lease(which)
+            if not self.is_current(lease):
+                before = self.snapshot()
+                assert store.heartbeat(lease, 30, done=done, checkpoint={"d": done}).held is False
+                assert self.snapshot() == before, f"a stale heartbeat {lease} changed the database"
+                return
+            row = self.rows()[str(lease.job_id)]
+            beat = store.heartbeat(lease, 30, done=done, checkpoint={"d": done})
+            assert beat.held is True
+            assert beat.cancel_requested == bool(row["cancel_requested"])
+            after = db.job(lease.job_id)
+            assert after["done"] == (row["done"] if done is None else done)
+            assert after["lease_expires_at"] > clock.now()
+
+        @precondition(lambda self: self.model.leases)
+        @rule(which=pick)
+        def complete(self, which):
+            lease = self.choose_lease(which)
+            if not self.is_current(lease):
+                self.stale_write(lease, lambda: store.complete(lease, {"by": lease.owner}))
+                return
+            store.complete(lease, {"by": lease.owner})
+            assert db.job(lease.job_id)["state"] == "succeeded"
+            assert store.get_result(lease.job_id) == {"by": lease.owner}
+
+        @precondition(lambda self: self.model.leases)
+        @rule(which=pick, retryable=st.booleans())
+        def fail(self, which, retryable):
+            lease = self.choose_lease(which)
+            if not self.is_current(lease):
+                self.stale_write(lease, lambda: store.fail(lease, "stale error", retryable))
+                return
+            row = self.rows()[str(lease.job_id)]
+            result = store.fail(lease, f"error on attempt {lease.attempt}", retryable)
+            if row["cancel_requested"]:
+                expected = JobState.CANCELLED
+            elif retryable and row["attempts"] < row["max_attempts"]:
+                expected = JobState.QUEUED
+            else:
+                expected = JobState.FAILED
+            assert result.state is expected
+            after = db.job(lease.job_id)
+            assert after["state"] == expected.value
+            assert after["error"] == f"error on attempt {lease.attempt}"
+
+        @precondition(lambda self: self.model.leases)
+        @rule(which=pick)
+        def release(self, which):
+            lease = self.choose_lease(which)
+            if not self.is_current(lease):
+                self.stale_write(lease, lambda: store.release(lease))
+                return
+            store.release(lease)
+            after = db.job(lease.job_id)
+            assert (after["state"], after["attempts"]) == ("queued", lease.attempt - 1)
+            assert after["run_after"] == clock.now()
+
+        @precondition(lambda self: self.model.leases)
+        @rule(which=pick)
+        def acknowledge_cancel(self, which):
+            lease = self.choose_lease(which)
+            if not self.is_current(lease):
+                self.stale_write(lease, lambda: store.acknowledge_cancel(lease))
+                return
+            if not self.rows()[str(lease.job_id)]["cancel_requested"]:
+                return  # a worker acknowledges only a cancel it was told about
+            store.acknowledge_cancel(lease)
+            assert db.job(lease.job_id)["state"] == "cancelled"
+
+        # -- maintenance and operators ----------------------------------------------------
+        @rule()
+        def reap(self):
+            now = clock.now()
+            expired = {
+                r["id"]: r for r in self.rows().values()
+                if r["state"] == "running" and r["lease_expires_at"] < now
+            }
+            result = store.reap()
+            assert result.total == len(expired)
+            after = self.rows()
+            for job_id, before in expired.items():
+                row = after[job_id]
+                if before["cancel_requested"]:
+                    assert row["state"] == "cancelled"
+                elif before["attempts"] < before["max_attempts"]:
+                    assert row["state"] == "queued" and "lease expired" in row["error"]
+                else:
+                    assert row["state"] == "failed" and "lease expired" in row["error"]
+            assert not [r for r in after.values() if r["state"] == "running" and r["lease_expires_at"] < now]
+
+        @precondition(lambda self: self.model.jobs)
+        @rule(which=pick)
+        def cancel(self, which):
+            job_id = self.choose(self.model.jobs, which)
+            before = self.rows()[str(job_id)]
+            try:
+                status = store.cancel(job_id)
+            except Exception as exc:
+                assert before["state"] in {"succeeded", "failed", "cancelled"}, exc
+                assert type(exc).__name__ == "InvalidTransition"
+                return
+            if before["state"] == "queued":
+                assert status.state is JobState.CANCELLED
+            else:
+                assert (status.state, status.cancel_requested) == (JobState.RUNNING, True)
+
+        @precondition(lambda self: self.model.jobs)
+        @rule(which=pick, by_id=st.booleans(), dry_run=st.booleans())
+        def replay(self, which, by_id, dry_run):
+            before_rows = self.rows()
+            if by_id:
+                job_id = self.choose(self.model.jobs, which)
+                which_jobs = ReplayFilter(ids=(job_id,))
+                replayable = {str(job_id)} & {
+                    i for i, r in before_rows.items() if r["state"] in {"failed", "cancelled"}
+                }
+            else:
+                which_jobs = ReplayFilter()
+                replayable = {i for i, r in before_rows.items() if r["state"] == "failed"}
+            before = self.snapshot()
+
+            replayed = {str(i) for i in store.replay(which_jobs, by="operator", dry_run=dry_run)}
+
+            assert replayed == replayable
+            if dry_run:
+                assert self.snapshot() == before
+                return
+            after = self.rows()
+            for job_id in replayed:
+                assert (after[job_id]["state"], after[job_id]["attempts"], after[job_id]["error"]) == (
+                    "queued", 0, None,
+                )
+            self.model.replays += len(replayed)
+            self.replayed_now = replayed
+
+        @rule(seconds=st.sampled_from([1, 4, 6, 31, 700]))
+        def advance_clock(self, seconds):
+            clock.advance(seconds)
+
+        @precondition(lambda self: self.model.leases)
+        @rule()
+        def let_every_lease_expire_and_reap(self):
+            """A worker paused past its lease: the commonest way a token goes stale."""
+            clock.advance(31)
+            self.reap()
+            clock.advance(8)  # past the first retries' backoff, so the job can be claimed again
+
+        # -- invariants, checked after every step ---------------------------------------------
+        @invariant()
+        def rows_keep_the_design_invariants(self):
+            jobs = self.rows()
+            attempts = db.rows("SELECT * FROM job_attempts")
+            open_attempts: dict[str, list[dict[str, Any]]] = {}
+            for attempt in attempts:
+                if attempt["finished_at"] is None:
+                    assert attempt["outcome"] is None
+                    open_attempts.setdefault(attempt["job_id"], []).append(attempt)
+                else:
+                    assert attempt["outcome"] is not None, "a finished attempt without its outcome"
+                    if attempt["outcome"] in {"failed", "lease_expired"}:
+                        assert attempt["error"], "a failed attempt without its error"
+            results = {r["job_id"] for r in db.rows("SELECT job_id FROM job_results")}
+
+            for job_id, row in jobs.items():
+                assert 0 <= row["attempts"] <= row["max_attempts"]
+                opened = open_attempts.get(job_id, [])
+                if row["state"] == "running":
+                    assert row["lease_owner"] and row["lease_expires_at"] is not None
+                    assert len(opened) == 1, f"running job {job_id} has {len(opened)} open attempts"
+                    assert (opened[0]["worker"], opened[0]["attempt"]) == (row["lease_owner"], row["attempts"])
+                else:
+                    assert opened == [], f"{row['state']} job {job_id} still has an open attempt"
+                    assert row["lease_expires_at"] is None
+                if row["state"] == "queued":
+                    assert not row["cancel_requested"]
+                if row["state"] == "failed":
+                    assert row["error"], "failed without an error"
+                assert (row["state"] == "succeeded") == (job_id in results) == (row["result_id"] is not None)
+                if row["state"] in {"succeeded", "failed", "cancelled"}:
+                    assert row["finished_at"] is not None
+                assert len([a for a in attempts if a["job_id"] == job_id]) == self.model.claims[job_id]
+
+            for job_id, was in self.model.terminal.items():
+                if job_id not in self.replayed_now:
+                    assert jobs[job_id] == was, f"terminal job {job_id} changed without a replay"
+            self.model.terminal = {
+                i: r for i, r in jobs.items() if r["state"] in {"succeeded", "failed", "cancelled"}
+            }
+            self.replayed_now = set()
+            assert db.count("job_replays") == self.model.replays
+
+        @invariant()
+        def stale_reads_true_exactly_when_a_running_lease_is_past_due(self):
+            now = clock.now()
+            for job_id, row in self.rows().items():
+                expected = row["state"] == "running" and row["lease_expires_at"] < now
+                assert store.get(uuid.UUID(job_id)).stale is expected
+
+    return QueueMachine
+
+
+@pytest.mark.slow
+def test_random_operation_sequences_keep_every_invariant(store, db: Database, clock: FakeClock):
+    run_state_machine_as_test(make_machine(store, db, clock), settings=RUN_SETTINGS)
