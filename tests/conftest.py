@@ -179,7 +179,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         marker = item.get_closest_marker("postgres_only")
         callspec = getattr(item, "callspec", None)
-        if marker is None or callspec is None or callspec.params.get("store_url") != "sqlite":
+        # Any parametrized database fixture (store_url, or a test's own) whose variant is "sqlite".
+        if marker is None or callspec is None or "sqlite" not in callspec.params.values():
             continue
         reason = marker.kwargs.get("reason") or (marker.args[0] if marker.args else "needs PostgreSQL")
         item.add_marker(pytest.mark.skip(reason=f"PostgreSQL only: {reason}"))
