@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -17,6 +17,7 @@ from starlette.concurrency import run_in_threadpool
 from service.api.auth import hash_token, plausible, unauthorized
 from service.api.polling import Watcher
 from service.config import Settings
+from service.errors import InvalidInput
 from service.store import Store
 
 DEFAULT_TENANT = "default"
@@ -79,3 +80,25 @@ TenantDep = Annotated[str, Depends(get_tenant)]
 async def blocking(function: Callable[..., T], *args: object) -> T:
     """Run a store call (synchronous, may wait on the database) off the event loop."""
     return await run_in_threadpool(function, *args)
+
+
+async def no_unknown_query_parameters(request: Request) -> None:
+    """Query parameters, like bodies, forbid what the endpoint does not define: a typo
+    (``?stat=failed``) is a 422, not a filter silently ignored."""
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    if dependant is None:
+        return
+    known = _query_names(dependant)
+    unknown = sorted(set(request.query_params) - known)
+    if unknown:
+        expected = ", ".join(sorted(known)) or "none"
+        raise InvalidInput(f"unknown query parameter(s): {', '.join(unknown)} (this endpoint takes: {expected})")
+
+
+def _query_names(dependant: Any) -> set[str]:
+    """The query parameters an endpoint and its dependencies declare."""
+    names = {param.alias for param in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return names

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
+from starlette.routing import Match
 
 from service.errors import (
     IdempotencyConflict,
@@ -121,7 +122,27 @@ def problem_for(exc: BaseException) -> tuple[Problem, dict[str, str]]:
 async def problem_handler(request: Request, exc: Exception) -> JSONResponse:
     """The app's one exception handler: every error leaves as problem+json."""
     problem, headers = problem_for(exc)
+    if problem.status == 405:
+        allowed = allowed_methods(request)
+        headers["Allow"] = allowed
+        problem.detail = f"method not allowed here; allowed: {allowed}"
     return problem_response(problem, headers)
+
+
+def allowed_methods(request: Request) -> str:
+    """Every method the request's path answers to (Starlette names only its first route's).
+
+    A literal path (``/v1/jobs/batch``) wins over a pattern it also fits (``/v1/jobs/{job_id}``).
+    """
+    literal: set[str] = set()
+    patterned: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches({**request.scope, "method": "\x00"})  # a method no route has
+        methods = getattr(route, "methods", None)
+        if match is Match.NONE or not methods:
+            continue
+        (patterned if "{" in getattr(route, "path", "") else literal).update(methods)
+    return ", ".join(sorted(literal or patterned))
 
 
 def problem_response(problem: Problem, headers: dict[str, str] | None = None) -> JSONResponse:

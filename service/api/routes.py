@@ -11,15 +11,26 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 import time
 import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Path, Query, Response
+from fastapi import APIRouter, Depends, Header, Path, Query, Response
+from pydantic import BeforeValidator
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.api.dependencies import NowDep, SettingsDep, StoreDep, TenantDep, WatcherDep, blocking
+from service.api.dependencies import (
+    NowDep,
+    SettingsDep,
+    StoreDep,
+    TenantDep,
+    WatcherDep,
+    blocking,
+    no_unknown_query_parameters,
+)
 from service.api.polling import MAX_WAIT_SECONDS, change_tag, poll_after_seconds
 from service.api.problems import problem_responses
 from service.api.schemas import (
@@ -39,7 +50,7 @@ from service.errors import IdempotencyConflict, InvalidInput, PayloadTooLarge, S
 from service.jobs import JobQuery, JobState, JobStatus, NewJob
 from service.store import Store
 
-router = APIRouter(prefix="/v1", tags=["jobs"])
+router = APIRouter(prefix="/v1", tags=["jobs"], dependencies=[Depends(no_unknown_query_parameters)])
 health = APIRouter(tags=["health"])
 
 JobId = Annotated[uuid.UUID, Path(description="The job's id (a UUID); anything else is a 422.")]
@@ -123,6 +134,12 @@ async def submit_batch(
     jobs = [item.to_new_job(tenant, None) for item in body.jobs]
     statuses = await blocking(store.enqueue_many, jobs)
     return BatchOut(jobs=[JobOut.of(status, poll_after_seconds(status, now)) for status in statuses])
+
+
+@router.api_route("/jobs/batch", methods=["GET", "HEAD"], include_in_schema=False)
+async def batch_is_post_only() -> None:
+    """Without this, GET /v1/jobs/batch would reach GET /v1/jobs/{job_id} and be a 422."""
+    raise StarletteHTTPException(status_code=405)
 
 
 # -- reading ------------------------------------------------------------------------------
@@ -220,11 +237,13 @@ async def list_jobs(
     kind: Annotated[str | None, Query(max_length=200)] = None,
     queue: Annotated[str | None, Query(max_length=200)] = None,
     created_after: Annotated[
-        datetime | None, Query(description="Only jobs created after this instant (ISO 8601; UTC if no offset).")
+        datetime | None,
+        BeforeValidator(iso_datetime),
+        Query(description="Only jobs created after this instant (ISO 8601; UTC if no offset)."),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = DEFAULT_PAGE_SIZE,
     cursor: Annotated[
-        str | None, Query(max_length=64, description="The next_cursor of the previous page.")
+        str | None, Query(pattern=CURSOR_PATTERN, description="The next_cursor of the previous page.")
     ] = None,
 ) -> JobPageOut:
     """Keyset pagination: pages stay fast however deep you go, and never repeat a job."""
@@ -348,6 +367,9 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
+CURSOR_PATTERN = r"^[A-Za-z0-9_-]{22}$"
+
+
 def encode_cursor(job_id: uuid.UUID) -> str:
     """Opaque to clients: the URL-safe base64 of the page's last id."""
     return base64.urlsafe_b64encode(job_id.bytes).rstrip(b"=").decode("ascii")
@@ -361,10 +383,28 @@ def decode_cursor(cursor: str) -> uuid.UUID:
         raise InvalidInput("cursor is not one this API returned; start again without it") from None
 
 
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def iso_datetime(value: Any) -> Any:
+    """An ISO 8601 / RFC 3339 date-time, not a Unix timestamp (pydantic would take "0.5" as one)."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip().upper()
+    if not _ISO_DATE.match(text):
+        raise ValueError("must be an ISO 8601 date-time, such as 2030-01-01T12:00:00Z")
+    text = re.sub(r"(T\d{2}:\d{2}):60", r"\1:59", text)  # RFC 3339 allows a leap second
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError("must be an ISO 8601 date-time, such as 2030-01-01T12:00:00Z") from None
+
+
 def _aware(moment: datetime | None) -> datetime | None:
+    """In UTC (no offset means UTC); an instant past the calendar's ends is clamped to them."""
     if moment is None:
         return None
     try:
         return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
     except OverflowError:
-        raise InvalidInput("created_after is out of range") from None
+        return (datetime.max if moment.year > 1 else datetime.min).replace(tzinfo=UTC)

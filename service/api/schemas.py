@@ -12,7 +12,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from service.jobs import MAX_ATTEMPTS_LIMIT, MAX_PRIORITY, JobState, JobStatus, NewJob
 
@@ -52,6 +52,14 @@ def storable_json(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
+def whole_number(value: Any) -> Any:
+    """JSON Schema's integer includes 3.0; strings and booleans stay wrong (strict mode)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+Int = Annotated[int, BeforeValidator(whole_number)]
 Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"\S"), AfterValidator(storable_text)]
 Key = Annotated[str, Field(min_length=1, max_length=255), AfterValidator(storable_text)]
 
@@ -66,19 +74,20 @@ class JobSubmit(_Request):
     kind: Name = Field(description="Which handler runs the job.", examples=["classify"])
     payload: dict[str, Any] = Field(
         default_factory=dict,
-        description="The handler's input, a JSON object (at most JOBQ_MAX_BODY_BYTES).",
+        description="The handler's input, a JSON object (at most JOBQ_MAX_BODY_BYTES). Its strings "
+        "must be storable text: no NUL character (\\u0000), no lone surrogate.",
         examples=[{"text": "the parcel arrived broken"}],
     )
     queue: Name = Field(default="default", description="Workers claim from the queues they serve.")
-    priority: int = Field(default=0, ge=0, le=MAX_PRIORITY, description="Higher runs first.")
-    max_attempts: int = Field(
+    priority: Int = Field(default=0, ge=0, le=MAX_PRIORITY, description="Higher runs first.")
+    max_attempts: Int = Field(
         default=3, ge=1, le=MAX_ATTEMPTS_LIMIT, description="Attempts before the job fails for good."
     )
     delay_seconds: float = Field(
         default=0.0, ge=0, le=MAX_DELAY_SECONDS, allow_inf_nan=False, description="Run no sooner than this."
     )
-    total: int | None = Field(
-        default=None, ge=0, le=MAX_TOTAL, description="Items the job will do, if known (for progress)."
+    total: Annotated[int, Field(ge=0, le=MAX_TOTAL), BeforeValidator(whole_number)] | None = Field(
+        default=None, description="Items the job will do, if known (for progress)."
     )
     concurrency_key: Key | None = Field(
         default=None, description="Jobs sharing a key are limited together (e.g. one customer)."
