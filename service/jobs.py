@@ -97,15 +97,18 @@ class NewJob:
 class Lease:
     """The fencing token handed out by a claim.
 
-    Every later write by the holder is conditioned on all three fields and on the
-    job still being ``running``; a write that matches no row means the lease was
-    lost. ``attempt`` grows at every claim, so a token from an earlier claim can
-    never match again.
+    Every later write by the holder is conditioned on these fields and on the job
+    still being ``running``; a write that matches no row means the lease was lost.
+    ``attempt`` is the retry budget's count, which a replay resets and a release
+    gives back; ``claim`` counts every claim of the job ever and never repeats, so
+    a token from an earlier claim cannot match again even when the same worker
+    claims the job with the same attempt number. 0 is no claim at all.
     """
 
     job_id: uuid.UUID
     owner: str
     attempt: int
+    claim: int = 0
 
 
 @dataclass(frozen=True)

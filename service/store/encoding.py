@@ -38,3 +38,11 @@ def bucket_counts(rows: Iterable[Mapping[str, Any]], bound_count: int) -> dict[s
     for row in rows:
         counts.setdefault(row["kind"], [0] * (bound_count + 1))[int(row["bucket"])] += int(row["count"])
     return counts
+
+
+MAX_PAGE_SIZE = 1_000
+
+
+def check_page_size(limit: int) -> None:
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE_SIZE:
+        raise InvalidInput(f"a page holds 1 to {MAX_PAGE_SIZE} jobs, not {limit!r}")

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import errors as pgerrors
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -62,7 +63,7 @@ from service.jobs import (
 from service.retry import RetryPolicy
 from service.store.base import PRUNE_BATCH, REAP_BATCH, Clock, Listener
 from service.store.encoding import bucket_counts
-from service.store.encoding import check_lease_seconds, check_progress, dump_json
+from service.store.encoding import check_lease_seconds, check_page_size, check_progress, dump_json
 
 _NOW = "coalesce(%(now)s::timestamptz, now())"
 
@@ -133,6 +134,7 @@ claimed AS (
     UPDATE jobs AS j
     SET state = 'running',
         attempts = j.attempts + 1,
+        claims = j.claims + 1,
         lease_owner = %(worker)s,
         lease_expires_at = n.ts + make_interval(secs => %(lease_seconds)s),
         started_at = n.ts,
@@ -140,12 +142,12 @@ claimed AS (
     FROM picked, n
     WHERE j.id = picked.id
     RETURNING j.id, j.kind, j.queue, j.tenant, j.payload, j.checkpoint, j.done, j.total,
-              j.attempts, j.max_attempts, j.lease_expires_at, j.run_after, n.ts AS started_at, """ + NOTIFY_CHANGED + """
+              j.attempts, j.claims, j.max_attempts, j.lease_expires_at, j.run_after, n.ts AS started_at, """ + NOTIFY_CHANGED + """
 ),
 opened AS (
     -- Invariant 3: every attempt has its row from the moment it starts.
-    INSERT INTO job_attempts (job_id, attempt, worker, due_at, started_at)
-    SELECT id, attempts, %(worker)s, run_after, started_at FROM claimed
+    INSERT INTO job_attempts (job_id, claim, attempt, worker, due_at, started_at)
+    SELECT id, claims, attempts, %(worker)s, run_after, started_at FROM claimed
 )
 SELECT * FROM claimed ORDER BY id
 """
@@ -162,7 +164,8 @@ SET lease_expires_at = coalesce(%(now)s::timestamptz, now()) + make_interval(sec
     total = coalesce(%(total)s, total),
     checkpoint = coalesce(%(checkpoint)s::jsonb, checkpoint),
     updated_at = coalesce(%(now)s::timestamptz, now())
-WHERE id = %(job_id)s AND attempts = %(attempt)s AND lease_owner = %(owner)s AND state = 'running'
+WHERE id = %(job_id)s AND claims = %(claim)s AND attempts = %(attempt)s AND lease_owner = %(owner)s
+  AND state = 'running'
 RETURNING cancel_requested,
           CASE WHEN %(notify)s AND %(done)s::int IS NOT NULL
                THEN pg_notify('jobq_job_changes', j.id::text) END AS notified
@@ -179,9 +182,9 @@ WITH n AS (
 ),
 input AS (
     SELECT *
-    FROM unnest(%(job_ids)s::uuid[], %(attempts)s::int[], %(owners)s::text[],
+    FROM unnest(%(job_ids)s::uuid[], %(claims)s::int[], %(attempts)s::int[], %(owners)s::text[],
                 %(result_ids)s::uuid[], %(bodies)s::text[])
-         AS i(job_id, attempt, owner, result_id, body)
+         AS i(job_id, claim, attempt, owner, result_id, body)
 ),
 finished AS (
     UPDATE jobs AS j
@@ -192,9 +195,9 @@ finished AS (
         finished_at = n.ts,
         updated_at = n.ts
     FROM input AS i, n
-    WHERE j.id = i.job_id AND j.attempts = i.attempt AND j.lease_owner = i.owner
+    WHERE j.id = i.job_id AND j.claims = i.claim AND j.attempts = i.attempt AND j.lease_owner = i.owner
       AND j.state = 'running'
-    RETURNING j.id, i.attempt, i.owner, i.result_id, i.body, """ + NOTIFY_CHANGED + """
+    RETURNING j.id, i.claim, i.result_id, i.body, """ + NOTIFY_CHANGED + """
 ),
 stored AS (
     INSERT INTO job_results (id, job_id, body, created_at)
@@ -204,8 +207,7 @@ closed AS (
     UPDATE job_attempts AS a
     SET finished_at = n.ts, outcome = 'succeeded'
     FROM finished AS f, n
-    WHERE a.job_id = f.id AND a.attempt = f.attempt AND a.worker = f.owner
-      AND a.finished_at IS NULL
+    WHERE a.job_id = f.id AND a.claim = f.claim AND a.finished_at IS NULL
 )
 SELECT id FROM finished
 """
@@ -239,7 +241,7 @@ changed AS (
         finished_at = CASE WHEN d.next_state = 'queued' THEN NULL ELSE n.ts END,
         updated_at = n.ts
     FROM decision AS d, n
-    WHERE j.id = d.id AND j.attempts = %(attempt)s AND j.lease_owner = %(owner)s
+    WHERE j.id = d.id AND j.claims = %(claim)s AND j.attempts = %(attempt)s AND j.lease_owner = %(owner)s
       AND j.state = 'running'
     RETURNING j.id, j.state, j.run_after, """ + NOTIFY_CHANGED + """
 ),
@@ -247,8 +249,7 @@ closed AS (
     UPDATE job_attempts AS a
     SET finished_at = n.ts, outcome = 'failed', error = %(error)s
     FROM changed, n
-    WHERE a.job_id = changed.id AND a.attempt = %(attempt)s AND a.worker = %(owner)s
-      AND a.finished_at IS NULL
+    WHERE a.job_id = changed.id AND a.claim = %(claim)s AND a.finished_at IS NULL
 )
 SELECT state, run_after FROM changed
 """
@@ -257,6 +258,7 @@ SELECT state, run_after FROM changed
 # Graceful shutdown hands a job back at once. The attempt is not charged
 # (attempts - 1): a deploy is not the job's fault. The token cannot match again,
 # because lease_owner is cleared and the releasing worker has stopped claiming.
+# Idle workers are woken (JOBS_QUEUED), so the job moves on without waiting for a poll.
 RELEASE_JOB = """
 WITH n AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS ts
@@ -266,16 +268,17 @@ released AS (
     SET state = 'queued', attempts = j.attempts - 1, lease_owner = NULL, lease_expires_at = NULL,
         run_after = n.ts, updated_at = n.ts
     FROM n
-    WHERE j.id = %(job_id)s AND j.attempts = %(attempt)s AND j.lease_owner = %(owner)s
+    WHERE j.id = %(job_id)s AND j.claims = %(claim)s AND j.attempts = %(attempt)s
+      AND j.lease_owner = %(owner)s
       AND j.state = 'running'
-    RETURNING j.id, """ + NOTIFY_CHANGED + """
+    RETURNING j.id, """ + NOTIFY_CHANGED + """,
+              CASE WHEN %(notify)s THEN pg_notify('jobq_jobs', j.queue) END AS woke
 ),
 closed AS (
     UPDATE job_attempts AS a
     SET finished_at = n.ts, outcome = 'released'
     FROM released, n
-    WHERE a.job_id = released.id AND a.attempt = %(attempt)s AND a.worker = %(owner)s
-      AND a.finished_at IS NULL
+    WHERE a.job_id = released.id AND a.claim = %(claim)s AND a.finished_at IS NULL
 )
 SELECT count(*) AS released FROM released
 """
@@ -290,7 +293,8 @@ stopped AS (
     UPDATE jobs AS j
     SET state = 'cancelled', lease_expires_at = NULL, finished_at = n.ts, updated_at = n.ts
     FROM n
-    WHERE j.id = %(job_id)s AND j.attempts = %(attempt)s AND j.lease_owner = %(owner)s
+    WHERE j.id = %(job_id)s AND j.claims = %(claim)s AND j.attempts = %(attempt)s
+      AND j.lease_owner = %(owner)s
       AND j.state = 'running'
     RETURNING j.id, """ + NOTIFY_CHANGED + """
 ),
@@ -298,8 +302,7 @@ closed AS (
     UPDATE job_attempts AS a
     SET finished_at = n.ts, outcome = 'cancelled'
     FROM stopped, n
-    WHERE a.job_id = stopped.id AND a.attempt = %(attempt)s AND a.worker = %(owner)s
-      AND a.finished_at IS NULL
+    WHERE a.job_id = stopped.id AND a.claim = %(claim)s AND a.finished_at IS NULL
 )
 SELECT count(*) AS stopped FROM stopped
 """
@@ -310,9 +313,7 @@ SELECT count(*) AS stopped FROM stopped
 READ_ATTEMPT_RECEIPT = """
 SELECT a.outcome, j.state, j.run_after
 FROM job_attempts AS a JOIN jobs AS j ON j.id = a.job_id
-WHERE a.job_id = %(job_id)s AND a.attempt = %(attempt)s AND a.worker = %(owner)s
-ORDER BY a.id DESC
-LIMIT 1
+WHERE a.job_id = %(job_id)s AND a.claim = %(claim)s AND a.worker = %(owner)s
 """
 
 # -- reap_expired --
@@ -344,7 +345,8 @@ reaped AS (
         error = CASE WHEN e.cancel_requested THEN j.error
                      ELSE 'lease expired ' || e.expiries || ' time(s); last on attempt '
                           || e.attempts || ' of ' || e.max_attempts
-                          || ' (worker ' || e.lease_owner || ')' END,
+                          || ' (worker ' || e.lease_owner
+                          || ' stopped heartbeating: crashed, killed or cut off)' END,
         error_group = CASE WHEN e.cancel_requested THEN j.error_group ELSE %(lease_expired)s END,
         run_after = CASE WHEN NOT e.cancel_requested AND e.attempts < e.max_attempts
                          THEN n.ts + make_interval(secs => random() * least(
@@ -358,14 +360,13 @@ reaped AS (
         updated_at = n.ts
     FROM expired AS e, n
     WHERE j.id = e.id
-    RETURNING j.id, j.state, e.attempts, e.lease_owner, """ + NOTIFY_CHANGED + """
+    RETURNING j.id, j.state, j.claims, """ + NOTIFY_CHANGED + """
 ),
 closed AS (
     UPDATE job_attempts AS a
     SET finished_at = n.ts, outcome = 'lease_expired', error = 'lease expired'
     FROM reaped AS r, n
-    WHERE a.job_id = r.id AND a.attempt = r.attempts AND a.worker = r.lease_owner
-      AND a.finished_at IS NULL
+    WHERE a.job_id = r.id AND a.claim = r.claims AND a.finished_at IS NULL
 )
 SELECT state, count(*) AS jobs FROM reaped GROUP BY state
 """
@@ -613,7 +614,7 @@ class PostgresStore:
         notify: bool = True,
         retry_policy: RetryPolicy | None = None,
         clock: Clock | None = None,
-        connect_timeout: float = 10.0,
+        pool_timeout: float = 10.0,
     ) -> None:
         self.database_url = database_url
         self.notify = notify
@@ -623,8 +624,8 @@ class PostgresStore:
             database_url,
             min_size=1,
             max_size=pool_size,
-            kwargs={"autocommit": True, "row_factory": dict_row},
-            timeout=connect_timeout,
+            kwargs={"autocommit": True, "row_factory": dict_row, **connection_defaults(database_url)},
+            timeout=pool_timeout,
             open=True,
             name="jobq",
         )
@@ -854,7 +855,7 @@ class PostgresStore:
         )
         return [
             ClaimedJob(
-                lease=Lease(job_id=row["id"], owner=worker, attempt=row["attempts"]),
+                lease=Lease(job_id=row["id"], owner=worker, attempt=row["attempts"], claim=row["claims"]),
                 kind=row["kind"],
                 queue=row["queue"],
                 tenant=row["tenant"],
@@ -904,6 +905,7 @@ class PostgresStore:
             COMPLETE_JOBS,
             self._params(
                 job_ids=[lease.job_id for lease, _ in finished],
+                claims=[lease.claim for lease, _ in finished],
                 attempts=[lease.attempt for lease, _ in finished],
                 owners=[lease.owner for lease, _ in finished],
                 result_ids=[new_job_id() for _ in finished],
@@ -1011,6 +1013,7 @@ class PostgresStore:
         return row["payload"]
 
     def list_jobs(self, query: JobQuery) -> JobPage:
+        check_page_size(query.limit)
         rows = self._fetchall(
             LIST_JOBS,
             self._params(
@@ -1052,7 +1055,7 @@ class PostgresListener:
             self._conn = None  # the first wait() retries and then answers "*"
 
     def _connect(self) -> None:
-        conn = psycopg.connect(self._url, autocommit=True, connect_timeout=5)
+        conn = psycopg.connect(self._url, autocommit=True, **connection_defaults(self._url))
         for channel in self._channels:
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
         self._conn = conn
@@ -1109,6 +1112,24 @@ class PostgresListener:
             self._drop()
 
 
+def connection_defaults(database_url: str) -> dict[str, Any]:
+    """TCP settings that notice a dead link in seconds, not the kernel's ~15 minutes.
+
+    Without them a statement sent into a cut network hangs until TCP gives up,
+    and the worker cannot even learn that its lease is gone. Values in the URL win.
+    """
+    defaults: dict[str, Any] = {
+        "connect_timeout": 10,
+        "keepalives": 1,
+        "keepalives_idle": 10,
+        "keepalives_interval": 5,
+        "keepalives_count": 3,
+        "tcp_user_timeout": 30_000,  # milliseconds unacknowledged data may wait
+    }
+    given = conninfo_to_dict(database_url)
+    return {key: value for key, value in defaults.items() if key not in given}
+
+
 def _token(row: Mapping[str, Any]) -> ApiToken:
     return ApiToken(
         id=row["id"],
@@ -1120,7 +1141,7 @@ def _token(row: Mapping[str, Any]) -> ApiToken:
 
 
 def _fence(lease: Lease) -> dict[str, Any]:
-    return {"job_id": lease.job_id, "attempt": lease.attempt, "owner": lease.owner}
+    return {"job_id": lease.job_id, "claim": lease.claim, "attempt": lease.attempt, "owner": lease.owner}
 
 
 def _replay_params(which: ReplayFilter) -> dict[str, Any]:

@@ -49,9 +49,11 @@ jobs = sa.Table(
     sa.Column("payload", Json, nullable=False),
     sa.Column("state", sa.Text, nullable=False, server_default="queued"),
     sa.Column("priority", sa.Integer, nullable=False, server_default="0"),
-    # attempts counts claims (minus released ones); with lease_owner it is the fencing token.
+    # attempts: the retry budget used so far (a replay resets it, a release gives one back).
     sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
     sa.Column("max_attempts", sa.Integer, nullable=False, server_default="3"),
+    # claims counts every claim ever (never reset, never given back): the fencing token's number.
+    sa.Column("claims", sa.Integer, nullable=False, server_default="0"),
     sa.Column("done", sa.Integer, nullable=False, server_default="0"),
     sa.Column("total", sa.Integer, nullable=True),
     sa.Column("checkpoint", Json, nullable=True),
@@ -129,6 +131,7 @@ job_attempts = sa.Table(
     metadata,
     sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
     sa.Column("job_id", Id, sa.ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("claim", sa.Integer, nullable=False),  # the job's claims at this claim: the row's key
     sa.Column("attempt", sa.Integer, nullable=False),
     sa.Column("worker", sa.Text, nullable=False),
     # When the job was due (its run_after at claim): started_at - due_at is the pickup latency.
@@ -141,7 +144,7 @@ job_attempts = sa.Table(
         "outcome IS NULL OR outcome IN ('succeeded','failed','lease_expired','released','cancelled')",
         name="outcome",
     ),
-    sa.Index("ix_job_attempts_job_id_attempt", "job_id", "attempt"),
+    sa.Index("uq_job_attempts_job_id_claim", "job_id", "claim", unique=True),
     sa.Index("ix_job_attempts_finished_at", "finished_at"),
 )
 

@@ -60,7 +60,7 @@ from service.jobs import (
 from service.retry import RetryPolicy
 from service.store.base import PRUNE_BATCH, REAP_BATCH, Clock, Listener
 from service.store.encoding import bucket_counts
-from service.store.encoding import check_lease_seconds, check_progress, dump_json
+from service.store.encoding import check_lease_seconds, check_page_size, check_progress, dump_json
 
 TIME_FORMAT = "%Y-%m-%d %H:%M:%f"
 BUSY_TIMEOUT_SECONDS = 30.0
@@ -100,6 +100,7 @@ CLAIM_JOBS = """
 UPDATE jobs
 SET state = 'running',
     attempts = attempts + 1,
+    claims = claims + 1,
     lease_owner = :worker,
     lease_expires_at = strftime('%Y-%m-%d %H:%M:%f', :now, :lease_seconds || ' seconds'),
     started_at = :now,
@@ -113,14 +114,14 @@ WHERE id IN (
     ORDER BY priority DESC, run_after, id
     LIMIT :limit
 )
-RETURNING id, kind, queue, tenant, payload, checkpoint, done, total, attempts, max_attempts,
+RETURNING id, kind, queue, tenant, payload, checkpoint, done, total, attempts, claims, max_attempts,
           lease_expires_at, run_after
 """
 
 # Invariant 3: every attempt has its row from the moment it starts.
 OPEN_ATTEMPT = """
-INSERT INTO job_attempts (job_id, attempt, worker, due_at, started_at)
-VALUES (:job_id, :attempt, :owner, :due_at, :now)
+INSERT INTO job_attempts (job_id, claim, attempt, worker, due_at, started_at)
+VALUES (:job_id, :claim, :attempt, :owner, :due_at, :now)
 """
 
 # -- renew_lease --
@@ -133,7 +134,8 @@ SET lease_expires_at = strftime('%Y-%m-%d %H:%M:%f', :now, :lease_seconds || ' s
     total = coalesce(:total, total),
     checkpoint = coalesce(:checkpoint, checkpoint),
     updated_at = :now
-WHERE id = :job_id AND attempts = :attempt AND lease_owner = :owner AND state = 'running'
+WHERE id = :job_id AND claims = :claim AND attempts = :attempt AND lease_owner = :owner
+  AND state = 'running'
 RETURNING cancel_requested
 """
 
@@ -147,7 +149,8 @@ SET state = 'succeeded',
     lease_expires_at = NULL,
     finished_at = :now,
     updated_at = :now
-WHERE id = :job_id AND attempts = :attempt AND lease_owner = :owner AND state = 'running'
+WHERE id = :job_id AND claims = :claim AND attempts = :attempt AND lease_owner = :owner
+  AND state = 'running'
 RETURNING id
 """
 
@@ -169,13 +172,15 @@ SET state = :next_state,
     lease_expires_at = NULL,
     finished_at = CASE WHEN :next_state = 'queued' THEN NULL ELSE :now END,
     updated_at = :now
-WHERE id = :job_id AND attempts = :attempt AND lease_owner = :owner AND state = 'running'
+WHERE id = :job_id AND claims = :claim AND attempts = :attempt AND lease_owner = :owner
+  AND state = 'running'
 RETURNING state, run_after
 """
 
 READ_FENCED = """
 SELECT attempts, max_attempts, cancel_requested FROM jobs
-WHERE id = :job_id AND attempts = :attempt AND lease_owner = :owner AND state = 'running'
+WHERE id = :job_id AND claims = :claim AND attempts = :attempt AND lease_owner = :owner
+  AND state = 'running'
 """
 
 # -- release_job --
@@ -184,7 +189,8 @@ RELEASE_JOB = """
 UPDATE jobs
 SET state = 'queued', attempts = attempts - 1, lease_owner = NULL, lease_expires_at = NULL,
     run_after = :now, updated_at = :now
-WHERE id = :job_id AND attempts = :attempt AND lease_owner = :owner AND state = 'running'
+WHERE id = :job_id AND claims = :claim AND attempts = :attempt AND lease_owner = :owner
+  AND state = 'running'
 RETURNING id
 """
 
@@ -192,30 +198,29 @@ RETURNING id
 ACKNOWLEDGE_CANCEL = """
 UPDATE jobs
 SET state = 'cancelled', lease_expires_at = NULL, finished_at = :now, updated_at = :now
-WHERE id = :job_id AND attempts = :attempt AND lease_owner = :owner AND state = 'running'
+WHERE id = :job_id AND claims = :claim AND attempts = :attempt AND lease_owner = :owner
+  AND state = 'running'
 RETURNING id
 """
 
 CLOSE_ATTEMPT = """
 UPDATE job_attempts
 SET finished_at = :now, outcome = :outcome, error = :error
-WHERE job_id = :job_id AND attempt = :attempt AND worker = :owner AND finished_at IS NULL
+WHERE job_id = :job_id AND claim = :claim AND finished_at IS NULL
 """
 
 # After a finish whose outcome is unknown, the attempt's own row is the receipt.
 READ_ATTEMPT_RECEIPT = """
 SELECT a.outcome, j.state, j.run_after
 FROM job_attempts AS a JOIN jobs AS j ON j.id = a.job_id
-WHERE a.job_id = :job_id AND a.attempt = :attempt AND a.worker = :owner
-ORDER BY a.id DESC
-LIMIT 1
+WHERE a.job_id = :job_id AND a.claim = :claim AND a.worker = :owner
 """
 
 # -- reap_expired --
 # Invariant 2: running jobs past their lease, compared with the store's clock,
 # in id order and in bounded batches. Idempotent: a second reaper finds nothing.
 FIND_EXPIRED = """
-SELECT j.id, j.attempts, j.max_attempts, j.lease_owner, j.cancel_requested, j.error, j.error_group,
+SELECT j.id, j.attempts, j.claims, j.max_attempts, j.lease_owner, j.cancel_requested, j.error, j.error_group,
        (SELECT count(*) FROM job_attempts AS a
         WHERE a.job_id = j.id AND a.outcome = 'lease_expired') + 1 AS expiries
 FROM jobs AS j
@@ -697,14 +702,21 @@ class SqliteStore:
             conn.executemany(
                 OPEN_ATTEMPT,
                 [
-                    {"job_id": r["id"], "attempt": r["attempts"], "owner": worker, "due_at": r["run_after"], "now": now}
+                    {
+                        "job_id": r["id"],
+                        "claim": r["claims"],
+                        "attempt": r["attempts"],
+                        "owner": worker,
+                        "due_at": r["run_after"],
+                        "now": now,
+                    }
                     for r in rows
                 ],
             )
         rows.sort(key=lambda r: r["id"])
         return [
             ClaimedJob(
-                lease=Lease(job_id=uuid.UUID(r["id"]), owner=worker, attempt=r["attempts"]),
+                lease=Lease(job_id=uuid.UUID(r["id"]), owner=worker, attempt=r["attempts"], claim=r["claims"]),
                 kind=r["kind"],
                 queue=r["queue"],
                 tenant=r["tenant"],
@@ -817,7 +829,8 @@ class SqliteStore:
                     next_state = JobState.QUEUED if retry else JobState.FAILED
                     error = (
                         f"lease expired {job['expiries']} time(s); last on attempt {job['attempts']}"
-                        f" of {job['max_attempts']} (worker {job['lease_owner']})"
+                        f" of {job['max_attempts']} (worker {job['lease_owner']}"
+                        " stopped heartbeating: crashed, killed or cut off)"
                     )
                 conn.execute(
                     REAP_JOB,
@@ -834,8 +847,7 @@ class SqliteStore:
                     CLOSE_ATTEMPT,
                     {
                         "job_id": job["id"],
-                        "attempt": job["attempts"],
-                        "owner": job["lease_owner"],
+                        "claim": job["claims"],
                         "now": now,
                         "outcome": AttemptOutcome.LEASE_EXPIRED.value,
                         "error": "lease expired",
@@ -909,6 +921,7 @@ class SqliteStore:
         return json.loads(row["payload"])
 
     def list_jobs(self, query: JobQuery) -> JobPage:
+        check_page_size(query.limit)
         with self._read() as (conn, now):
             rows = conn.execute(
                 LIST_JOBS,
@@ -960,7 +973,7 @@ def _width_bucket(value: float | None, bounds_json: str) -> int | None:
 
 
 def _fence(lease: Lease) -> dict[str, Any]:
-    return {"job_id": str(lease.job_id), "attempt": lease.attempt, "owner": lease.owner}
+    return {"job_id": str(lease.job_id), "claim": lease.claim, "attempt": lease.attempt, "owner": lease.owner}
 
 
 def _receipt(conn: sqlite3.Connection, lease: Lease, outcome: AttemptOutcome) -> sqlite3.Row | None:

@@ -38,6 +38,7 @@ def upgrade() -> None:
         sa.Column("priority", sa.Integer(), server_default="0", nullable=False),
         sa.Column("attempts", sa.Integer(), server_default="0", nullable=False),
         sa.Column("max_attempts", sa.Integer(), server_default="3", nullable=False),
+        sa.Column("claims", sa.Integer(), server_default="0", nullable=False),
         sa.Column("done", sa.Integer(), server_default="0", nullable=False),
         sa.Column("total", sa.Integer(), nullable=True),
         sa.Column("checkpoint", Json, nullable=True),
@@ -117,6 +118,7 @@ def upgrade() -> None:
         "job_attempts",
         sa.Column("id", BigId, autoincrement=True, nullable=False),
         sa.Column("job_id", Id, nullable=False),
+        sa.Column("claim", sa.Integer(), nullable=False),
         sa.Column("attempt", sa.Integer(), nullable=False),
         sa.Column("worker", sa.Text(), nullable=False),
         sa.Column("due_at", Timestamp, nullable=False),
@@ -133,7 +135,7 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_job_attempts")),
     )
-    op.create_index("ix_job_attempts_job_id_attempt", "job_attempts", ["job_id", "attempt"])
+    op.create_index("uq_job_attempts_job_id_claim", "job_attempts", ["job_id", "claim"], unique=True)
     op.create_index("ix_job_attempts_finished_at", "job_attempts", ["finished_at"])
 
     op.create_table(
