@@ -20,12 +20,12 @@ from tests.conftest import Database, FakeClock
 from tests.store.builders import claim_one, new_job
 
 JOB_HISTORY_COLUMNS = [
-    "job_id", "tenant", "queue", "kind", "state", "attempts", "max_attempts", "priority", "done", "total",
+    "job_id", "tenant", "queue", "kind", "state", "attempts", "max_attempts", "claims", "priority", "done", "total",
     "created_at", "started_at", "finished_at", "queue_wait_seconds", "run_seconds", "error", "error_group",
     "result_id", "result", "replay_count", "last_replayed_at",
 ]  # fmt: skip
 ATTEMPT_HISTORY_COLUMNS = [
-    "attempt_id", "job_id", "tenant", "queue", "kind", "attempt", "worker", "due_at", "started_at",
+    "attempt_id", "job_id", "tenant", "queue", "kind", "claim", "attempt", "worker", "due_at", "started_at",
     "finished_at", "pickup_seconds", "run_seconds", "outcome", "error",
 ]  # fmt: skip
 
@@ -66,7 +66,7 @@ def test_a_job_that_waited_ran_and_succeeded(store, db: Database, clock: FakeClo
 
     row = history(db, job.id)
     assert (row["tenant"], row["queue"], row["kind"], row["state"]) == ("acme", "images", "resize", "succeeded")
-    assert (row["attempts"], row["max_attempts"], row["priority"]) == (1, 3, 5)
+    assert (row["attempts"], row["max_attempts"], row["claims"], row["priority"]) == (1, 3, 1, 5)
     assert (row["done"], row["total"]) == (4, 4)
     assert row["created_at"] == created
     assert row["started_at"] == created + _seconds(5)
@@ -80,8 +80,8 @@ def test_a_job_that_waited_ran_and_succeeded(store, db: Database, clock: FakeClo
 
     [attempt] = attempts(db, job.id)
     assert (attempt["tenant"], attempt["queue"], attempt["kind"]) == ("acme", "images", "resize")
-    assert (attempt["attempt"], attempt["worker"], attempt["outcome"], attempt["error"]) == (
-        1, "worker-a", "succeeded", None)  # fmt: skip
+    assert (attempt["claim"], attempt["attempt"], attempt["worker"], attempt["outcome"], attempt["error"]) == (
+        1, 1, "worker-a", "succeeded", None)  # fmt: skip
     assert attempt["due_at"] == created and attempt["started_at"] == created + _seconds(5)
     assert attempt["pickup_seconds"] == pytest.approx(5.0, abs=1e-3)
     assert attempt["run_seconds"] == pytest.approx(2.5, abs=1e-3)
@@ -102,7 +102,7 @@ def test_retries_then_a_permanent_failure(store, db: Database, clock: FakeClock)
     store.fail(second.lease, "ValueError: bad input 17", retryable=False)
 
     row = history(db, job.id)
-    assert (row["state"], row["attempts"]) == ("failed", 2)
+    assert (row["state"], row["attempts"], row["claims"]) == ("failed", 2, 2)
     assert row["error"] == "ValueError: bad input 17"
     assert row["error_group"] == "ValueError: bad input N"
     # Waited one second before its first start; the run is the last attempt's.
@@ -111,11 +111,11 @@ def test_retries_then_a_permanent_failure(store, db: Database, clock: FakeClock)
     assert row["result_id"] is None and row["result"] is None
 
     one, two = attempts(db, job.id)
-    assert (one["attempt"], one["worker"], one["outcome"]) == (1, "worker-a", "failed")
+    assert (one["claim"], one["attempt"], one["worker"], one["outcome"]) == (1, 1, "worker-a", "failed")
     assert one["error"] == "TimeoutError: upstream did not answer in 30 s"
     assert one["pickup_seconds"] == pytest.approx(1.0, abs=1e-3)
     assert one["run_seconds"] == pytest.approx(3.0, abs=1e-3)
-    assert (two["attempt"], two["worker"], two["outcome"]) == (2, "worker-b", "failed")
+    assert (two["claim"], two["attempt"], two["worker"], two["outcome"]) == (2, 2, "worker-b", "failed")
     assert two["due_at"] == retry.run_after
     assert two["pickup_seconds"] == pytest.approx(2.0, abs=1e-3)
     assert two["run_seconds"] == pytest.approx(4.0, abs=1e-3)
@@ -143,6 +143,28 @@ def test_a_reclaimed_attempt_shows_as_lease_expired(store, db: Database, clock: 
         "worker-dead", "lease_expired", "lease expired")  # fmt: skip
     assert reclaimed["run_seconds"] == pytest.approx(LEASE + 1, abs=1e-3)
     assert (succeeded["worker"], succeeded["outcome"]) == ("worker-b", "succeeded")
+
+
+def test_a_job_handed_back_at_shutdown_keeps_its_first_wait(store, db: Database, clock: FakeClock):
+    job = store.enqueue(new_job())
+    clock.advance(3)
+    first = claim_one(store, "worker-stopping")
+    clock.advance(10)
+    store.release(first.lease)  # SIGTERM: handed back, the attempt not charged
+    clock.advance(1)
+    second = claim_one(store, "worker-b")
+    clock.advance(2)
+    store.complete(second.lease, None)
+
+    row = history(db, job.id)
+    assert (row["state"], row["attempts"], row["claims"]) == ("succeeded", 1, 2)
+    assert row["queue_wait_seconds"] == pytest.approx(3.0, abs=1e-3)
+    assert row["run_seconds"] == pytest.approx(2.0, abs=1e-3)
+    released, succeeded = attempts(db, job.id)
+    assert (released["claim"], released["attempt"], released["outcome"]) == (1, 1, "released")
+    assert released["run_seconds"] == pytest.approx(10.0, abs=1e-3)
+    assert (succeeded["claim"], succeeded["attempt"], succeeded["outcome"]) == (2, 1, "succeeded")
+    assert succeeded["pickup_seconds"] == pytest.approx(1.0, abs=1e-3)  # due again at the release
 
 
 def test_jobs_that_never_finished_or_never_ran(store, db: Database, clock: FakeClock):
@@ -174,11 +196,13 @@ def test_a_replayed_job_counts_its_replays_and_keeps_its_first_wait(store, db: D
     store.complete(second.lease, {"ok": True})
 
     row = history(db, job.id)
-    assert (row["state"], row["attempts"], row["result"]) == ("succeeded", 1, {"ok": True})
+    assert (row["state"], row["attempts"], row["claims"], row["result"]) == ("succeeded", 1, 2, {"ok": True})
     assert (row["replay_count"], row["last_replayed_at"]) == (1, replayed_at)
     assert row["queue_wait_seconds"] == pytest.approx(7.0, abs=1e-3)  # before its first start ever
     assert row["run_seconds"] == pytest.approx(2.0, abs=1e-3)
-    assert [(a["attempt"], a["outcome"]) for a in attempts(db, job.id)] == [(1, "failed"), (1, "succeeded")]
+    # The replay reset the attempt count, never the claim number.
+    assert [(a["claim"], a["attempt"], a["outcome"]) for a in attempts(db, job.id)] == [
+        (1, 1, "failed"), (2, 1, "succeeded")]  # fmt: skip
 
 
 def test_every_job_is_one_row_of_job_history(store, db: Database, clock: FakeClock):

@@ -10,20 +10,19 @@ On PostgreSQL the read-only role of ``deploy/analysts.sql`` may SELECT the views
 and nothing else; a view runs with its owner's privileges, so that is enough.
 
 - ``job_history``: one row per job. ``queue_wait_seconds`` is the wait before the
-  job's first start ever (its earliest attempt); ``run_seconds`` is the last
+  job's first start ever (its first claim's attempt); ``run_seconds`` is the last
   attempt's run, for jobs that succeeded or failed. ``result`` is the result body.
 - ``attempt_history``: one row per attempt, with the job's tenant, queue and kind.
+  ``claim`` numbers a job's attempts for good (1 is its first attempt ever; a
+  replay or a release resets or gives back ``attempt``, never ``claim``).
   ``pickup_seconds`` is how long the attempt waited after it was due.
 
 Why these shapes, for six weeks of history:
-- ``result`` is a LEFT JOIN on the result's primary key and ``replay_count`` a
-  LEFT JOIN on replays grouped by job, so PostgreSQL removes both joins from a
-  query that does not read those columns (join removal). ``attempt_history``
-  reaches its job the same way (a LEFT JOIN on the primary key; the foreign key
-  guarantees the job is there), so a query on attempts alone never reads jobs.
-- ``queue_wait_seconds`` is a correlated subquery (one probe of
-  ``ix_job_attempts_job_id_attempt`` per row): it costs nothing in a query that
-  does not read it, and only the rows a query keeps in one that does.
+- Every join is a LEFT JOIN on a unique key: the result's primary key, the first
+  claim's attempt (unique on job_id, claim), replays grouped by job, and, from
+  ``attempt_history``, the job's primary key (the foreign key guarantees it is
+  there). PostgreSQL removes such a join from a query that reads none of its
+  columns (join removal), so a query pays only for the columns it reads.
 - PostgreSQL (14+) also gets statistics on the UTC day of each timestamp that
   analysts group by (``(finished_at AT TIME ZONE 'UTC')::date`` …). Without them
   the planner guesses one group per row for ``GROUP BY day`` and sorts a million
@@ -68,7 +67,6 @@ def _seconds(dialect: str, later: str, earlier: str) -> str:
 
 
 def job_history_sql(dialect: str) -> str:
-    first_start = "(SELECT min(a.started_at) FROM job_attempts AS a WHERE a.job_id = j.id)"
     return f"""
 CREATE VIEW job_history AS
 SELECT j.id AS job_id,
@@ -78,13 +76,14 @@ SELECT j.id AS job_id,
        j.state,
        j.attempts,
        j.max_attempts,
+       j.claims,
        j.priority,
        j.done,
        j.total,
        j.created_at,
        j.started_at,
        j.finished_at,
-       {_seconds(dialect, first_start, "j.created_at")} AS queue_wait_seconds,
+       {_seconds(dialect, "first_claim.started_at", "j.created_at")} AS queue_wait_seconds,
        CASE WHEN j.state IN ('succeeded', 'failed')
             THEN {_seconds(dialect, "j.finished_at", "j.started_at")} END AS run_seconds,
        j.error,
@@ -95,6 +94,7 @@ SELECT j.id AS job_id,
        p.last_replayed_at
 FROM jobs AS j
 LEFT JOIN job_results AS r ON r.id = j.result_id
+LEFT JOIN job_attempts AS first_claim ON first_claim.job_id = j.id AND first_claim.claim = 1
 LEFT JOIN (
     SELECT job_id, count(*) AS replays, max(replayed_at) AS last_replayed_at
     FROM job_replays
@@ -111,6 +111,7 @@ SELECT a.id AS attempt_id,
        j.tenant,
        j.queue,
        j.kind,
+       a.claim,
        a.attempt,
        a.worker,
        a.due_at,
