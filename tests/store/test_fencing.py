@@ -7,10 +7,12 @@ makes must report the lost lease and leave B's job exactly as B has it.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from service.errors import LeaseLost
-from service.jobs import Heartbeat, JobState
+from service.jobs import Heartbeat, JobState, Lease
 from tests.conftest import Database, FakeClock
 from tests.store.builders import claim_one, new_job
 
@@ -144,7 +146,7 @@ def test_a_reaped_lease_is_lost_even_before_anyone_reclaims_the_job(store, db: D
 def test_a_lease_of_one_owner_is_not_valid_for_another_owner_name(store, db: Database):
     store.enqueue(new_job())
     job = claim_one(store, "worker-a")
-    forged = type(job.lease)(job_id=job.id, owner="worker-z", attempt=job.attempt)
+    forged = dataclasses.replace(job.lease, owner="worker-z")
     before = _snapshot(db, job.id)
 
     assert store.heartbeat(forged, 30).held is False
@@ -173,28 +175,6 @@ def test_a_token_from_before_a_replay_never_matches_the_new_claim(store, db: Dat
     assert _snapshot(db, fresh.id) == before
 
 
-def _attempt_fenced(store, clock: FakeClock):
-    """The same worker lost the job and claimed it again: only the attempt tells the tokens apart."""
-    store.enqueue(new_job(max_attempts=3, total=10))
-    old = claim_one(store, "worker-a", lease_seconds=10)
-    clock.advance(11)
-    store.reap()
-    clock.advance(3600)
-    new = claim_one(store, "worker-a", lease_seconds=60)
-    assert (old.lease.owner, old.attempt, new.attempt) == ("worker-a", 1, 2)
-    return old, new
-
-
-def _owner_fenced(store, clock: FakeClock):
-    """A released job was claimed by another worker with the same attempt number: only the owner differs."""
-    store.enqueue(new_job(max_attempts=3, total=10))
-    old = claim_one(store, "worker-a", lease_seconds=60)
-    store.release(old.lease)
-    new = claim_one(store, "worker-b", lease_seconds=60)
-    assert (old.attempt, new.attempt, new.lease.owner) == (1, 1, "worker-b")
-    return old, new
-
-
 WRITES = {
     "heartbeat": lambda store, lease: store.heartbeat(lease, 600, done=9, checkpoint={"from": "old"}),
     "complete": lambda store, lease: store.complete(lease, {"from": "old"}),
@@ -205,23 +185,76 @@ WRITES = {
 }
 
 
-@pytest.mark.parametrize("scenario", [_attempt_fenced, _owner_fenced], ids=["same-owner", "same-attempt"])
-@pytest.mark.parametrize("write", list(WRITES))
-def test_every_write_is_fenced_on_both_owner_and_attempt(store, db: Database, clock: FakeClock, scenario, write):
-    old, new = scenario(store, clock)
-    store.cancel(new.id)  # so that acknowledging a cancel would be a real change too
-    before = _snapshot(db, new.id)
+def _running_with_cancel_requested(store):
+    """A running job whose cancel was requested, so every write would be a real change."""
+    store.enqueue(new_job(max_attempts=3, total=10))
+    job = claim_one(store, "worker-a", lease_seconds=60)
+    store.cancel(job.id)
+    return job
 
-    # The old token's own release did land: repeating it answers from that receipt.
-    answers_from_receipt = scenario is _owner_fenced and write == "release"
+
+def _refused(store, db: Database, job, forged: Lease, write: str) -> str | None:
+    """None if the write with ``forged`` changed nothing and reported the lost lease, else what went wrong."""
+    before = _snapshot(db, job.id)
     try:
-        outcome = WRITES[write](store, old.lease)
+        outcome = WRITES[write](store, forged)
     except LeaseLost:
-        assert not answers_from_receipt
+        pass
     else:
-        if write == "heartbeat":
-            assert outcome.held is False
-        else:
-            assert answers_from_receipt, f"{write} with the old token did not report the lost lease"
+        if write != "heartbeat":
+            return f"{write} with {forged} did not report the lost lease"
+        if outcome.held:
+            return f"heartbeat with {forged} answered held=True"
+    if _snapshot(db, job.id) != before:
+        return f"{write} with {forged} changed the job"
+    return None
 
-    assert _snapshot(db, new.id) == before
+
+@pytest.mark.parametrize("field", ["owner", "attempt", "claim"])
+def test_every_write_is_fenced_on_each_part_of_the_token(store, db: Database, field):
+    """A token that differs from the holder's in any one part, the others equal, writes nothing."""
+    problems = []
+    for write in WRITES:
+        job = _running_with_cancel_requested(store)
+        lease = job.lease
+        changed = {"owner": "worker-z", "attempt": lease.attempt + 1, "claim": lease.claim + 1}[field]
+        problems.append(_refused(store, db, job, dataclasses.replace(lease, **{field: changed}), write))
+        store.acknowledge_cancel(lease)  # the real holder still holds it: the forged write took nothing
+    assert [p for p in problems if p] == []
+
+
+def test_the_same_worker_claiming_again_does_not_revive_its_old_token(store, db: Database, clock: FakeClock):
+    """Worker A lost a job and claimed it again: its token from the first claim writes nothing."""
+    problems = []
+    for write in WRITES:
+        store.enqueue(new_job(kind=write, max_attempts=3, total=10))
+        old = claim_one(store, "worker-a", kinds=[write], lease_seconds=10)
+        clock.advance(11)
+        store.reap()
+        clock.advance(3600)
+        new = claim_one(store, "worker-a", kinds=[write], lease_seconds=60)
+        store.cancel(new.id)
+        assert (new.lease.owner, new.attempt) == ("worker-a", 2)
+        problems.append(_refused(store, db, new, old.lease, write))
+    assert [p for p in problems if p] == []
+
+
+def test_a_released_token_writes_nothing_once_another_worker_holds_the_job(store, db: Database):
+    """Released jobs give their attempt back, so the new holder has the old attempt number."""
+    problems = []
+    for write in WRITES:
+        store.enqueue(new_job(kind=write, max_attempts=3, total=10))
+        old = claim_one(store, "worker-a", kinds=[write])
+        store.release(old.lease)
+        new = claim_one(store, "worker-b", kinds=[write])
+        store.cancel(new.id)
+        assert new.attempt == old.attempt
+        if write == "release":
+            # The old token's own release did land: repeating it answers from that receipt.
+            before = _snapshot(db, new.id)
+            store.release(old.lease)
+            if _snapshot(db, new.id) != before:
+                problems.append("a repeated release changed the new holder's job")
+        else:
+            problems.append(_refused(store, db, new, old.lease, write))
+    assert [p for p in problems if p] == []

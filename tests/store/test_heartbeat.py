@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pytest
-
 from service.jobs import Heartbeat
 from tests.conftest import Database, FakeClock
 from tests.store.builders import claim_one, new_job
@@ -89,13 +87,16 @@ def test_a_reclaimed_job_resumes_from_its_checkpoint(store, clock: FakeClock):
     assert (second.checkpoint, second.done, second.total) == ({"next_item": 40}, 40, 100)
 
 
-@pytest.mark.parametrize("checkpoint", [7, 2.5, "item-7", [7, 8], {"next": 7}, True])
-def test_any_json_value_is_a_checkpoint(store, clock: FakeClock, checkpoint):
-    store.enqueue(new_job())
-    first = claim_one(store, "worker-a", lease_seconds=10)
-    store.heartbeat(first.lease, 10, checkpoint=checkpoint)
+def test_any_json_value_is_a_checkpoint(store, clock: FakeClock):
+    checkpoints = [7, 2.5, "item-7", [7, 8], {"next": 7}, True]
+    store.enqueue_many([new_job(payload={"i": i}) for i in range(len(checkpoints))])
+    first = store.claim("worker-a", ["default"], len(checkpoints), 10)
+    for job, checkpoint in zip(first, checkpoints, strict=True):
+        store.heartbeat(job.lease, 10, checkpoint=checkpoint)
     clock.advance(11)
     store.reap()
     clock.advance(3600)
 
-    assert claim_one(store, "worker-b").checkpoint == checkpoint
+    resumed = {job.id: job.checkpoint for job in store.claim("worker-b", ["default"], len(checkpoints), 30)}
+
+    assert [resumed[job.id] for job in first] == checkpoints

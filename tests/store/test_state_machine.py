@@ -85,6 +85,7 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
                 and row["state"] == "running"
                 and row["lease_owner"] == lease.owner
                 and row["attempts"] == lease.attempt
+                and row["claims"] == lease.claim
             )
 
         def choose(self, items: list[Any], index: int) -> Any:
@@ -336,11 +337,14 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
 
             for job_id, row in jobs.items():
                 assert 0 <= row["attempts"] <= row["max_attempts"]
+                assert row["claims"] == self.model.claims[job_id], "claims is not the number of claims"
                 opened = open_attempts.get(job_id, [])
                 if row["state"] == "running":
                     assert row["lease_owner"] and row["lease_expires_at"] is not None
                     assert len(opened) == 1, f"running job {job_id} has {len(opened)} open attempts"
-                    assert (opened[0]["worker"], opened[0]["attempt"]) == (row["lease_owner"], row["attempts"])
+                    assert (opened[0]["worker"], opened[0]["attempt"], opened[0]["claim"]) == (
+                        row["lease_owner"], row["attempts"], row["claims"],
+                    ), "the open attempt is not the current holder's"
                 else:
                     assert opened == [], f"{row['state']} job {job_id} still has an open attempt"
                     assert row["lease_expires_at"] is None
