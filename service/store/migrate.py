@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import sqlalchemy.exc
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, pool
+
+from service.errors import StoreUnavailable
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
@@ -29,11 +35,23 @@ def alembic_config(database_url: str) -> Config:
 
 
 def upgrade(database_url: str, revision: str = "head") -> None:
-    command.upgrade(alembic_config(database_url), revision)
+    with _translate():
+        command.upgrade(alembic_config(database_url), revision)
 
 
 def downgrade(database_url: str, revision: str = "base") -> None:
-    command.downgrade(alembic_config(database_url), revision)
+    with _translate():
+        command.downgrade(alembic_config(database_url), revision)
+
+
+@contextmanager
+def _translate() -> Iterator[None]:
+    """SQLAlchemy's connection errors, as the store's own: StoreUnavailable."""
+    try:
+        yield
+    except sqlalchemy.exc.DBAPIError as exc:
+        first_line = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+        raise StoreUnavailable(f"cannot migrate: {first_line}") from exc
 
 
 def is_at_head(database_url: str) -> bool:

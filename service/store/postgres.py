@@ -639,8 +639,19 @@ class PostgresStore:
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
         with _translate():
-            with self._pool.connection() as conn:
-                yield conn
+            try:
+                with self._pool.connection() as conn:
+                    yield conn
+            except PoolTimeout as exc:
+                raise StoreUnavailable(f"no PostgreSQL connection: {self._why_unreachable()}") from exc
+
+    def _why_unreachable(self) -> str:
+        """The pool only says it timed out; one direct attempt tells the reason (refused, no such database…)."""
+        try:
+            with psycopg.connect(self.database_url, **connection_defaults(self.database_url)):
+                return "every pooled connection is busy"
+        except psycopg.Error as exc:
+            return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
     def _retrying(self, operation: Callable[[], T]) -> T:
         """Retry deadlocks and serialization failures with jitter; nothing else."""
@@ -1204,6 +1215,8 @@ def _translate() -> Iterator[None]:
         sqlstate = getattr(exc, "sqlstate", None)
         if sqlstate in _RETRYABLE_SQLSTATES:
             raise _Retryable(str(exc)) from exc
+        if isinstance(exc, pgerrors.UndefinedTable):
+            raise StoreUnavailable(f"the database schema is not migrated (run jobq migrate): {exc}") from exc
         if isinstance(exc, pgerrors.CheckViolation):
             constraint = exc.diag.constraint_name or "a check constraint"
             raise InvalidInput(f"rejected by {constraint}") from exc
@@ -1213,5 +1226,3 @@ def _translate() -> Iterator[None]:
             first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise StoreUnavailable(f"PostgreSQL unavailable: {first_line}") from exc
         raise
-    except PoolTimeout as exc:
-        raise StoreUnavailable(f"no PostgreSQL connection within the pool timeout: {exc}") from exc

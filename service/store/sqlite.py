@@ -17,6 +17,7 @@ import bisect
 import json
 import sqlite3
 import threading
+import urllib.parse
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -458,8 +459,13 @@ class SqliteStore:
         self._clock = clock
         self._lock = threading.Lock()
         with _translate():
+            # mode=rw: never create an empty file here; `jobq migrate` makes the database.
             self._conn = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_SECONDS
+                f"file:{urllib.parse.quote(self.path)}?mode=rw",
+                uri=True,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=BUSY_TIMEOUT_SECONDS,
             )
             self._conn.row_factory = sqlite3.Row
             self._conn.execute("PRAGMA journal_mode = WAL")
@@ -1058,4 +1064,6 @@ def _translate() -> Iterator[None]:
     except sqlite3.IntegrityError as exc:
         raise InvalidInput(f"rejected by the schema: {exc}") from exc
     except sqlite3.OperationalError as exc:
+        if "unable to open database file" in str(exc) or "no such table" in str(exc):
+            raise StoreUnavailable(f"no migrated SQLite database here (run jobq migrate): {exc}") from exc
         raise StoreUnavailable(f"SQLite unavailable: {exc}") from exc

@@ -277,15 +277,8 @@ def test_bad_settings_are_usage_errors(run: Run, db: Database, tmp_path: Path) -
 # -- the database is not there, or not migrated ---------------------------------------------------
 
 
-UNMIGRATED_XFAIL_PG = "PostgresStore._translate lets UndefinedTable (a ProgrammingError) escape untranslated"
-
-
 @pytest.mark.parametrize("args", [["enqueue", "x"], ["status", NOT_A_JOB]], ids=["enqueue", "status"])
-def test_a_database_that_was_never_migrated_is_unavailable(
-    request: pytest.FixtureRequest, empty_url: str, tmp_path: Path, args: list[str]
-) -> None:
-    if empty_url.startswith("postgresql"):
-        request.applymarker(pytest.mark.xfail(reason=UNMIGRATED_XFAIL_PG, strict=True))
+def test_a_database_that_was_never_migrated_is_unavailable(empty_url: str, tmp_path: Path, args: list[str]) -> None:
     assert_one_line_error(jobq(*args, url=empty_url, cwd=tmp_path), EXIT_UNAVAILABLE)
 
 
