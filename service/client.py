@@ -159,16 +159,18 @@ class Page:
 
 
 class Client:
-    """A connection to one jobq API. ``token`` defaults to ``$JOBQ_TOKEN``."""
+    """A connection to one jobq API: ``base_url`` defaults to ``$JOBQ_URL`` (else
+    http://127.0.0.1:8000), ``token`` to ``$JOBQ_TOKEN``."""
 
     def __init__(
         self,
-        base_url: str = DEFAULT_URL,
+        base_url: str | None = None,
         token: str | None = None,
         *,
         timeout: float = 10.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
+        base_url = base_url or os.environ.get("JOBQ_URL") or DEFAULT_URL
         token = token if token is not None else os.environ.get("JOBQ_TOKEN")
         headers = {"Accept": "application/json, application/problem+json"}
         if token:
