@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any
+from typing import Any, Self, cast
 
 import httpx
 
@@ -178,7 +178,7 @@ class Client:
         self.timeout = timeout
         self._http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout, transport=transport)
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
@@ -359,7 +359,7 @@ def _error_for(response: httpx.Response, job_id: uuid.UUID | str | None) -> Jobq
         error = StoreUnavailable(detail)
     else:
         error = ApiError(f"HTTP {status}: {detail}", status, problem)
-    error.problem = problem  # type: ignore[attr-defined]
+    cast(Any, error).problem = problem  # every error carries the problem details it came from
     return error
 
 

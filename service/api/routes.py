@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Response
-from pydantic import BeforeValidator
 from fastapi.responses import JSONResponse
+from pydantic import BeforeValidator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.api.dependencies import (
@@ -46,7 +46,12 @@ from service.api.schemas import (
     JobSubmit,
     job_url,
 )
-from service.errors import IdempotencyConflict, InvalidInput, PayloadTooLarge, StoreUnavailable
+from service.errors import (
+    IdempotencyConflict,
+    InvalidInput,
+    PayloadTooLarge,
+    StoreUnavailable,
+)
 from service.jobs import JobQuery, JobState, JobStatus, NewJob
 from service.store import Store
 

@@ -8,11 +8,19 @@ come from the domain (:mod:`service.jobs`) so the API and the store agree.
 
 from __future__ import annotations
 
+import math
 import uuid
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, overload
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+)
 
 from service.jobs import MAX_ATTEMPTS_LIMIT, MAX_PRIORITY, JobState, JobStatus, NewJob
 
@@ -47,7 +55,7 @@ def storable_json(value: dict[str, Any]) -> dict[str, Any]:
             pending.extend(item.values())
         elif isinstance(item, list):
             pending.extend(item)
-        elif isinstance(item, float) and (item != item or item in (float("inf"), float("-inf"))):
+        elif isinstance(item, float) and not math.isfinite(item):
             raise ValueError("must not hold NaN or Infinity (they are not JSON)")
     return value
 
@@ -191,5 +199,9 @@ def job_url(job_id: uuid.UUID) -> str:
     return f"/v1/jobs/{job_id}"
 
 
+@overload
+def _utc(moment: datetime) -> datetime: ...
+@overload
+def _utc(moment: None) -> None: ...
 def _utc(moment: datetime | None) -> datetime | None:
     return moment.astimezone(UTC) if moment is not None else None
