@@ -1,0 +1,99 @@
+"""drain: no-op jobs drained by worker processes, jobs/s from the first claim to the last completion.
+
+    python -m bench drain [--jobs 20000] [--cases 1x10,2x10,1x50,2x50] [--repeat 3] [--pgbench-seconds 10]
+
+A case ``PxC`` is P ``jobq worker --app bench.handlers --concurrency C``
+processes. They are started first and left to go idle; then all the jobs are
+enqueued in one statement, so every worker is woken at the same moment and
+process start-up is not measured. The rate is the job count over the span
+between the first attempt's ``started_at`` and the last job's ``finished_at``
+(both the database clock). Every run checks that all its jobs succeeded.
+
+``--pgbench-seconds`` also measures pgbench's TPC-B-like write transactions
+with 1 and 8 clients in the same run: PostgreSQL's commit rate on this machine,
+against which the queue's figures can be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import (
+    Report,
+    WorkerProcess,
+    bench_database,
+    load_average,
+    median,
+    pgbench_tps,
+    reset_jobs,
+    scalar,
+    wait_for,
+    workers_registered,
+)
+from service.config import Settings
+from service.jobs import NewJob
+from service.store import open_store
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--cases", default="1x10,2x10,1x50,2x50",
+                        help="comma-separated PROCESSESxCONCURRENCY, e.g. 1x10,2x10")
+    parser.add_argument("--pool-size", type=int, default=None, help="JOBQ_POOL_SIZE of the workers (default 2)")
+    parser.add_argument("--notify", choices=["on", "off"], default="on", help="JOBQ_NOTIFY of the workers")
+    parser.add_argument("--log-level", default="info", help="the workers' --log-level (logs go to a file)")
+    parser.add_argument("--pgbench-seconds", type=float, default=10.0,
+                        help="seconds of pgbench with 1 and with 8 clients as a reference (0: skip)")
+    parser.add_argument("--timeout", type=float, default=300.0, help="give up on a run after this many seconds")
+
+
+def run(args: argparse.Namespace) -> Report:
+    report = Report("drain")
+    cases = [tuple(int(x) for x in case.strip().split("x")) for case in args.cases.split(",") if case.strip()]
+    with bench_database(args, "drain") as url, tempfile.TemporaryDirectory(prefix="jobq-bench-") as logs:
+        for processes, concurrency in cases:
+            rates = []
+            for attempt in range(args.repeat):
+                rates.append(_drain_once(args, url, processes, concurrency, Path(logs) / f"{processes}x{concurrency}-{attempt}"))
+            report.add(f"{processes} process(es) x concurrency {concurrency}", processes=processes,
+                       concurrency=concurrency, jobs=args.jobs, jobs_per_s=median(rates),
+                       runs=[round(r) for r in rates], all_succeeded=True, load=load_average())
+    if args.pgbench_seconds > 0:
+        for clients in (1, 8):
+            report.add(f"pgbench tpcb-like, {clients} client(s)", clients=clients,
+                       tps=pgbench_tps(args, clients, args.pgbench_seconds), load=load_average())
+    return report
+
+
+def _drain_once(args: argparse.Namespace, url: str, processes: int, concurrency: int, log_prefix: Path) -> float:
+    reset_jobs(url)
+    env = {"JOBQ_NOTIFY": "true" if args.notify == "on" else "false"}
+    if args.pool_size:
+        env["JOBQ_POOL_SIZE"] = str(args.pool_size)
+    options = ["--concurrency", str(concurrency), "--log-level", args.log_level, "--grace-seconds", "5"]
+    if args.notify == "off":
+        options += ["--poll-seconds", "0.1"]
+    workers = [WorkerProcess(url, *options, env=env, log_path=Path(f"{log_prefix}-{i}.log")) for i in range(processes)]
+    try:
+        wait_for(lambda: workers_registered(url, processes), 60, 0.1, "the workers to register")
+        time.sleep(1.0)  # their listeners connect, their first (empty) claims pass
+        store = open_store(Settings(database_url=url))
+        try:
+            store.enqueue_many([NewJob(kind="noop") for _ in range(args.jobs)])  # one statement, one wake-up
+        finally:
+            store.close()
+        wait_for(lambda: not scalar(url, "SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('queued', 'running'))"),
+                 args.timeout, 0.1, "the queue to drain")
+    finally:
+        codes = [w.stop() for w in workers]
+    succeeded = int(scalar(url, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"))
+    if succeeded != args.jobs:
+        raise RuntimeError(f"{succeeded} of {args.jobs} jobs succeeded (worker exit codes {codes}; logs {log_prefix}-*)")
+    span = float(scalar(
+        url,
+        "SELECT extract(epoch FROM (SELECT max(finished_at) FROM jobs) - (SELECT min(started_at) FROM job_attempts))",
+    ))
+    return args.jobs / span

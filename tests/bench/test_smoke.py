@@ -1,0 +1,39 @@
+"""Every bench runs once at a tiny size and prints its results: a smoke run, never a timing.
+
+No assertion here is about speed; the figures at these sizes mean nothing.
+They only prove that ``python -m bench NAME`` still works end to end.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from bench.__main__ import NAMES, main
+from tests.conftest import PostgresServer
+
+TINY = {
+    "enqueue": ["--jobs", "20", "--batch", "10"],
+    "drain": ["--jobs", "40", "--cases", "1x4", "--pgbench-seconds", "1" if shutil.which("pgbench") else "0"],
+    "pickup": ["--trials", "3", "--sqlite-default-trials", "1"],
+    "poll": ["--clients", "2", "--seconds", "0.5", "--jobs", "5", "--auth", "on"],
+    "scale": ["--history", "500", "--churn", "300", "--trials", "5", "--queued", "20"],
+    "cost": ["--jobs", "30", "--concurrency", "2", "--enqueue", "batch", "--connection-jobs", "4"],
+}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_bench_runs_at_a_tiny_size(name: str, postgres_server: PostgresServer, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main([name, "--database-url", postgres_server.admin_url, "--repeat", "1", "--settle-seconds", "0",
+                 *TINY[name]])
+    assert code == 0
+    out = capsys.readouterr().out
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert lines and all(line["bench"] == name for line in lines)
+    assert f"== {name} ==" in out  # the readable table follows the JSON lines
+
+
+def test_every_bench_has_a_smoke_run() -> None:
+    assert set(TINY) == set(NAMES)
