@@ -82,8 +82,10 @@ def test_the_analyst_never_sees_a_token_hash(analyst: psycopg.Connection[Any]):
 
 
 WRITES = [
-    "INSERT INTO jobs (id, kind, payload, run_after, created_at, updated_at)"
-    " VALUES (gen_random_uuid(), 'x', '{}', now(), now(), now())",
+    (
+        "INSERT INTO jobs (id, kind, payload, run_after, created_at, updated_at)"
+        " VALUES (gen_random_uuid(), 'x', '{}', now(), now(), now())"
+    ),
     "UPDATE jobs SET state = 'failed', error = 'x'",
     "DELETE FROM jobs",
     "INSERT INTO api_tokens (id, tenant, token_hash, created_at) VALUES (gen_random_uuid(), 'evil', 'h', now())",
@@ -155,4 +157,6 @@ def test_running_the_script_twice_grants_the_same(seeded: str):
     apply_role_script(seeded)
     once = grants()
     apply_role_script(seeded)
-    assert grants() == once == [("attempt_history", "jobq_analyst", "SELECT"), ("job_history", "jobq_analyst", "SELECT")]
+    assert (
+        grants() == once == [("attempt_history", "jobq_analyst", "SELECT"), ("job_history", "jobq_analyst", "SELECT")]
+    )

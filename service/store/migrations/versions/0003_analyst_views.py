@@ -128,7 +128,8 @@ LEFT JOIN jobs AS j ON j.id = a.job_id
 
 def _has_expression_statistics() -> bool:
     bind = op.get_bind()
-    return bind.dialect.name == "postgresql" and bind.dialect.server_version_info >= (14,)
+    version = bind.dialect.server_version_info or (0,)
+    return bind.dialect.name == "postgresql" and version >= (14,)
 
 
 def upgrade() -> None:
