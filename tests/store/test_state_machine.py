@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
-from service.errors import LeaseLost
+from service.errors import InvalidTransition, LeaseLost
 from service.jobs import JobState, Lease, NewJob, ReplayFilter
 from tests.conftest import Database, FakeClock
 
@@ -269,9 +269,9 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
             before = self.rows()[str(job_id)]
             try:
                 status = store.cancel(job_id)
-            except Exception as exc:
+            except InvalidTransition as exc:
                 assert before["state"] in {"succeeded", "failed", "cancelled"}, exc
-                assert type(exc).__name__ == "InvalidTransition"
+                assert exc.state == before["state"]
                 return
             if before["state"] == "queued":
                 assert status.state is JobState.CANCELLED
