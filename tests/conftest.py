@@ -10,7 +10,9 @@ Where PostgreSQL comes from, in order:
 
 Isolation is per test and cheap: the migrations run once per session into a
 template (a PostgreSQL database, a SQLite file); each test gets a copy
-(``CREATE DATABASE … TEMPLATE …``, a file copy), dropped after it.
+(``CREATE DATABASE … TEMPLATE …``, a file copy), dropped after it. PostgreSQL
+copies are made ahead on background threads and dropped in concurrent batches
+(see :class:`PostgresServer`), so a test rarely waits for either.
 
 Fixtures (usable from any package under tests/):
 
