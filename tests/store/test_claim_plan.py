@@ -1,0 +1,70 @@
+"""The claim's query plan on PostgreSQL: it reads the partial index of queued rows,
+never the history, however long the history grows."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from service.store.postgres import CLAIM_JOBS
+from tests.conftest import Database
+from tests.store.builders import new_job
+
+pytestmark = pytest.mark.postgres_only(reason="asserts PostgreSQL's query plan")
+
+
+def _plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    nodes = [node]
+    for child in node.get("Plans", []):
+        nodes += _plan_nodes(child)
+    return nodes
+
+
+def _claim_params(**values: Any) -> dict[str, Any]:
+    """Every parameter CLAIM_JOBS names: the given ones, NULL (or off) for the rest."""
+    defaults: dict[str, Any] = {
+        "now": None,
+        "worker": "explain",
+        "queues": ["default"],
+        "kinds": None,
+        "limit": 10,
+        "lease_seconds": 30.0,
+        "notify": False,
+    }
+    names = set(re.findall(r"%\((\w+)\)s", CLAIM_JOBS))
+    return {name: values.get(name, defaults.get(name)) for name in names}
+
+
+def test_the_claim_reads_only_the_claimable_index_however_long_the_history(make_store, store_url, db: Database):
+    db.execute(
+        """
+        INSERT INTO jobs (id, tenant, queue, kind, payload, state, priority, attempts, max_attempts,
+                          error, run_after, created_at, updated_at, finished_at)
+        SELECT gen_random_uuid(), 't' || (g % 50), 'default', 'resize', '{}'::jsonb,
+               (ARRAY['succeeded', 'succeeded', 'succeeded', 'failed', 'cancelled'])[1 + g % 5],
+               g % 10, 1, 3,
+               CASE WHEN g % 5 = 3 THEN 'boom' END,
+               ts, ts, ts, ts
+        FROM generate_series(1, 50000) AS g,
+             LATERAL (SELECT now() - make_interval(secs => g * 10) AS ts) AS t
+        """
+    )
+    make_store(store_url).enqueue_many([new_job(priority=i % 3) for i in range(20)])
+    db.execute("ANALYZE jobs")
+
+    for kinds in (None, ["resize"]):
+        # EXPLAIN without ANALYZE plans the claim but does not run it: nothing is claimed.
+        [row] = db.rows("EXPLAIN (FORMAT JSON) " + CLAIM_JOBS, **_claim_params(kinds=kinds))
+        plan = next(iter(row.values()))
+        plan = json.loads(plan) if isinstance(plan, str) else plan
+        nodes = _plan_nodes(plan[0]["Plan"])
+        shown = json.dumps(plan, indent=1)
+
+        index_scans = {n.get("Index Name") for n in nodes if n.get("Relation Name") == "jobs"}
+        assert "ix_jobs_claimable" in index_scans, f"kinds={kinds}: the claim does not use ix_jobs_claimable\n{shown}"
+        seq_scans = [n for n in nodes if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "jobs"]
+        assert not seq_scans, f"kinds={kinds}: the claim scans the whole jobs table\n{shown}"
+    assert db.count("jobs", "state = 'queued'") == 20
