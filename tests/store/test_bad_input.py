@@ -160,3 +160,30 @@ def test_a_page_size_below_one_is_rejected(store, limit):
 
     with pytest.raises(InvalidInput):
         store.list_jobs(JobQuery(limit=limit))
+
+
+def test_json_with_a_nul_character_is_rejected_alike_by_both_stores(store, db: Database):
+    """PostgreSQL's jsonb cannot hold U+0000; a job one store accepts the other must not refuse."""
+    with pytest.raises(InvalidInput):
+        store.enqueue(new_job(payload={"text": "a\u0000b"}))
+    assert db.count("jobs") == 0
+
+    store.enqueue(new_job())
+    job = claim_one(store)
+    before = _counts(db), db.job(job.id)
+    with pytest.raises(InvalidInput):
+        store.heartbeat(job.lease, 30, checkpoint={"text": "a\u0000b"})
+    with pytest.raises(InvalidInput):
+        store.complete(job.lease, {"text": "a\u0000b"})
+    assert (_counts(db), db.job(job.id)) == before
+
+
+def test_json_round_trips_exactly(store):
+    payload = {"big": 2**70, "float": 0.1, "text": "żółw ✓ \"quoted\" \\", "": None, "list": [1, [2, {}]]}
+    store.enqueue(new_job(payload=payload))
+    job = claim_one(store)
+
+    assert job.payload == payload
+    store.heartbeat(job.lease, 30, checkpoint=payload)
+    store.complete(job.lease, payload)
+    assert store.get_result(job.id) == payload
