@@ -8,7 +8,7 @@ from datetime import datetime
 
 import pytest
 
-from service.errors import InvalidInput, JobNotFound
+from service.errors import InvalidInput, JobNotFound, LeaseLost
 from service.jobs import JobQuery, Lease, ReplayFilter
 from tests.conftest import Database
 from tests.store.builders import claim_one, new_job
@@ -140,8 +140,6 @@ def test_an_unknown_job_is_not_found(store, db: Database):
 
 
 def test_a_lease_on_an_unknown_job_holds_nothing(store, db: Database):
-    from service.errors import LeaseLost
-
     lease = Lease(job_id=uuid.uuid4(), owner="worker-a", attempt=1)
 
     assert store.heartbeat(lease, 30).held is False

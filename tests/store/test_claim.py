@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import timedelta, timezone
 
 from service.jobs import JobState
 from tests.conftest import Database, FakeClock
@@ -126,3 +126,14 @@ def test_cancelled_and_finished_jobs_are_never_claimed(store):
     store.complete(claim_one(store).lease, {"ok": True})
 
     assert store.claim("worker-a", ["default"], 10, LEASE_SECONDS) == []
+
+
+def test_a_run_after_in_another_time_zone_is_the_same_instant(store, clock: FakeClock):
+    tokyo = timezone(timedelta(hours=9))
+    at = (clock.now() + timedelta(seconds=60)).astimezone(tokyo)
+    status = store.enqueue(new_job(run_after=at))
+
+    assert status.run_after == at
+    assert store.claim("worker-a", ["default"], 1, LEASE_SECONDS) == []
+    clock.advance(60)
+    assert claim_one(store).id == status.id

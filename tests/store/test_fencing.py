@@ -12,7 +12,7 @@ import dataclasses
 import pytest
 
 from service.errors import LeaseLost
-from service.jobs import Heartbeat, JobState, Lease
+from service.jobs import Heartbeat, JobState, Lease, ReplayFilter
 from tests.conftest import Database, FakeClock
 from tests.store.builders import claim_one, new_job
 
@@ -159,8 +159,6 @@ def test_a_token_from_before_a_replay_never_matches_the_new_claim(store, db: Dat
     """A worker process runs many slots under one worker id. Slot 1's handler hangs;
     its lease expires and the job fails. An operator replays it, and slot 2 of the same
     process claims it again. The hung handler's token must not hold the new claim."""
-    from service.jobs import ReplayFilter
-
     store.enqueue(new_job(max_attempts=1))
     hung = claim_one(store, "worker-a", lease_seconds=10)
     clock.advance(11)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 from service.jobs import JobState, ReapResult
@@ -117,3 +118,18 @@ def test_reap_leaves_queued_and_finished_jobs_alone(store, db: Database, clock: 
 
     assert store.reap() == ReapResult()
     assert db.rows("SELECT * FROM jobs ORDER BY id") == before
+
+
+def test_reapers_running_at_once_reap_each_job_once(make_store, store_url, db: Database, clock: FakeClock):
+    """Every worker runs the reaper; several at the same moment must not double-reap."""
+    stores = [make_store(store_url, clock=clock) for _ in range(4)]
+    stores[0].enqueue_many([new_job(payload={"i": i}) for i in range(40)])
+    stores[0].claim("worker-a", ["default"], 40, 10)
+    clock.advance(11)
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda s: [s.reap(limit=7) for _ in range(8)], stores))
+
+    assert sum(r.total for rounds in results for r in rounds) == 40
+    assert db.count("jobs", "state = 'queued'") == 40
+    assert db.count("job_attempts", "outcome = 'lease_expired'") == 40
