@@ -232,3 +232,24 @@ def test_a_notification_wakes_only_the_waiters_of_its_job(payload: str) -> None:
 
     assert asyncio.run(scenario()) == (True, False)
     assert watcher.waiting == 0
+
+
+def test_with_notify_off_postgres_long_polls_by_re_reading(
+    start_api: Callable[..., LiveApi], pg_url: str, make_store: Callable[..., Store]
+) -> None:
+    """JOBQ_NOTIFY=off (PgBouncer in transaction mode): no LISTEN, the SQLite way instead."""
+    from service.api.polling import PollingWatcher
+
+    api = start_api(pg_url, notify=False)
+    assert isinstance(api.app.state.watcher, PollingWatcher)
+    worker_store = make_store(pg_url, notify=False)
+    http = api.http(api.token())
+    job_id = http.post("/v1/jobs", json={"kind": "x"}).json()["job_id"]
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(_long_poll, http, job_id, 20)
+        time.sleep(0.3)
+        changed_at = time.monotonic()
+        _claim(worker_store, job_id)
+        response, answered_at = waiting.result(timeout=10)
+    assert response.json()["state"] == "running"
+    assert answered_at - changed_at < 1.0
