@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
@@ -50,6 +51,14 @@ JOBS_QUEUED = "jobq_jobs"
 
 JOB_CHANGED = "jobq_job_changes"
 """Channel: a job's state or progress changed (payload: the job id). Answers long polls."""
+
+
+@dataclass(frozen=True)
+class DatabaseHealth:
+    """What FAILURE-MODES.md asks metrics to show about the database itself (None: not measured here)."""
+
+    jobs_dead_tuples: int | None  # dead row versions in jobs, not yet vacuumed (bloat building up)
+    oldest_transaction_age_seconds: float | None  # the oldest open transaction on this database, 0 if none
 
 
 class Listener(Protocol):
@@ -191,6 +200,11 @@ class Store(Protocol):
         ...
 
     def count_prunable(self, older_than_seconds: float) -> int: ...
+
+    def health_stats(self) -> DatabaseHealth:
+        """Dead tuples of the jobs table and the oldest open transaction's age (PostgreSQL;
+        None on SQLite). Reads the statistics views only, never a table."""
+        ...
 
     # -- wake-ups -------------------------------------------------------------------
     def listen(self, channels: Sequence[str]) -> Listener:

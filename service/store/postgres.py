@@ -61,7 +61,7 @@ from service.jobs import (
     validate_new_job,
 )
 from service.retry import RetryPolicy
-from service.store.base import PRUNE_BATCH, REAP_BATCH, Clock, Listener
+from service.store.base import PRUNE_BATCH, REAP_BATCH, Clock, DatabaseHealth, Listener
 from service.store.encoding import bucket_counts
 from service.store.encoding import check_lease_seconds, check_page_size, check_progress, dump_json
 
@@ -553,6 +553,21 @@ WHERE finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs =
   AND state IN ('succeeded', 'failed', 'cancelled')
 """
 
+# -- health_stats --
+# For metrics (FAILURE-MODES.md, bloat): the statistics views only, never a table.
+# Dead tuples come from the cumulative statistics, which lag by a second or so.
+# The oldest transaction: any other client of this database holding one open
+# ("idle in transaction" included), which holds back what vacuum may remove.
+# Other roles' sessions show their xact_start only to pg_read_all_stats members.
+# The real clock, not a pinned one: xact_start is real time.
+HEALTH_STATS = """
+SELECT (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = to_regclass('jobs')) AS jobs_dead_tuples,
+       coalesce((SELECT greatest(0, extract(epoch FROM clock_timestamp() - min(xact_start)))::float8
+                 FROM pg_stat_activity
+                 WHERE datname = current_database() AND pid <> pg_backend_pid()
+                   AND backend_type = 'client backend' AND xact_start IS NOT NULL), 0) AS oldest_transaction_age_seconds
+"""
+
 # -- workers --
 REGISTER_WORKER = """
 INSERT INTO workers (id, host, pid, queues, kinds, concurrency, started_at, last_seen_at)
@@ -725,6 +740,16 @@ class PostgresStore:
     def count_prunable(self, older_than_seconds: float) -> int:
         row = self._fetchone(COUNT_PRUNABLE, self._params(older_than=float(older_than_seconds)))
         return int(row["count"]) if row else 0
+
+    def health_stats(self) -> DatabaseHealth:
+        row = self._fetchone(HEALTH_STATS, {})
+        if row is None:
+            return DatabaseHealth(jobs_dead_tuples=None, oldest_transaction_age_seconds=None)
+        dead = row["jobs_dead_tuples"]
+        return DatabaseHealth(
+            jobs_dead_tuples=int(dead) if dead is not None else None,
+            oldest_transaction_age_seconds=float(row["oldest_transaction_age_seconds"]),
+        )
 
     # -- wake-ups -------------------------------------------------------------------
     def listen(self, channels: Sequence[str]) -> Listener:

@@ -59,7 +59,7 @@ from service.jobs import (
     validate_new_job,
 )
 from service.retry import RetryPolicy
-from service.store.base import PRUNE_BATCH, REAP_BATCH, Clock, Listener
+from service.store.base import PRUNE_BATCH, REAP_BATCH, Clock, DatabaseHealth, Listener
 from service.store.encoding import bucket_counts
 from service.store.encoding import check_lease_seconds, check_page_size, check_progress, dump_json
 
@@ -572,6 +572,11 @@ class SqliteStore:
         with self._read() as (conn, now):
             row = conn.execute(COUNT_PRUNABLE, {"now": now, "older_than": float(older_than_seconds)}).fetchone()
         return int(row["count"])
+
+    def health_stats(self) -> DatabaseHealth:
+        # SQLite has no dead tuples (VACUUM reclaims free pages) and no transaction
+        # registry to read: neither is measured here.
+        return DatabaseHealth(jobs_dead_tuples=None, oldest_transaction_age_seconds=None)
 
     # -- wake-ups -------------------------------------------------------------------
     def listen(self, channels: Sequence[str]) -> Listener:
