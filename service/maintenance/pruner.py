@@ -1,0 +1,94 @@
+"""The pruner: retention for history. Terminal jobs finished longer ago than the
+retention go, with their attempts, results and replays.
+
+Safe while workers and the API run: each ``run_once`` is one short statement on
+the store that deletes at most ``batch`` of the oldest finished jobs, skipping
+rows anyone holds (``FOR UPDATE SKIP LOCKED`` on PostgreSQL; one short write
+transaction on SQLite), and never touches a queued or running job. No lock is
+held between batches, so a claim or a finish waits at most one batch.
+``run_until_done`` repeats it until a batch comes back short: nothing prunable
+was left when it ran. Age is judged by the database clock, never this host's.
+
+    Pruner(store, older_than_seconds=42 * 86_400).run_until_done()   # what `jobq prune` does
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable
+
+from service.errors import InvalidInput, StoreUnavailable
+from service.store.base import PRUNE_BATCH, Store
+
+logger = logging.getLogger("jobq.maintenance")
+
+DEFAULT_RETENTION_SECONDS = 42 * 86_400
+"""Six weeks: what the README recommends keeping (analysts' queries look back six weeks)."""
+
+
+class Pruner:
+    def __init__(
+        self,
+        store: Store,
+        older_than_seconds: float,
+        *,
+        batch: int = PRUNE_BATCH,
+        pause_seconds: float = 0.0,
+    ) -> None:
+        if not older_than_seconds > 0:
+            raise InvalidInput(f"the retention must be more than 0 seconds, not {older_than_seconds!r}")
+        if not isinstance(batch, int) or isinstance(batch, bool) or not 1 <= batch <= 10_000:
+            raise InvalidInput(f"a prune batch deletes 1 to 10000 jobs, not {batch!r}")
+        self.store = store
+        self.older_than_seconds = older_than_seconds
+        self.batch = batch
+        self.pause_seconds = pause_seconds
+
+    def run_once(self) -> int:
+        """Delete one batch of the oldest prunable jobs; how many were deleted."""
+        return self.store.prune(self.older_than_seconds, self.batch)
+
+    def run_until_done(self, stop: threading.Event | None = None) -> int:
+        """Batches until one comes back short (or ``stop`` is set); how many were deleted in all.
+
+        ``pause_seconds`` between batches leaves room for other writers and for
+        replicas to keep up on a large first prune.
+        """
+        stop = stop or threading.Event()
+        deleted = 0
+        while not stop.is_set():
+            count = self.run_once()
+            deleted += count
+            if count < self.batch or stop.wait(self.pause_seconds):
+                break
+        if deleted:
+            logger.info(
+                "pruner.pruned",
+                extra={"jobq_fields": {"deleted": deleted, "older_than_seconds": self.older_than_seconds}},
+            )
+        return deleted
+
+    def run(
+        self,
+        stop: threading.Event,
+        interval: float,
+        *,
+        on_error: Callable[[StoreUnavailable], None] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        """``run_until_done`` every ``interval`` seconds (jittered +-50 %) until ``stop`` is set.
+
+        A database that cannot be reached is reported to ``on_error`` and tried
+        again next round; any other error is logged, never raised.
+        """
+        rng = rng or random.Random()
+        while not stop.wait(rng.uniform(0.5 * interval, 1.5 * interval)):
+            try:
+                self.run_until_done(stop)
+            except StoreUnavailable as exc:
+                if on_error is not None:
+                    on_error(exc)
+            except Exception:
+                logger.exception("pruner.error")

@@ -1,0 +1,227 @@
+"""``GET /metrics``: the queue in the Prometheus text format, read from the database.
+
+Every number comes from the store, so each API process reports the whole fleet
+(scrape one, or all of them and aggregate with ``max``), and a restarted process
+reports the same numbers as before. :func:`read_snapshot` makes the few cheap
+reads: active rows through their partial indexes, history only within the last
+hour through the ``finished_at`` indexes, never a scan of six weeks.
+:class:`MetricsCache` keeps the rendered text for ``CACHE_SECONDS`` per process,
+so a scrape storm costs the database one round of reads every few seconds.
+
+Metrics (every value is "now" or "within the last hour", so all are gauges):
+
+    jobq_jobs{queue,kind,state}                      queued and running jobs (terminal states are history)
+    jobq_queue_depth{queue}                          queued jobs, due or not
+    jobq_queue_oldest_queued_age_seconds{queue}      how long the oldest due job has waited (0: none due)
+    jobq_jobs_succeeded_last_hour{kind}              jobs that succeeded within the last hour
+    jobq_jobs_failed_last_hour{kind}                 jobs that failed for good within the last hour
+    jobq_job_failure_ratio{kind}                     failed / (succeeded + failed) within the last hour
+    jobq_job_duration_seconds{kind}                  gauge histogram: run time of jobs finished in the last hour
+    jobq_job_pickup_latency_seconds{kind}            gauge histogram: due -> claimed, attempts ended in the last hour
+    jobq_jobs_reclaimed_last_hour                    attempts ended by lease expiry (crashed or stuck workers)
+    jobq_workers_alive                               workers seen within WORKER_ALIVE_SECONDS
+    jobq_jobs_table_dead_tuples                      PostgreSQL: dead row versions in jobs (bloat, FAILURE-MODES.md)
+    jobq_oldest_transaction_age_seconds              PostgreSQL: the oldest open transaction on the database
+    jobq_metrics_read_duration_seconds               how long the reads behind this answer took
+
+Why no ``_total`` counters: a counter must only go up, in one process. These
+numbers are read from shared history that ``jobq prune`` deletes, and every API
+process answers for the whole fleet, so windowed gauges are the honest type.
+Alert on rates with them directly, e.g. ``jobq_job_failure_ratio > 0.2 and
+(jobq_jobs_succeeded_last_hour + jobq_jobs_failed_last_hour) >= 10``.
+
+The histograms' buckets count values below each bound (``width_bucket``), which
+differs from Prometheus' "less than or equal" only for a value exactly on a bound.
+They have no ``_gsum``: the store counts per bucket and does not sum.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
+
+from service.jobs import ActiveCount, JobState, KindOutcomes, QueueStats
+from service.store.base import DatabaseHealth, Store
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+"""The Prometheus text format, version 0.0.4 (what every Prometheus scrapes)."""
+
+CACHE_SECONDS = 5.0
+WINDOW_SECONDS = 3_600.0
+"""The last hour: the window of every *_last_hour metric, the ratio and the histograms."""
+WORKER_ALIVE_SECONDS = 30.0
+"""Workers touch their row every 10 s (jittered); three missed touches is not alive."""
+
+DURATION_BOUNDS: tuple[float, ...] = (1, 5, 15, 30, 60, 120, 300, 600, 1_800, 3_600, 7_200, 14_400)
+PICKUP_BOUNDS: tuple[float, ...] = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3_600)
+ACTIVE_STATES = (JobState.QUEUED, JobState.RUNNING)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything one scrape shows, read from the store in one go."""
+
+    active: list[ActiveCount]
+    queues: list[QueueStats]
+    outcomes: list[KindOutcomes]
+    durations: dict[str, list[int]]
+    pickups: dict[str, list[int]]
+    reclaimed: int
+    workers_alive: int
+    health: DatabaseHealth
+    read_seconds: float
+
+
+def read_snapshot(store: Store, clock: Callable[[], float] = time.monotonic) -> Snapshot:
+    started = clock()
+    active = store.active_counts()
+    queues = store.queue_stats()
+    outcomes = store.outcomes(WINDOW_SECONDS)
+    durations = store.duration_buckets(WINDOW_SECONDS, DURATION_BOUNDS)
+    pickups = store.pickup_buckets(WINDOW_SECONDS, PICKUP_BOUNDS)
+    reclaimed = store.lease_expiries(WINDOW_SECONDS)
+    workers_alive = len(store.list_workers(WORKER_ALIVE_SECONDS))
+    health = store.health_stats()
+    return Snapshot(
+        active=active,
+        queues=queues,
+        outcomes=outcomes,
+        durations=durations,
+        pickups=pickups,
+        reclaimed=reclaimed,
+        workers_alive=workers_alive,
+        health=health,
+        read_seconds=clock() - started,
+    )
+
+
+class SnapshotCollector:
+    """A prometheus_client collector over one :class:`Snapshot` (no global registry)."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.snapshot
+        jobs = GaugeMetricFamily("jobq_jobs", "Queued and running jobs by queue, kind and state.",
+                                 labels=["queue", "kind", "state"])
+        counts = {(a.queue, a.kind, a.state): a.count for a in s.active}
+        for queue, kind in sorted({(q, k) for q, k, _ in counts}):
+            for state in ACTIVE_STATES:  # both states, 0 included: a series that vanishes cannot be alerted on
+                jobs.add_metric([queue, kind, state.value], counts.get((queue, kind, state), 0))
+        yield jobs
+
+        depth = GaugeMetricFamily("jobq_queue_depth", "Queued jobs per queue, due or not.", labels=["queue"])
+        oldest = GaugeMetricFamily(
+            "jobq_queue_oldest_queued_age_seconds",
+            "Seconds the oldest due queued job of the queue has waited since it became due (0: none due).",
+            labels=["queue"],
+        )
+        for q in s.queues:
+            depth.add_metric([q.queue], q.queued)
+            oldest.add_metric([q.queue], q.oldest_queued_age_seconds or 0.0)
+        yield depth
+        yield oldest
+
+        succeeded = GaugeMetricFamily("jobq_jobs_succeeded_last_hour",
+                                      f"Jobs per kind that succeeded within the last hour.", labels=["kind"])
+        failed = GaugeMetricFamily("jobq_jobs_failed_last_hour",
+                                   f"Jobs per kind that failed for good within the last hour.", labels=["kind"])
+        ratio = GaugeMetricFamily("jobq_job_failure_ratio",
+                                  f"failed / (succeeded + failed) per kind, jobs finished within the last hour.",
+                                  labels=["kind"])
+        for o in s.outcomes:
+            succeeded.add_metric([o.kind], o.succeeded)
+            failed.add_metric([o.kind], o.failed)
+            ratio.add_metric([o.kind], o.failure_ratio)
+        yield succeeded
+        yield failed
+        yield ratio
+
+        yield _gauge_histogram(
+            "jobq_job_duration_seconds",
+            f"Run time of the last attempt of jobs that finished within the last hour.",
+            DURATION_BOUNDS,
+            s.durations,
+        )
+        yield _gauge_histogram(
+            "jobq_job_pickup_latency_seconds",
+            f"Seconds from due to claimed, of attempts that ended within the last hour.",
+            PICKUP_BOUNDS,
+            s.pickups,
+        )
+        yield GaugeMetricFamily(
+            "jobq_jobs_reclaimed_last_hour",
+            f"Attempts ended by lease expiry within the last hour: their workers crashed, hung or lost the database.",
+            value=s.reclaimed,
+        )
+        yield GaugeMetricFamily(
+            "jobq_workers_alive",
+            f"Worker processes that reported within the last {WORKER_ALIVE_SECONDS:g} seconds.",
+            value=s.workers_alive,
+        )
+        if s.health.jobs_dead_tuples is not None:
+            yield GaugeMetricFamily(
+                "jobq_jobs_table_dead_tuples",
+                "Dead row versions in the jobs table not yet vacuumed (PostgreSQL statistics; a steady climb is bloat).",
+                value=s.health.jobs_dead_tuples,
+            )
+        if s.health.oldest_transaction_age_seconds is not None:
+            yield GaugeMetricFamily(
+                "jobq_oldest_transaction_age_seconds",
+                "Age of the oldest open transaction on the database (PostgreSQL); a long one holds back vacuum.",
+                value=s.health.oldest_transaction_age_seconds,
+            )
+        yield GaugeMetricFamily(
+            "jobq_metrics_read_duration_seconds",
+            "Seconds the database reads behind this answer took.",
+            value=s.read_seconds,
+        )
+
+
+def _gauge_histogram(
+    name: str, documentation: str, bounds: Sequence[float], per_kind: dict[str, list[int]]
+) -> Metric:
+    """A gauge histogram per kind: cumulative ``_bucket`` samples and ``_gcount``, no ``_gsum``."""
+    metric = Metric(name, documentation, "gaugehistogram")
+    for kind in sorted(per_kind):
+        counts = per_kind[kind]
+        cumulative = 0
+        for bound, count in zip([*bounds, float("inf")], counts, strict=True):
+            cumulative += count
+            metric.add_sample(f"{name}_bucket", {"kind": kind, "le": floatToGoString(bound)}, cumulative)
+        metric.add_sample(f"{name}_gcount", {"kind": kind}, cumulative)
+    return metric
+
+
+def render(snapshot: Snapshot) -> bytes:
+    """The Prometheus text for one snapshot."""
+    return generate_latest(SnapshotCollector(snapshot))
+
+
+class MetricsCache:
+    """The rendered text, kept ``ttl`` seconds; one refresh at a time, however many scrapes wait."""
+
+    def __init__(
+        self, store: Store, *, ttl: float = CACHE_SECONDS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.store = store
+        self.ttl = ttl
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._text: bytes | None = None
+        self._expires = 0.0
+
+    def render(self) -> bytes:
+        with self._lock:
+            if self._text is None or self.clock() >= self._expires:
+                self._text = render(read_snapshot(self.store, self.clock))
+                self._expires = self.clock() + self.ttl
+            return self._text
+
