@@ -44,7 +44,6 @@ from dataclasses import dataclass
 
 from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
-from prometheus_client.utils import floatToGoString
 
 from service.jobs import ActiveCount, JobState, KindOutcomes, QueueStats
 from service.store.base import DatabaseHealth, Store
@@ -130,11 +129,11 @@ class SnapshotCollector:
         yield oldest
 
         succeeded = GaugeMetricFamily("jobq_jobs_succeeded_last_hour",
-                                      f"Jobs per kind that succeeded within the last hour.", labels=["kind"])
+                                      "Jobs per kind that succeeded within the last hour.", labels=["kind"])
         failed = GaugeMetricFamily("jobq_jobs_failed_last_hour",
-                                   f"Jobs per kind that failed for good within the last hour.", labels=["kind"])
+                                   "Jobs per kind that failed for good within the last hour.", labels=["kind"])
         ratio = GaugeMetricFamily("jobq_job_failure_ratio",
-                                  f"failed / (succeeded + failed) per kind, jobs finished within the last hour.",
+                                  "failed / (succeeded + failed) per kind, jobs finished within the last hour.",
                                   labels=["kind"])
         for o in s.outcomes:
             succeeded.add_metric([o.kind], o.succeeded)
@@ -146,19 +145,19 @@ class SnapshotCollector:
 
         yield _gauge_histogram(
             "jobq_job_duration_seconds",
-            f"Run time of the last attempt of jobs that finished within the last hour.",
+            "Run time of the last attempt of jobs that finished within the last hour.",
             DURATION_BOUNDS,
             s.durations,
         )
         yield _gauge_histogram(
             "jobq_job_pickup_latency_seconds",
-            f"Seconds from due to claimed, of attempts that ended within the last hour.",
+            "Seconds from due to claimed, of attempts that ended within the last hour.",
             PICKUP_BOUNDS,
             s.pickups,
         )
         yield GaugeMetricFamily(
             "jobq_jobs_reclaimed_last_hour",
-            f"Attempts ended by lease expiry within the last hour: their workers crashed, hung or lost the database.",
+            "Attempts ended by lease expiry within the last hour: their workers crashed, hung or lost the database.",
             value=s.reclaimed,
         )
         yield GaugeMetricFamily(
@@ -195,9 +194,14 @@ def _gauge_histogram(
         cumulative = 0
         for bound, count in zip([*bounds, float("inf")], counts, strict=True):
             cumulative += count
-            metric.add_sample(f"{name}_bucket", {"kind": kind, "le": floatToGoString(bound)}, cumulative)
+            metric.add_sample(f"{name}_bucket", {"kind": kind, "le": _le(bound)}, cumulative)
         metric.add_sample(f"{name}_gcount", {"kind": kind}, cumulative)
     return metric
+
+
+def _le(bound: float) -> str:
+    """A bucket's bound as Prometheus writes it: ``1.0``, ``0.25``, ``+Inf``."""
+    return "+Inf" if bound == float("inf") else repr(float(bound))
 
 
 def render(snapshot: Snapshot) -> bytes:
