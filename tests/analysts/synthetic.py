@@ -19,8 +19,12 @@ What it writes, for ``jobs`` jobs spread over ``days`` days ending at ``end``:
 - an incident: for two days, four weeks ago, ``transcribe`` runs out of GPU memory.
 
 Errors are tracebacks with numbers in them; their ``error_group`` is computed by
-:func:`service.jobs.error_group`, as the store does. Deterministic for one
-``end`` (``setseed``). Every job's story is planned once, in an unlogged table, then written.
+:func:`service.jobs.error_group`, as the store does. Every job's story is planned
+once (two unlogged tables, half the jobs each), then written. Deterministic for
+one ``end`` (``setseed``).
+
+Not modelled: pre-replay attempts of replayed jobs, released attempts, dead
+tuples and bloat from heartbeats (the load is as compact as a restore).
 """
 
 from __future__ import annotations
