@@ -20,6 +20,7 @@ is the one place that maps the exception tree of :mod:`service.errors`):
 from __future__ import annotations
 
 import dataclasses
+import getpass
 import importlib
 import json
 import logging
@@ -32,15 +33,16 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 import pydantic
 import typer
 
 from service.config import Settings, load_settings
+from service.durations import format_duration, parse_duration
 from service.errors import InvalidInput, JobqError, StoreUnavailable
-from service.jobs import JobState, JobStatus, NewJob, validate_new_job
+from service.jobs import FailureGroup, JobState, JobStatus, NewJob, QueueStats, ReplayFilter, validate_new_job
 from service.store import Store, open_store
 
 EXIT_OK = 0
@@ -347,6 +349,238 @@ def worker(
     with open_cli_store(ctx) as store:
         policy = RetryPolicy(settings.retry_base_seconds, settings.retry_cap_seconds)
         Worker(store, handlers, config, retry_policy=policy).run()
+
+
+# -- operations: failures, replay, alerts, stats, retention (README: Operations) ---------------
+
+
+@app.command()
+def failures(
+    ctx: typer.Context,
+    since: Annotated[str, typer.Option(metavar="DURATION", help="How far back: 30s, 15m, 24h, 42d.")] = "24h",
+    kind: Annotated[str | None, typer.Option(metavar="K", help="Only this kind.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON, the fields of GET /v1/failures.")] = False,
+) -> None:
+    """Failed jobs grouped by kind and error, ids and numbers masked: one bug is one line.
+
+    Every tenant's jobs (the API's GET /v1/failures shows one tenant's). One indexed query.
+    """
+    start = _ago(since, "--since")
+    with open_cli_store(ctx) as store:
+        groups = store.failure_groups(start, kind)
+    if as_json:
+        print(json.dumps({"since": _iso(start), "groups": [_failure_fields(g) for g in groups]}, indent=2))
+    elif groups:
+        rows = [
+            [g.count, g.kind, _iso(g.last_seen), _iso(g.first_seen), g.example_job_id, g.error_group or "-"]
+            for g in groups
+        ]
+        print(_table(["COUNT", "KIND", "LAST SEEN", "FIRST SEEN", "EXAMPLE JOB", "ERROR"], rows, right=("COUNT",)))
+    else:
+        print(f"jobq: no failed jobs since {_iso(start)}", file=sys.stderr)
+
+
+@app.command()
+def replay(
+    ctx: typer.Context,
+    ids: Annotated[
+        list[str] | None, typer.Option("--id", metavar="ID", help="A job to replay; repeat for more.")
+    ] = None,
+    kind: Annotated[str | None, typer.Option(metavar="K", help="Replay the failed jobs of this kind.")] = None,
+    error_like: Annotated[
+        str | None, typer.Option(metavar="TEXT", help="With --kind: only jobs whose error contains TEXT.")
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option(metavar="DURATION", help="With --kind: only jobs that ended this recently (24h).")
+    ] = None,
+    include_cancelled: Annotated[
+        bool, typer.Option(help="With --kind: cancelled jobs too (jobs named by --id are replayed either way).")
+    ] = False,
+    dry_run: Annotated[bool, typer.Option(help="List the jobs that would be replayed; change nothing.")] = False,
+) -> None:
+    """Put failed jobs back in the queue with attempts 0, recorded as replayed by you (cli:USER).
+
+    Prints how many; with --dry-run, the ids one per line. Named jobs that were not
+    replayed (no such job, or not failed or cancelled) make the exit code 1.
+    """
+    named = tuple(dict.fromkeys(parse_job_id(text) for text in ids or ()))
+    if bool(named) == (kind is not None):
+        raise InvalidInput("give either --id (one or more) or --kind, not both or neither")
+    if named and (error_like is not None or since is not None):
+        raise InvalidInput("--error-like and --since narrow --kind; with --id, name the jobs alone")
+    which = ReplayFilter(
+        ids=named,
+        kind=kind,
+        error_like=error_like,
+        since=_ago(since, "--since") if since is not None else None,
+        include_cancelled=include_cancelled,
+    )
+    with open_cli_store(ctx) as store:
+        replayed = store.replay(which, by=f"cli:{_cli_user()}", dry_run=dry_run)
+    if dry_run:
+        for job_id in replayed:
+            print(job_id)
+        print(f"jobq: would replay {_jobs(len(replayed))}; nothing was changed (dry run)", file=sys.stderr)
+    else:
+        print(f"replayed {_jobs(len(replayed))}")
+    missed = [str(job_id) for job_id in named if job_id not in set(replayed)]
+    if missed:
+        fail(f"{len(missed)} of {len(named)} ids not replayed (no such job, or neither failed nor cancelled): "
+             + ", ".join(missed), EXIT_FAILED)  # fmt: skip
+
+
+@app.command("alert-check")
+def alert_check(
+    ctx: typer.Context,
+    max_failure_ratio: Annotated[
+        float, typer.Option(metavar="R", help="Alert when failed / (succeeded + failed) of a kind is over R (0..1).")
+    ],
+    min_jobs: Annotated[
+        int, typer.Option(min=1, metavar="N", help="Judge only kinds with at least N finished jobs in the window.")
+    ] = 10,
+    window: Annotated[str, typer.Option(metavar="DURATION", help="The window: jobs that finished this recently.")] = "1h",
+    kind: Annotated[str | None, typer.Option(metavar="K", help="Judge only this kind.")] = None,
+) -> None:
+    """Exit 1 when a kind's failure ratio is over R, else 0, with a one-line reason (for cron).
+
+    Rates, not counts: each kind that finished at least --min-jobs jobs in the window
+    is judged on its own, so a busy healthy kind cannot hide a broken one.
+    """
+    if not 0 <= max_failure_ratio <= 1:
+        raise InvalidInput(f"--max-failure-ratio must be from 0 to 1, not {max_failure_ratio}")
+    seconds = parse_duration(window, name="--window")
+    with open_cli_store(ctx) as store:
+        outcomes = store.outcomes(seconds, kind)
+    judged = [o for o in outcomes if o.succeeded + o.failed >= min_jobs]
+    over = sorted((o for o in judged if o.failure_ratio > max_failure_ratio), key=lambda o: -o.failure_ratio)
+    if over:
+        worst = over[0]
+        others = f"; {len(over) - 1} more kind(s) over it" if len(over) > 1 else ""
+        print(f"ALERT: {worst.kind} failed {worst.failed} of {worst.succeeded + worst.failed} jobs in the last "
+              f"{window} (ratio {worst.failure_ratio:.2f} > {max_failure_ratio:g}){others}")  # fmt: skip
+        raise typer.Exit(EXIT_FAILED)
+    if judged:
+        top = max(judged, key=lambda o: o.failure_ratio)
+        print(f"OK: highest failure ratio {top.failure_ratio:.2f} ({top.kind}, {top.failed} of "
+              f"{top.succeeded + top.failed}) in the last {window}, at most {max_failure_ratio:g}")  # fmt: skip
+    else:
+        finished = sum(o.succeeded + o.failed for o in outcomes)
+        print(f"OK: no kind finished {min_jobs} or more jobs in the last {window} ({finished} in all); nothing to judge")
+
+
+@app.command()
+def stats(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+) -> None:
+    """Per queue: queued, running, the oldest due job's wait, live workers; per kind: the last
+    hour's successes, failures and failure ratio; workers alive."""
+    from service.metrics import WINDOW_SECONDS, WORKER_ALIVE_SECONDS
+
+    with open_cli_store(ctx) as store:
+        queues = store.queue_stats()
+        outcomes = store.outcomes(WINDOW_SECONDS)
+        workers = store.list_workers(WORKER_ALIVE_SECONDS)
+    by_queue = {q.queue: q for q in queues}
+    names = sorted(set(by_queue) | {name for w in workers for name in w.queues})
+    per_queue = [
+        (name, by_queue.get(name) or QueueStats(name, 0, 0, None), sum(1 for w in workers if name in w.queues))
+        for name in names
+    ]
+    if as_json:
+        queue_fields = [{**dataclasses.asdict(q), "workers": n} for _, q, n in per_queue]
+        kind_fields = [{**dataclasses.asdict(o), "failure_ratio": round(o.failure_ratio, 4)} for o in outcomes]
+        report = {"queues": queue_fields, "kinds": kind_fields, "window_seconds": WINDOW_SECONDS,
+                  "workers_alive": len(workers)}  # fmt: skip
+        print(json.dumps(report, indent=2))
+        return
+    queue_rows = [[name, q.queued, q.running, _age(q.oldest_queued_age_seconds), n] for name, q, n in per_queue]
+    kind_rows = [[o.kind, o.succeeded, o.failed, f"{o.failure_ratio:.2f}"] for o in outcomes]
+    print(_table(["QUEUE", "QUEUED", "RUNNING", "OLDEST DUE", "WORKERS"], queue_rows,
+                 right=("QUEUED", "RUNNING", "OLDEST DUE", "WORKERS"), empty="(no queued or running jobs)"))
+    print()
+    print(_table(["KIND", "SUCCEEDED 1H", "FAILED 1H", "FAILURE RATIO"], kind_rows,
+                 right=("SUCCEEDED 1H", "FAILED 1H", "FAILURE RATIO"), empty="(no job finished in the last hour)"))
+    print()
+    print(f"workers alive: {len(workers)}")
+
+
+@app.command()
+def prune(
+    ctx: typer.Context,
+    older_than: Annotated[
+        str,
+        typer.Option(metavar="DURATION", help="Delete terminal jobs that finished longer ago than this; "
+                     "42d (six weeks) is the recommended retention."),
+    ],
+    dry_run: Annotated[bool, typer.Option(help="Count what would be deleted; delete nothing.")] = False,
+    force: Annotated[bool, typer.Option(help="Allow --older-than under a day (42m is rarely meant for 42d).")] = False,
+) -> None:
+    """Delete finished jobs (succeeded, failed, cancelled) with their attempts, results and replays.
+
+    In small batches with short locks, safe while workers and the API run; queued and
+    running jobs are never touched. Run it from cron: jobq prune --older-than 42d
+    """
+    from service.maintenance.pruner import Pruner
+
+    seconds = parse_duration(older_than, name="--older-than")
+    if seconds < 86_400 and not force:
+        raise InvalidInput(f"--older-than {older_than} keeps less than a day of history; add --force if you mean it")
+    with open_cli_store(ctx) as store:
+        if dry_run:
+            count = store.count_prunable(seconds)
+            print(f"would delete {_jobs(count)} finished more than {older_than} ago (dry run; nothing was deleted)")
+            return
+        deleted = Pruner(store, seconds).run_until_done()
+    print(f"deleted {_jobs(deleted)} finished more than {older_than} ago")
+
+
+def _ago(text: str, option: str) -> datetime:
+    """The instant ``text`` (a duration) before now."""
+    return datetime.now(UTC) - timedelta(seconds=parse_duration(text, name=option))
+
+
+def _cli_user() -> str:
+    """Who runs the command, for the replay record."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no login name and no passwd entry (some containers)
+        return f"uid-{os.getuid()}"
+
+
+def _age(seconds: float | None) -> str:
+    return format_duration(seconds) if seconds is not None else "-"
+
+
+def _jobs(count: int) -> str:
+    return f"{count} job" if count == 1 else f"{count} jobs"
+
+
+def _failure_fields(group: FailureGroup) -> dict[str, Any]:
+    return {
+        "kind": group.kind,
+        "error_group": group.error_group,
+        "count": group.count,
+        "first_seen": _iso(group.first_seen),
+        "last_seen": _iso(group.last_seen),
+        "example_job_id": str(group.example_job_id),
+    }
+
+
+def _table(headers: list[str], rows: list[list[Any]], *, right: tuple[str, ...] = (), empty: str = "") -> str:
+    """Columns padded to their widest cell, numbers right-aligned."""
+    if not rows:
+        return empty
+    cells = [headers, *[[str(cell) for cell in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = []
+    for row in cells:
+        parts = [
+            cell.rjust(width) if header in right else cell.ljust(width)
+            for cell, width, header in zip(row, widths, headers, strict=True)
+        ]
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)
 
 
 # -- the REST API: serve, dev, tokens (service.api) --------------------------------------

@@ -26,6 +26,7 @@ from service.api.limits import BodySizeLimit
 from service.api.polling import NotifyWatcher, PollingWatcher, Watcher
 from service.api.problems import Problem, problem_handler
 from service.api.routes import health, router
+from service.api.routes_ops import ops
 from service.config import Settings, load_settings
 from service.errors import JobqError
 from service.store import open_store
@@ -98,6 +99,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         limit=settings.max_body_bytes,
         limits_by_path={"/v1/jobs/batch": settings.max_batch_body_bytes},
     )
+    app.include_router(ops)  # first: its literal /v1/jobs/replay wins over /v1/jobs/{job_id}
     app.include_router(router)
     app.include_router(health)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
