@@ -191,3 +191,17 @@ def test_replay_since_takes_jobs_that_failed_since_then(store, clock: FakeClock)
 
     since = clock.now() - timedelta(minutes=1)
     assert store.replay(ReplayFilter(since=since), by="bob") == [recent.id]
+
+
+def test_handing_back_a_job_whose_cancel_was_requested_cancels_it(store, db: Database, clock: FakeClock):
+    """A worker shutting down releases its jobs; one the user asked to stop must not run again.
+    fail() and reap() already end such a job cancelled; release() must too."""
+    store.enqueue(new_job())
+    job = claim_one(store, "worker-a")
+    store.cancel(job.id)
+
+    store.release(job.lease)
+
+    status = store.get(job.id)
+    assert status.state is JobState.CANCELLED
+    assert store.claim("worker-b", ["default"], 10, 30) == []

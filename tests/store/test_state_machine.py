@@ -27,7 +27,14 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from service.errors import InvalidTransition, LeaseLost
 from service.jobs import JobState, Lease, NewJob, ReplayFilter
@@ -48,6 +55,8 @@ RUN_SETTINGS = settings(
 )
 
 pick = st.integers(min_value=0, max_value=10_000)
+WRITE_ACTIONS = st.sampled_from(["heartbeat", "complete", "fail", "release", "acknowledge_cancel"])
+DONE = st.sampled_from([None, 0, 5, 10])
 
 
 @dataclass
@@ -70,6 +79,16 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
             clock.set(FakeClock.START)
             self.model = Model(jobs=[], leases=[], claims={}, replays=0, terminal={})
             self.replayed_now: set[str] = set()
+            self.zombie = False
+
+        @initialize(
+            jobs=st.lists(
+                st.tuples(st.integers(0, 2), st.integers(1, 3), st.sampled_from(QUEUES)), min_size=1, max_size=5
+            )
+        )
+        def some_jobs_are_waiting(self, jobs):
+            for priority, max_attempts, queue in jobs:
+                self.enqueue(priority, max_attempts, 0, queue, None, None)
 
         # -- helpers ------------------------------------------------------------------
         def rows(self) -> dict[str, dict[str, Any]]:
@@ -92,19 +111,18 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
             return items[index % len(items)]
 
         def choose_lease(self, index: int) -> Lease:
-            """A third of the time a zombie's token (stale, on a job someone runs now), a third
-            one of the newest three (likely current), a third any token at all."""
+            """A token for the next write: ``self.zombie`` picks one that went stale on a
+            job someone else runs now (when there is one), else any of the newest three."""
             leases = self.model.leases
-            if index % 3 == 0:
+            if self.zombie:
                 rows = self.rows()
                 zombies = [
                     lease for lease in leases
                     if rows[str(lease.job_id)]["state"] == "running" and not self.is_current(lease)
-                ]
+                ] or [lease for lease in leases if not self.is_current(lease)]
                 if zombies:
-                    return self.choose(zombies, index // 3)
-            pool = leases[-3:] if index % 3 == 1 else leases
-            return self.choose(pool, index // 3)
+                    return self.choose(zombies, index)
+            return self.choose(leases[-3:], index)
 
         def stale_write(self, lease: Lease, write: Any) -> None:
             """A stale token: the write reports the lost lease (or answers from its receipt) and changes nothing."""
@@ -169,8 +187,6 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
                 self.model.claims[str(job.id)] += 1
                 self.model.leases.append(job.lease)
 
-        @precondition(lambda self: self.model.leases)
-        @rule(which=pick, done=st.sampled_from([None, 0, 5, 10]))
         def heartbeat(self, which, done):
             lease = self.choose_lease(which)
             if not self.is_current(lease):
@@ -186,8 +202,6 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
             assert after["done"] == (row["done"] if done is None else done)
             assert after["lease_expires_at"] > clock.now()
 
-        @precondition(lambda self: self.model.leases)
-        @rule(which=pick)
         def complete(self, which):
             lease = self.choose_lease(which)
             if not self.is_current(lease):
@@ -197,8 +211,6 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
             assert db.job(lease.job_id)["state"] == "succeeded"
             assert store.get_result(lease.job_id) == {"by": lease.owner}
 
-        @precondition(lambda self: self.model.leases)
-        @rule(which=pick, retryable=st.booleans())
         def fail(self, which, retryable):
             lease = self.choose_lease(which)
             if not self.is_current(lease):
@@ -217,8 +229,6 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
             assert after["state"] == expected.value
             assert after["error"] == f"error on attempt {lease.attempt}"
 
-        @precondition(lambda self: self.model.leases)
-        @rule(which=pick)
         def release(self, which):
             lease = self.choose_lease(which)
             if not self.is_current(lease):
@@ -229,8 +239,6 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
             assert (after["state"], after["attempts"]) == ("queued", lease.attempt - 1)
             assert after["run_after"] == clock.now()
 
-        @precondition(lambda self: self.model.leases)
-        @rule(which=pick)
         def acknowledge_cancel(self, which):
             lease = self.choose_lease(which)
             if not self.is_current(lease):
@@ -242,7 +250,6 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
             assert db.job(lease.job_id)["state"] == "cancelled"
 
         # -- maintenance and operators ----------------------------------------------------
-        @rule()
         def reap(self):
             now = clock.now()
             expired = {
@@ -307,17 +314,41 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
             self.model.replays += len(replayed)
             self.replayed_now = replayed
 
-        @rule(seconds=st.sampled_from([1, 4, 6, 31, 700]))
-        def advance_clock(self, seconds):
+        def write(self, which, action, done, retryable):
+            if action == "heartbeat":
+                self.heartbeat(which, done)
+            elif action == "fail":
+                self.fail(which, retryable)
+            else:
+                getattr(self, action)(which)
+
+        @precondition(lambda self: self.model.leases)
+        @rule(which=pick, action=WRITE_ACTIONS, done=DONE, retryable=st.booleans())
+        def holder_writes(self, which, action, done, retryable):
+            """A worker writes with one of the newest tokens (most likely still its own)."""
+            self.zombie = False
+            self.write(which, action, done, retryable)
+
+        @precondition(lambda self: self.model.leases)
+        @rule(which=pick, action=WRITE_ACTIONS, done=DONE, retryable=st.booleans())
+        def zombie_writes(self, which, action, done, retryable):
+            """A worker that lost its lease wakes up and writes with its old token."""
+            self.zombie = True
+            self.write(which, action, done, retryable)
+
+        @rule(seconds=st.sampled_from([0, 1, 4, 6, 31, 700]), then_reap=st.booleans())
+        def time_passes(self, seconds, then_reap):
             clock.advance(seconds)
+            if then_reap:
+                self.reap()
 
         @precondition(lambda self: self.model.leases)
         @rule()
-        def let_every_lease_expire_and_reap(self):
-            """A worker paused past its lease: the commonest way a token goes stale."""
+        def every_lease_expires_and_is_reaped(self):
+            """Workers paused past their leases: the commonest way a token goes stale."""
             clock.advance(31)
             self.reap()
-            clock.advance(8)  # past the first retries' backoff, so the job can be claimed again
+            clock.advance(8)  # past the first retries' backoff, so the jobs can be claimed again
 
         # -- invariants, checked after every step ---------------------------------------------
         @invariant()
