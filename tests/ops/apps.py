@@ -1,0 +1,26 @@
+"""Handlers the operations tests run in a real ``jobq worker`` (``--app tests.ops.apps``).
+
+- ``flaky``: fails while the file named by ``payload["bug"]`` exists (the bug is
+  deployed), succeeds once it is gone (the fix is deployed). Its errors carry the
+  job id, the attempt and a memory address, as real ones do, so they must still
+  fall into one failure group.
+- ``sleep``: the example handler, for a worker that is busy.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from service.examples import app as examples
+from service.worker import App, JobContext
+
+app = App("ops-tests")
+app.register("sleep", next(spec for spec in examples if spec.kind == "sleep").fn)
+
+
+@app.handler("flaky")
+def flaky(ctx: JobContext) -> dict[str, Any]:
+    if Path(ctx.payload["bug"]).exists():
+        raise RuntimeError(f"row {ctx.job_id} could not be parsed (attempt {ctx.attempt}, buffer at {id(ctx):#x})")
+    return {"ok": True, "attempt": ctx.attempt}
