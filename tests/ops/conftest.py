@@ -126,11 +126,13 @@ def traceback(line: str) -> str:
     return f'Traceback (most recent call last):\n  File "handler.py", line 12, in run\n    parse(row)\n{line}\n'
 
 
-def backdate(db: Database, days: float, where: str, **params: Any) -> None:
-    """Move ``finished_at`` of the jobs ``where`` picks ``days`` into the past (both stores)."""
+def backdate(db: Database, days: float, where: str, *, table: str = "jobs", column: str = "finished_at",
+             **params: Any) -> None:  # fmt: skip
+    """Set ``column`` (``finished_at`` of jobs by default) of the rows ``where`` picks to
+    ``days`` ago, on either store. Table and column names are the tests' own, never input."""
     moment = datetime.now(UTC) - timedelta(days=days)
     if db.dialect == "sqlite":
         value: Any = moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
     else:
         value = moment
-    db.execute(f"UPDATE jobs SET finished_at = %(moment)s WHERE {where}", moment=value, **params)
+    db.execute(f"UPDATE {table} SET {column} = %(moment)s WHERE {where}", moment=value, **params)
