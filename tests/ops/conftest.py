@@ -126,13 +126,17 @@ def traceback(line: str) -> str:
     return f'Traceback (most recent call last):\n  File "handler.py", line 12, in run\n    parse(row)\n{line}\n'
 
 
+def db_time(db: Database, moment: datetime) -> Any:
+    """``moment`` as a parameter the test database compares with its timestamps."""
+    if db.dialect == "sqlite":
+        utc = moment.astimezone(UTC)
+        return utc.strftime("%Y-%m-%d %H:%M:%S.") + f"{utc.microsecond // 1000:03d}"
+    return moment
+
+
 def backdate(db: Database, days: float, where: str, *, table: str = "jobs", column: str = "finished_at",
              **params: Any) -> None:  # fmt: skip
     """Set ``column`` (``finished_at`` of jobs by default) of the rows ``where`` picks to
     ``days`` ago, on either store. Table and column names are the tests' own, never input."""
-    moment = datetime.now(UTC) - timedelta(days=days)
-    if db.dialect == "sqlite":
-        value: Any = moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
-    else:
-        value = moment
-    db.execute(f"UPDATE {table} SET {column} = %(moment)s WHERE {where}", moment=value, **params)
+    moment = db_time(db, datetime.now(UTC) - timedelta(days=days))
+    db.execute(f"UPDATE {table} SET {column} = %(moment)s WHERE {where}", moment=moment, **params)
