@@ -77,7 +77,11 @@ STATUS_COLUMNS = """
 # -- enqueue_jobs --
 # Many jobs in one statement (arrays unnested). A tenant's idempotency key that is
 # already taken inserts nothing: the existing job is read back by READ_BY_IDEMPOTENCY_KEYS.
+# The wake-up for idle workers rides in the same statement (one round trip, one
+# commit): an uncorrelated subquery runs once, so one JOBS_QUEUED notification per
+# statement, never per row, delivered at commit; none when nothing was inserted.
 ENQUEUE_JOBS = """
+WITH inserted AS (
 INSERT INTO jobs (id, tenant, queue, kind, payload, state, priority, attempts, max_attempts,
                   done, total, run_after, concurrency_key, idempotency_key, created_at, updated_at)
 SELECT i.id, i.tenant, i.queue, i.kind, i.payload::jsonb, 'queued', i.priority, 0, i.max_attempts,
@@ -91,7 +95,12 @@ FROM unnest(%(ids)s::uuid[], %(tenants)s::text[], %(queues)s::text[], %(kinds)s:
           concurrency_key, idempotency_key),
      (SELECT coalesce(%(now)s::timestamptz, now()) AS ts) AS n
 ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING """ + STATUS_COLUMNS
+RETURNING """ + STATUS_COLUMNS + """
+)
+SELECT inserted.*,
+       (SELECT CASE WHEN %(notify)s THEN pg_notify('jobq_jobs', %(wake_queues)s) END) AS woke
+FROM inserted
+"""
 
 READ_BY_IDEMPOTENCY_KEYS = """
 SELECT """ + STATUS_COLUMNS + """
@@ -100,8 +109,6 @@ WHERE (j.tenant, j.idempotency_key) IN (
     SELECT * FROM unnest(%(tenants)s::text[], %(keys)s::text[])
 )
 """
-
-NOTIFY_QUEUED = "SELECT pg_notify('jobq_jobs', %(queues)s)"
 
 # Appended to the RETURNING list of every statement that changes a job's state or
 # progress: one JOB_CHANGED notification per changed job, delivered at commit, so
@@ -152,6 +159,14 @@ opened AS (
 SELECT * FROM claimed ORDER BY id
 """
 
+# -- claim_jobs (one queue) --
+# CLAIM_JOBS for a worker of one queue, the common case. ``queue = ANY(array)``
+# cannot use the order of ix_jobs_claimable, so the planner sorts every queued
+# row of the queue before it takes the first N: a claim whose cost grows with the
+# queue's depth. With ``queue = value`` the index scan comes out in claim order and
+# stops after N rows it could lock: the cost of a claim is N rows, however deep the queue.
+CLAIM_JOBS_ONE_QUEUE = CLAIM_JOBS.replace("queue = ANY(%(queues)s::text[])", "queue = %(queue)s")
+
 # -- renew_lease --
 # Invariant 1: fenced on the token; a reaped or reclaimed job matches no row, and
 # the caller learns it lost the lease. Heartbeat and progress are one statement,
@@ -176,6 +191,10 @@ RETURNING cancel_requested,
 # job, its result row and its attempt row change together or not at all. Many
 # jobs in one statement (arrays unnested), so a busy worker finishes a batch in
 # one round trip; a lost lease in the batch affects only its own row.
+# The fenced rows are found (and locked, in the id order the caller sorted the
+# input in) one primary-key lookup per input row, through LATERAL: joined as a
+# set, the planner may instead read every entry of ix_jobs_running — which
+# holds an entry for each job that ran since the last vacuum — to finish 25 jobs.
 COMPLETE_JOBS = """
 WITH n AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS ts
@@ -186,6 +205,16 @@ input AS (
                 %(result_ids)s::uuid[], %(bodies)s::text[])
          AS i(job_id, claim, attempt, owner, result_id, body)
 ),
+held AS (
+    SELECT i.*
+    FROM input AS i
+    CROSS JOIN LATERAL (
+        SELECT 1 FROM jobs AS j
+        WHERE j.id = i.job_id AND j.claims = i.claim AND j.attempts = i.attempt AND j.lease_owner = i.owner
+          AND j.state = 'running'
+        FOR UPDATE
+    ) AS fenced
+),
 finished AS (
     UPDATE jobs AS j
     SET state = 'succeeded',
@@ -194,9 +223,8 @@ finished AS (
         lease_expires_at = NULL,
         finished_at = n.ts,
         updated_at = n.ts
-    FROM input AS i, n
-    WHERE j.id = i.job_id AND j.claims = i.claim AND j.attempts = i.attempt AND j.lease_owner = i.owner
-      AND j.state = 'running'
+    FROM held AS i, n
+    WHERE j.id = i.job_id
     RETURNING j.id, i.claim, i.result_id, i.body, """ + NOTIFY_CHANGED + """
 ),
 stored AS (
@@ -204,10 +232,13 @@ stored AS (
     SELECT f.result_id, f.id, f.body::jsonb, n.ts FROM finished AS f, n
 ),
 closed AS (
+    -- "Still open" is asked of outcome, which no index covers: asked of finished_at, the
+    -- planner may read ix_job_attempts_finished_at's entry for every attempt ever opened
+    -- (dead ones too, until a vacuum) instead of one (job_id, claim) lookup per job.
     UPDATE job_attempts AS a
     SET finished_at = n.ts, outcome = 'succeeded'
     FROM finished AS f, n
-    WHERE a.job_id = f.id AND a.claim = f.claim AND a.finished_at IS NULL
+    WHERE a.job_id = f.id AND a.claim = f.claim AND a.outcome IS NULL
 )
 SELECT id FROM finished
 """
@@ -837,26 +868,18 @@ class PostgresStore:
             totals=[j.total for j in jobs],
             concurrency_keys=[j.concurrency_key for j in jobs],
             idempotency_keys=[j.idempotency_key for j in jobs],
+            wake_queues=",".join(sorted({j.queue for j in jobs})),
         )
-
-        def run() -> list[dict[str, Any]]:
-            with self._connection() as conn, conn.transaction():
-                rows = conn.execute(ENQUEUE_JOBS, params).fetchall()
-                if len(rows) < len(jobs):
-                    keyed = [j for j in jobs if j.idempotency_key is not None]
-                    rows += conn.execute(
-                        READ_BY_IDEMPOTENCY_KEYS,
-                        self._params(
-                            tenants=[j.tenant for j in keyed], keys=[j.idempotency_key for j in keyed]
-                        ),
-                    ).fetchall()
-                if self.notify:
-                    # One wake-up per statement, not per row; delivered at commit.
-                    queues = ",".join(sorted({j.queue for j in jobs}))
-                    conn.execute(NOTIFY_QUEUED, {"queues": queues})
-                return rows
-
-        rows = self._retrying(run)
+        # One autocommit statement inserts and wakes the workers. Only when an idempotency
+        # key was taken does a second one read the existing jobs (committed by then: the
+        # insert waited for any transaction that held the key).
+        rows = self._fetchall(ENQUEUE_JOBS, params)
+        if len(rows) < len(jobs):
+            keyed = [j for j in jobs if j.idempotency_key is not None]
+            rows += self._fetchall(
+                READ_BY_IDEMPOTENCY_KEYS,
+                self._params(tenants=[j.tenant for j in keyed], keys=[j.idempotency_key for j in keyed]),
+            )
         by_id = {row["id"]: row for row in rows}
         by_key = {(row["tenant"], row["idempotency_key"]): row for row in rows if row["idempotency_key"]}
         ordered = []
@@ -879,11 +902,13 @@ class PostgresStore:
         if not worker:
             raise InvalidInput("worker must be a non-empty string")
         check_lease_seconds(lease_seconds)
+        queues = list(queues)
         rows = self._fetchall(
-            CLAIM_JOBS,
+            CLAIM_JOBS_ONE_QUEUE if len(queues) == 1 else CLAIM_JOBS,
             self._params(
                 worker=worker,
-                queues=list(queues),
+                queue=queues[0] if len(queues) == 1 else None,
+                queues=queues,
                 limit=limit,
                 lease_seconds=float(lease_seconds),
                 kinds=list(kinds) if kinds is not None else None,
@@ -936,6 +961,7 @@ class PostgresStore:
     def complete_many(self, finished: Sequence[tuple[Lease, JSON]]) -> list[Lease]:
         if not finished:
             return []
+        finished = sorted(finished, key=lambda item: item[0].job_id)  # rows lock in id order
         bodies = [dump_json(result, "result") for _, result in finished]
         rows = self._fetchall(
             COMPLETE_JOBS,

@@ -3,11 +3,15 @@
 Threads of one worker process:
 
 - the claim loop (the thread that calls :meth:`Worker.run`, the main thread under
-  ``jobq worker``): claims up to the number of free slots, starts one thread per
-  job, then sleeps until a slot frees, a wake-up arrives or the poll interval
-  (jittered) passes;
-- one thread per running job: runs the handler (:mod:`service.worker.executor`),
-  then writes the outcome through the fenced store API;
+  ``jobq worker``): claims up to the number of free slots in one statement, hands
+  each job to a job thread, then sleeps until a slot frees, a wake-up arrives or
+  the poll interval (jittered) passes;
+- job threads, at most one per slot, reused from job to job
+  (:class:`~service.worker.finisher.JobThreads`): each runs a handler
+  (:mod:`service.worker.executor`); a failure, cancellation or hand-back is
+  written from there through the fenced store API, a success is handed to
+- the finisher (:mod:`service.worker.finisher`): writes successes in batches, one
+  ``complete_many`` statement for all that are waiting (a lone one at once);
 - the lease keeper (:mod:`service.worker.lease_keeper`): heartbeats and progress;
 - the listener: LISTEN on ``JOBS_QUEUED`` (PostgreSQL), wakes the claim loop;
 - maintenance: the reaper (:mod:`service.maintenance.reaper`) and the workers-table touch.
@@ -40,6 +44,7 @@ from service.store.base import JOBS_QUEUED, Listener, Store
 from service.worker.backoff import Backoff, jittered
 from service.worker.context import JobContext, StopReason
 from service.worker.executor import Failed, Outcome, Stopped, Succeeded, execute
+from service.worker.finisher import Finisher, JobThreads
 from service.worker.health import StoreHealth
 from service.worker.lease_keeper import LeaseKeeper
 from service.worker.logs import job_event, log_event
@@ -143,6 +148,9 @@ class Worker:
             clock=clock,
         )
         self.reaper = Reaper(store)
+        self.finisher = Finisher(store, self.id, persist=self._persist, refused=self._refused,
+                                 done=self._free_slot)
+        self._job_threads = JobThreads(self._run_job)
         self.started = threading.Event()  # registered and claiming (tests wait on it)
         self.claimed = 0
 
@@ -183,6 +191,7 @@ class Worker:
             self._drain()
         finally:
             self._halt.set()
+            self._job_threads.stop()
             self._wake.set()
             self._close_listener()
         self._deregister()
@@ -249,15 +258,20 @@ class Worker:
             self._running[job.lease] = running
         self.claimed += 1
         job_event("job.claimed", job, self.id, max_attempts=job.max_attempts)
-        thread = threading.Thread(target=self._run_job, args=(running,), name=f"jobq-job-{job.id}", daemon=True)
-        thread.start()
+        self._job_threads.submit(running)
 
     # -- one job -----------------------------------------------------------------------
     def _run_job(self, running: RunningJob) -> None:
+        handed_over = False
         try:
             outcome = execute(running.spec, running.ctx)
             if running.begin_finish():
-                self._settle(running, outcome)
+                if isinstance(outcome, Succeeded):
+                    # The finisher writes it with whatever else finished meanwhile, then frees the slot.
+                    self.finisher.put(running, outcome.result, self.clock() - running.started)
+                    handed_over = True
+                else:
+                    self._settle(running, outcome)
             else:
                 job_event(
                     "job.discarded",
@@ -270,9 +284,20 @@ class Worker:
         except Exception:
             log_event("worker.job_error", logging.ERROR, exc_info=True, worker=self.id, job_id=str(running.job.id))
         finally:
-            with self._lock:
-                self._running.pop(running.job.lease, None)
-            self._wake.set()  # a slot is free: claim again at once
+            if not handed_over:
+                self._free_slot(running)
+
+    def _free_slot(self, running: RunningJob) -> None:
+        with self._lock:
+            self._running.pop(running.job.lease, None)
+        self._wake.set()  # a slot is free: claim again at once
+
+    def _refused(self, running: RunningJob, error: str, duration: float) -> None:
+        """The database refused a result (too big, say): the attempt fails, not retryable."""
+        try:
+            self._fail(running, error, False, duration)
+        except LeaseLost:
+            job_event("job.lease_lost", running.job, self.id, duration=duration, level=logging.WARNING)
 
     def _settle(self, running: RunningJob, outcome: Outcome) -> None:
         """Write the outcome, fenced; retry while the database is away. The caller holds FINISHING."""
@@ -416,6 +441,7 @@ class Worker:
     def _start_background(self) -> None:
         targets: list[tuple[str, Callable[[], None]]] = [
             ("jobq-keeper", lambda: self.keeper.run(self._halt)),
+            ("jobq-finisher", lambda: self.finisher.run(self._halt)),
             ("jobq-maintenance", self._maintenance_loop),
         ]
         if self.config.listen:

@@ -1,0 +1,178 @@
+"""Writing successes in batches, and the threads that run handlers.
+
+:class:`Finisher` — one thread that writes succeeded jobs with the store's
+``complete_many``: one fenced statement (one round trip, one commit) for every
+result that is waiting. It never waits for a batch to fill: a lone result is
+written at once, and results that arrive while a write is in flight go together
+in the next one (group commit). So a quiet worker finishes a job as fast as
+before, and a busy one pays one commit for many jobs. A job keeps its slot, and
+its heartbeats, until its result is written; then the slot frees and the claim
+loop is woken.
+
+Failures, cancellations and hand-backs stay one statement per job, written by
+the job's thread: they are rare, and each decides a retry of its own.
+
+:class:`JobThreads` — handlers run on reused threads, at most one per slot,
+instead of a new thread per job: a thread's start costs more than a no-op job.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from service.errors import InvalidInput
+from service.jobs import JSON, Lease
+from service.store.base import Store
+from service.worker.logs import job_event, log_event
+from service.worker.running import RunningJob
+
+MAX_BATCH = 500
+"""Results one statement writes at most."""
+
+
+@dataclass(frozen=True)
+class Success:
+    running: RunningJob
+    result: JSON
+    duration: float
+
+
+class Finisher:
+    def __init__(
+        self,
+        store: Store,
+        worker_id: str,
+        *,
+        persist: Callable[[Callable[[], Any]], Any],
+        refused: Callable[[RunningJob, str, float], None],
+        done: Callable[[RunningJob], None],
+    ) -> None:
+        """``persist`` retries a write while the database is away; ``refused`` fails a job whose result the
+        database refused; ``done`` frees the job's slot once its outcome is written (or cannot be)."""
+        self.store = store
+        self.worker_id = worker_id
+        self._persist = persist
+        self._refused = refused
+        self._done = done
+        self._queue: queue.SimpleQueue[Success] = queue.SimpleQueue()
+        self.batches = 0
+        self.written = 0
+
+    def put(self, running: RunningJob, result: JSON, duration: float) -> None:
+        """Called by the job's thread, which holds FINISHING for the job."""
+        self._queue.put(Success(running, result, duration))
+
+    def run(self, halt: threading.Event) -> None:
+        """Write until ``halt`` is set and nothing is left."""
+        while True:
+            try:
+                first = self._queue.get(timeout=0.1)
+            except queue.Empty:
+                if halt.is_set():
+                    return
+                continue
+            batch = [first]
+            while len(batch) < MAX_BATCH:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            try:
+                self.write(batch)
+            except Exception:  # a bug guard: never leave jobs holding their slots
+                log_event("worker.finish_error", logging.ERROR, exc_info=True, worker=self.worker_id)
+                for success in batch:
+                    self._settled(success.running)
+
+    def write(self, batch: list[Success]) -> None:
+        """One statement for the batch; lost leases are reported, refused results split the batch."""
+        self.batches += 1
+        try:
+            if len(batch) == 1:
+                lost = self._complete_one(batch[0])
+            else:
+                lost = self._persist(lambda: self.store.complete_many([(s.running.job.lease, s.result) for s in batch]))
+        except InvalidInput as exc:
+            if len(batch) == 1:
+                success = batch[0]
+                try:
+                    self._refused(success.running, f"InvalidResult: the result was refused: {exc}", success.duration)
+                finally:
+                    self._settled(success.running)
+                return
+            for success in batch:  # one result the database refuses must not fail the others
+                self.write([success])
+            return
+        lost_set = set(lost)
+        for success in batch:
+            job = success.running.job
+            if job.lease in lost_set:
+                job_event("job.lease_lost", job, self.worker_id, duration=success.duration, level=logging.WARNING,
+                          detail="the fenced write matched nothing: the job was reclaimed; the outcome was discarded")
+            else:
+                self.written += 1
+                job_event("job.succeeded", job, self.worker_id, duration=success.duration)
+            self._settled(success.running)
+
+    def _complete_one(self, success: Success) -> list[Lease]:
+        from service.errors import LeaseLost
+
+        lease = success.running.job.lease
+        try:
+            self._persist(lambda: self.store.complete(lease, success.result))
+        except LeaseLost:
+            return [lease]
+        return []
+
+    def _settled(self, running: RunningJob) -> None:
+        running.finished()
+        self._done(running)
+
+
+class JobThreads:
+    """Threads that run ``target(item)`` for submitted items, started as needed and then reused."""
+
+    def __init__(self, target: Callable[[RunningJob], None]) -> None:
+        self._target = target
+        self._queue: queue.SimpleQueue[RunningJob | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._threads: list[threading.Thread] = []
+
+    def submit(self, running: RunningJob) -> None:
+        with self._lock:
+            if self._idle > 0:
+                self._idle -= 1
+            else:
+                thread = threading.Thread(target=self._loop, name="jobq-job", daemon=True)
+                self._threads.append(thread)
+                thread.start()
+        self._queue.put(running)
+
+    def _loop(self) -> None:
+        current = threading.current_thread()
+        while True:
+            running = self._queue.get()
+            if running is None:
+                return
+            current.name = f"jobq-job-{running.job.id}"
+            try:
+                self._target(running)
+            finally:
+                current.name = "jobq-job"
+                with self._lock:
+                    self._idle += 1
+
+    def stop(self) -> None:
+        """Idle threads end; a thread still in a handler ends when the handler returns."""
+        with self._lock:
+            count = len(self._threads)
+            self._threads = []
+            self._idle = 0
+        for _ in range(count):
+            self._queue.put(None)
