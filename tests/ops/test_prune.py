@@ -1,0 +1,106 @@
+"""Retention: ``jobq prune`` deletes old terminal jobs with their rows, in small batches,
+never a queued or running job, never younger history, and runs while a worker is busy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from service.errors import InvalidInput
+from service.jobs import NewJob, ReplayFilter
+from service.maintenance.pruner import Pruner
+from service.store import Store
+from tests.cli.test_cli import EXIT_USAGE, assert_one_line_error
+from tests.conftest import Database
+from tests.ops.conftest import Run, backdate, cancel_job, claim_all, fail_jobs, succeed_jobs
+from tests.worker.harness import WorkerProcess, wait_until
+
+DAY = 86_400
+RELATED = ("job_attempts", "job_results", "job_replays")
+
+
+def related_rows(db: Database, ids: list[str]) -> int:
+    marks = ", ".join(f"%(id{i})s" for i in range(len(ids)))
+    params = {f"id{i}": job_id for i, job_id in enumerate(ids)}
+    return sum(db.count(table, f"job_id IN ({marks})", **params) for table in RELATED)
+
+
+def test_prune_deletes_old_terminal_jobs_with_their_rows_and_nothing_else(cli: Run, live: Store, db: Database) -> None:
+    [done] = succeed_jobs(live, "resize", 1)
+    [failed] = fail_jobs(live, "resize", ["boom"])
+    cancelled = cancel_job(live, "resize")
+    [replayed] = fail_jobs(live, "ocr", ["first"])  # failed, replayed, failed again: a replay record
+    live.replay(ReplayFilter(ids=(replayed.id,)), by="test")
+    live.fail(claim_all(live, "ocr")[0].lease, "second", retryable=False)
+    old = [str(job.id) for job in (done, failed, cancelled, replayed)]
+    backdate(db, 50, "state IN ('succeeded', 'failed', 'cancelled')")
+    young = [str(j.id) for j in (*succeed_jobs(live, "resize", 1), *fail_jobs(live, "resize", ["young"]))]
+    backdate(db, 10, "id IN (%(a)s, %(b)s)", a=young[0], b=young[1])
+    active = [str(j.id) for j in live.enqueue_many([NewJob(kind="resize", queue="slow")] * 2)]
+    [running] = claim_all(live, "resize", "slow", limit=1)
+    backdate(db, 60, "state IN ('queued', 'running')", column="created_at")
+    assert related_rows(db, old) == 6  # 4 attempts, 1 result, 1 replay
+    total = db.count("jobs")
+
+    dry = cli("prune", "--older-than", "42d", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout == "would delete 4 jobs finished more than 42d ago (dry run; nothing was deleted)\n"
+    assert db.count("jobs") == total
+
+    real = cli("prune", "--older-than", "42d")
+    assert (real.returncode, real.stdout) == (0, "deleted 4 jobs finished more than 42d ago\n"), real.stderr
+    left = {row["id"] for row in db.rows("SELECT id FROM jobs")}
+    assert left == {*young, *active}
+    assert not left & set(old) and related_rows(db, old) == 0
+    assert related_rows(db, young) == 3  # their attempts and the result stay
+    assert cli("prune", "--older-than", "42d").stdout == "deleted 0 jobs finished more than 42d ago\n"
+
+    # Under a day needs --force; even then queued and running jobs stay, however old.
+    assert_one_line_error(cli("prune", "--older-than", "12h"), EXIT_USAGE)
+    assert cli("prune", "--older-than", "12h", "--force").stdout.startswith("deleted 2 jobs")
+    assert db.rows("SELECT state FROM jobs ORDER BY state") == [{"state": "queued"}, {"state": "running"}]
+    assert live.get(running.id).lease_owner == "seeder"
+
+
+def test_prune_refuses_bad_ages(cli: Run) -> None:
+    for args in ([], ["--older-than", "0d"], ["--older-than", "six weeks"], ["--older-than", "42"]):
+        assert_one_line_error(cli("prune", *args), EXIT_USAGE)
+
+
+def test_the_pruner_deletes_one_small_batch_at_a_time(live: Store, db: Database) -> None:
+    succeed_jobs(live, "resize", 25)
+    backdate(db, 50, "TRUE")
+    pruner = Pruner(live, 42 * DAY, batch=10)
+
+    assert pruner.run_once() == 10
+    assert db.count("jobs") == 15
+    assert pruner.run_until_done() == 15
+    assert pruner.run_once() == 0 and db.count("jobs") == 0
+
+    for older_than, batch in [(0, 10), (-1, 10), (DAY, 0), (DAY, 100_000)]:
+        with pytest.raises(InvalidInput):
+            Pruner(live, older_than, batch=batch)
+
+
+def test_prune_runs_while_a_worker_is_busy(
+    run: Run, live: Store, db: Database, worker: Callable[..., WorkerProcess], tmp_path: Path
+) -> None:
+    worker("--lease-seconds", "3")  # heartbeats every second: a prune that blocked them would cost the lease
+    release = tmp_path / "release"
+    busy = live.enqueue(NewJob(kind="hold", payload={"release": str(release)}))
+    wait_until(lambda: live.get(busy.id).state.value == "running", 30, what="the hold job to start")
+    succeed_jobs(live, "history", 2_500, queue="history")
+    backdate(db, 50, "queue = 'history'")
+
+    result = run("prune", "--older-than", "42d")
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "deleted 2500 jobs finished more than 42d ago\n"
+    assert db.count("jobs", "queue = 'history'") == 0
+    assert live.get(busy.id).state.value == "running"  # untouched while it ran
+    release.touch()
+    finished = wait_until(lambda: (s := live.get(busy.id)).state.terminal and s, 30, what="the hold job to finish")
+    assert finished.state.value == "succeeded"
+    assert [a["outcome"] for a in db.attempts(busy.id)] == ["succeeded"]  # its lease was never lost
