@@ -226,6 +226,32 @@ class ReplayFilter:
     include_cancelled: bool = False
 
 
+def storable_text(value: str, what: str = "text") -> str:
+    """Text both databases can hold: PostgreSQL refuses NUL and lone surrogates, so both stores do."""
+    if "\x00" in value:
+        raise InvalidInput(f"{what} must not contain the NUL character (\\u0000)")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{what} must be valid Unicode (it holds a lone surrogate)") from None
+    return value
+
+
+def storable_json(value: JSON, what: str) -> JSON:
+    """Every string in a JSON value, keys too, is storable text; walked without recursion."""
+    pending: list[Any] = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            storable_text(item, what)
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+    return value
+
+
 def validate_new_job(job: NewJob) -> None:
     """Reject a job that must not be stored; raise InvalidInput naming the field."""
     if not isinstance(job.kind, str) or not job.kind.strip():
@@ -234,10 +260,12 @@ def validate_new_job(job: NewJob) -> None:
         raise InvalidInput("kind must be at most 200 characters")
     if not isinstance(job.payload, dict):
         raise InvalidInput(f"payload must be a JSON object, not {type(job.payload).__name__}")
+    storable_text(job.kind, "kind")
     for name in ("queue", "tenant"):
         value = getattr(job, name)
         if not isinstance(value, str) or not value.strip() or len(value) > 200:
             raise InvalidInput(f"{name} must be a non-empty string of at most 200 characters")
+        storable_text(value, name)
     if not _is_int(job.priority) or not 0 <= job.priority <= MAX_PRIORITY:
         raise InvalidInput(f"priority must be an integer from 0 to {MAX_PRIORITY}")
     if not _is_int(job.max_attempts) or not 1 <= job.max_attempts <= MAX_ATTEMPTS_LIMIT:
@@ -252,6 +280,8 @@ def validate_new_job(job: NewJob) -> None:
         value = getattr(job, name)
         if value is not None and (not isinstance(value, str) or not value or len(value) > 255):
             raise InvalidInput(f"{name} must be a non-empty string of at most 255 characters")
+        if value is not None:
+            storable_text(value, name)
 
 
 ERROR_GROUP_LENGTH = 80

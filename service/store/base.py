@@ -235,6 +235,11 @@ class Store(Protocol):
         """The tenant of a live token, or None for an unknown or revoked one."""
         ...
 
+    def get_for_token(self, job_id: uuid.UUID, token_hash: str) -> tuple[str | None, JobStatus | None]:
+        """A status poll in one query: the tenant of a live token (None: unknown or revoked)
+        and, when that tenant owns the job, its status (None: missing or another tenant's)."""
+        ...
+
     def revoke_token(self, token_id: uuid.UUID) -> ApiToken:
         """Revoke a token from now on. Raises TokenNotFound."""
         ...

@@ -7,15 +7,22 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from service.errors import InvalidInput
-from service.jobs import JSON
+from service.jobs import JSON, storable_json
 
 
 def dump_json(value: JSON, what: str) -> str:
-    """JSON text for a payload, checkpoint or result; InvalidInput if it is not JSON."""
+    """JSON text for a payload, checkpoint or result; InvalidInput if it is not JSON
+    or holds text one of the databases cannot store."""
+    storable_json(value, what)
     try:
         return json.dumps(value, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"{what} is not JSON-serialisable: {exc}") from exc
+
+
+def storable_error(error: str) -> str:
+    """An error message as both databases can store it: a handler's text is not ours to refuse."""
+    return error.replace("\x00", "\\0").encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def check_progress(done: int | None, total: int | None) -> None:

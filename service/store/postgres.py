@@ -63,7 +63,7 @@ from service.jobs import (
 from service.retry import RetryPolicy
 from service.store.base import PRUNE_BATCH, REAP_BATCH, Clock, DatabaseHealth, Listener
 from service.store.encoding import bucket_counts
-from service.store.encoding import check_lease_seconds, check_page_size, check_progress, dump_json
+from service.store.encoding import check_lease_seconds, check_page_size, check_progress, dump_json, storable_error
 
 _NOW = "coalesce(%(now)s::timestamptz, now())"
 
@@ -287,27 +287,34 @@ SELECT state, run_after FROM changed
 
 # -- release_job --
 # Graceful shutdown hands a job back at once. The attempt is not charged
-# (attempts - 1): a deploy is not the job's fault. The token cannot match again,
-# because lease_owner is cleared and the releasing worker has stopped claiming.
-# Idle workers are woken (JOBS_QUEUED), so the job moves on without waiting for a poll.
+# (attempts - 1): a deploy is not the job's fault, and the claims counter keeps
+# the old token from ever matching again. Idle workers are woken (JOBS_QUEUED),
+# so the job moves on without waiting for a poll. A job whose cancellation was
+# requested is not handed back but ends cancelled, as fail and reap do.
 RELEASE_JOB = """
 WITH n AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS ts
 ),
 released AS (
     UPDATE jobs AS j
-    SET state = 'queued', attempts = j.attempts - 1, lease_owner = NULL, lease_expires_at = NULL,
-        run_after = n.ts, updated_at = n.ts
+    SET state = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'queued' END,
+        attempts = CASE WHEN j.cancel_requested THEN j.attempts ELSE j.attempts - 1 END,
+        lease_owner = CASE WHEN j.cancel_requested THEN j.lease_owner END,
+        lease_expires_at = NULL,
+        run_after = CASE WHEN j.cancel_requested THEN j.run_after ELSE n.ts END,
+        finished_at = CASE WHEN j.cancel_requested THEN n.ts END,
+        updated_at = n.ts
     FROM n
     WHERE j.id = %(job_id)s AND j.claims = %(claim)s AND j.attempts = %(attempt)s
       AND j.lease_owner = %(owner)s
       AND j.state = 'running'
-    RETURNING j.id, """ + NOTIFY_CHANGED + """,
-              CASE WHEN %(notify)s THEN pg_notify('jobq_jobs', j.queue) END AS woke
+    RETURNING j.id, j.state, """ + NOTIFY_CHANGED + """,
+              CASE WHEN %(notify)s AND j.state = 'queued' THEN pg_notify('jobq_jobs', j.queue) END AS woke
 ),
 closed AS (
     UPDATE job_attempts AS a
-    SET finished_at = n.ts, outcome = 'released'
+    SET finished_at = n.ts,
+        outcome = CASE WHEN released.state = 'cancelled' THEN 'cancelled' ELSE 'released' END
     FROM released, n
     WHERE a.job_id = released.id AND a.claim = %(claim)s AND a.finished_at IS NULL
 )
@@ -632,6 +639,22 @@ TENANT_FOR_TOKEN = """
 SELECT tenant FROM api_tokens WHERE token_hash = %(token_hash)s AND revoked_at IS NULL
 """
 
+# -- get_job_for_token --
+# A status poll is one query, not a token lookup and then a read: the token
+# (unique index on its hash) and the job (primary key) together. No row: the
+# token is unknown or revoked; a row whose job columns are NULL: no such job for
+# that tenant.
+GET_JOB_FOR_TOKEN = """
+SELECT t.tenant AS token_tenant, s.*
+FROM api_tokens AS t
+LEFT JOIN LATERAL (
+    SELECT """ + STATUS_COLUMNS + """
+    FROM jobs
+    WHERE id = %(job_id)s AND tenant = t.tenant
+) AS s ON true
+WHERE t.token_hash = %(token_hash)s AND t.revoked_at IS NULL
+"""
+
 REVOKE_TOKEN = """
 UPDATE api_tokens SET revoked_at = coalesce(revoked_at, coalesce(%(now)s::timestamptz, now()))
 WHERE id = %(id)s
@@ -836,6 +859,12 @@ class PostgresStore:
         row = self._fetchone(TENANT_FOR_TOKEN, self._params(token_hash=token_hash))
         return row["tenant"] if row else None
 
+    def get_for_token(self, job_id: uuid.UUID, token_hash: str) -> tuple[str | None, JobStatus | None]:
+        row = self._fetchone(GET_JOB_FOR_TOKEN, self._params(job_id=job_id, token_hash=token_hash))
+        if row is None:
+            return None, None
+        return row["token_tenant"], _status(row) if row["id"] is not None else None
+
     def revoke_token(self, token_id: uuid.UUID) -> ApiToken:
         row = self._fetchone(REVOKE_TOKEN, self._params(id=token_id))
         if row is None:
@@ -984,6 +1013,7 @@ class PostgresStore:
     def fail(self, lease: Lease, error: str, retryable: bool) -> FailResult:
         if not isinstance(error, str) or not error.strip():
             raise InvalidInput("error must be a non-empty string")
+        error = storable_error(error)
         row = self._fetchone(
             FAIL_JOB,
             self._params(
@@ -1001,20 +1031,20 @@ class PostgresStore:
     def release(self, lease: Lease) -> None:
         row = self._fetchone(RELEASE_JOB, self._params(**_fence(lease)))
         if row is None or row["released"] == 0:
-            self._require_receipt(lease, AttemptOutcome.RELEASED)
+            self._require_receipt(lease, AttemptOutcome.RELEASED, AttemptOutcome.CANCELLED)
 
     def acknowledge_cancel(self, lease: Lease) -> None:
         row = self._fetchone(ACKNOWLEDGE_CANCEL, self._params(**_fence(lease)))
         if row is None or row["stopped"] == 0:
             self._require_receipt(lease, AttemptOutcome.CANCELLED)
 
-    def _receipt(self, lease: Lease, outcome: AttemptOutcome) -> dict[str, Any] | None:
+    def _receipt(self, lease: Lease, *outcomes: AttemptOutcome) -> dict[str, Any] | None:
         """The fenced write matched nothing: did it land earlier (a retried call)? Else the lease is lost."""
         row = self._fetchone(READ_ATTEMPT_RECEIPT, self._params(**_fence(lease)))
-        return row if row is not None and row["outcome"] == outcome.value else None
+        return row if row is not None and row["outcome"] in outcomes else None
 
-    def _require_receipt(self, lease: Lease, outcome: AttemptOutcome) -> dict[str, Any]:
-        row = self._receipt(lease, outcome)
+    def _require_receipt(self, lease: Lease, *outcomes: AttemptOutcome) -> dict[str, Any]:
+        row = self._receipt(lease, *outcomes)
         if row is None:
             raise LeaseLost(lease.job_id, lease.attempt)
         return row

@@ -61,7 +61,7 @@ from service.jobs import (
 from service.retry import RetryPolicy
 from service.store.base import PRUNE_BATCH, REAP_BATCH, Clock, DatabaseHealth, Listener
 from service.store.encoding import bucket_counts
-from service.store.encoding import check_lease_seconds, check_page_size, check_progress, dump_json
+from service.store.encoding import check_lease_seconds, check_page_size, check_progress, dump_json, storable_error
 
 TIME_FORMAT = "%Y-%m-%d %H:%M:%f"
 BUSY_TIMEOUT_SECONDS = 30.0
@@ -185,14 +185,20 @@ WHERE id = :job_id AND claims = :claim AND attempts = :attempt AND lease_owner =
 """
 
 # -- release_job --
-# Graceful shutdown: back to queued now, the attempt not charged (attempts - 1).
+# Graceful shutdown: back to queued now, the attempt not charged (attempts - 1);
+# a job whose cancellation was requested ends cancelled instead, as in fail and reap.
 RELEASE_JOB = """
 UPDATE jobs
-SET state = 'queued', attempts = attempts - 1, lease_owner = NULL, lease_expires_at = NULL,
-    run_after = :now, updated_at = :now
+SET state = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'queued' END,
+    attempts = CASE WHEN cancel_requested THEN attempts ELSE attempts - 1 END,
+    lease_owner = CASE WHEN cancel_requested THEN lease_owner END,
+    lease_expires_at = NULL,
+    run_after = CASE WHEN cancel_requested THEN run_after ELSE :now END,
+    finished_at = CASE WHEN cancel_requested THEN :now END,
+    updated_at = :now
 WHERE id = :job_id AND claims = :claim AND attempts = :attempt AND lease_owner = :owner
   AND state = 'running'
-RETURNING id
+RETURNING state
 """
 
 # -- acknowledge_cancel --
@@ -639,6 +645,15 @@ class SqliteStore:
             row = conn.execute(TENANT_FOR_TOKEN, {"token_hash": token_hash}).fetchone()
         return row["tenant"] if row else None
 
+    def get_for_token(self, job_id: uuid.UUID, token_hash: str) -> tuple[str | None, JobStatus | None]:
+        # In-process reads cost no round trip: the two lookups run under one read lock.
+        with self._read() as (conn, now):
+            token = conn.execute(TENANT_FOR_TOKEN, {"token_hash": token_hash}).fetchone()
+            if token is None:
+                return None, None
+            row = conn.execute(GET_JOB, {"job_id": str(job_id), "tenant": token["tenant"], "now": now}).fetchone()
+        return token["tenant"], _status(row) if row is not None else None
+
     def revoke_token(self, token_id: uuid.UUID) -> ApiToken:
         with self._write() as (conn, now):
             row = conn.execute(REVOKE_TOKEN, {"id": str(token_id), "now": now}).fetchone()
@@ -789,6 +804,7 @@ class SqliteStore:
     def fail(self, lease: Lease, error: str, retryable: bool) -> FailResult:
         if not isinstance(error, str) or not error.strip():
             raise InvalidInput("error must be a non-empty string")
+        error = storable_error(error)
         with self._write() as (conn, now):
             current = conn.execute(READ_FENCED, _fence(lease)).fetchone()
             if current is None:
@@ -815,17 +831,21 @@ class SqliteStore:
         return _fail_result(row["state"], row["run_after"])
 
     def release(self, lease: Lease) -> None:
-        self._finish(RELEASE_JOB, lease, AttemptOutcome.RELEASED)
+        # A job whose cancellation was requested ends cancelled instead (see RELEASE_JOB).
+        with self._write() as (conn, now):
+            row = conn.execute(RELEASE_JOB, {**_fence(lease), "now": now}).fetchone()
+            if row is None:
+                _require_receipt(conn, lease, AttemptOutcome.RELEASED, AttemptOutcome.CANCELLED)
+                return
+            cancelled = row["state"] == JobState.CANCELLED
+            _close_attempt(conn, lease, now, AttemptOutcome.CANCELLED if cancelled else AttemptOutcome.RELEASED)
 
     def acknowledge_cancel(self, lease: Lease) -> None:
-        self._finish(ACKNOWLEDGE_CANCEL, lease, AttemptOutcome.CANCELLED)
-
-    def _finish(self, statement: str, lease: Lease, outcome: AttemptOutcome) -> None:
         with self._write() as (conn, now):
-            if conn.execute(statement, {**_fence(lease), "now": now}).fetchone() is None:
-                _require_receipt(conn, lease, outcome)
+            if conn.execute(ACKNOWLEDGE_CANCEL, {**_fence(lease), "now": now}).fetchone() is None:
+                _require_receipt(conn, lease, AttemptOutcome.CANCELLED)
                 return
-            _close_attempt(conn, lease, now, outcome)
+            _close_attempt(conn, lease, now, AttemptOutcome.CANCELLED)
 
 
     def reap(self, limit: int = REAP_BATCH) -> ReapResult:
@@ -987,14 +1007,14 @@ def _fence(lease: Lease) -> dict[str, Any]:
     return {"job_id": str(lease.job_id), "claim": lease.claim, "attempt": lease.attempt, "owner": lease.owner}
 
 
-def _receipt(conn: sqlite3.Connection, lease: Lease, outcome: AttemptOutcome) -> sqlite3.Row | None:
+def _receipt(conn: sqlite3.Connection, lease: Lease, *outcomes: AttemptOutcome) -> sqlite3.Row | None:
     """The fenced write matched nothing: did it land earlier (a retried call)? Else the lease is lost."""
     row = conn.execute(READ_ATTEMPT_RECEIPT, _fence(lease)).fetchone()
-    return row if row is not None and row["outcome"] == outcome.value else None
+    return row if row is not None and row["outcome"] in outcomes else None
 
 
-def _require_receipt(conn: sqlite3.Connection, lease: Lease, outcome: AttemptOutcome) -> sqlite3.Row:
-    row = _receipt(conn, lease, outcome)
+def _require_receipt(conn: sqlite3.Connection, lease: Lease, *outcomes: AttemptOutcome) -> sqlite3.Row:
+    row = _receipt(conn, lease, *outcomes)
     if row is None:
         raise LeaseLost(lease.job_id, lease.attempt)
     return row
