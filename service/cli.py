@@ -388,26 +388,28 @@ def replay(
     ] = None,
     kind: Annotated[str | None, typer.Option(metavar="K", help="Replay the failed jobs of this kind.")] = None,
     error_like: Annotated[
-        str | None, typer.Option(metavar="TEXT", help="With --kind: only jobs whose error contains TEXT.")
+        str | None, typer.Option(metavar="TEXT", help="Only jobs whose error contains TEXT (any case).")
     ] = None,
     since: Annotated[
-        str | None, typer.Option(metavar="DURATION", help="With --kind: only jobs that ended this recently (24h).")
+        str | None, typer.Option(metavar="DURATION", help="Only jobs that ended this recently (e.g. 24h).")
     ] = None,
     include_cancelled: Annotated[
-        bool, typer.Option(help="With --kind: cancelled jobs too (jobs named by --id are replayed either way).")
+        bool, typer.Option(help="Cancelled jobs of the kind too (jobs named by --id are replayed either way).")
     ] = False,
     dry_run: Annotated[bool, typer.Option(help="List the jobs that would be replayed; change nothing.")] = False,
 ) -> None:
     """Put failed jobs back in the queue with attempts 0, recorded as replayed by you (cli:USER).
 
-    Prints how many; with --dry-run, the ids one per line. Named jobs that were not
-    replayed (no such job, or not failed or cancelled) make the exit code 1.
+    --id or --kind, or both; every option given narrows the others (POST /v1/jobs/replay
+    takes the same filter). Prints how many; with --dry-run, the ids one per line. Named
+    jobs that were not replayed (no such job, not failed or cancelled, or left out by
+    the other options) make the exit code 1.
     """
     named = tuple(dict.fromkeys(parse_job_id(text) for text in ids or ()))
-    if bool(named) == (kind is not None):
-        raise InvalidInput("give either --id (one or more) or --kind, not both or neither")
-    if named and (error_like is not None or since is not None):
-        raise InvalidInput("--error-like and --since narrow --kind; with --id, name the jobs alone")
+    if not named and kind is None:
+        raise InvalidInput("name the jobs (--id, one or more) or a kind (--kind): replaying every failed job needs one")
+    if error_like is not None and not error_like:
+        raise InvalidInput("--error-like must not be empty")
     which = ReplayFilter(
         ids=named,
         kind=kind,
@@ -425,7 +427,7 @@ def replay(
         print(f"replayed {_jobs(len(replayed))}")
     missed = [str(job_id) for job_id in named if job_id not in set(replayed)]
     if missed:
-        fail(f"{len(missed)} of {len(named)} ids not replayed (no such job, or neither failed nor cancelled): "
+        fail(f"{len(missed)} of {len(named)} ids not replayed (no such job, not failed or cancelled, or filtered out): "
              + ", ".join(missed), EXIT_FAILED)  # fmt: skip
 
 

@@ -6,7 +6,9 @@ and its lifespan; nothing is a module-level global.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, TypeVar
 
@@ -75,6 +77,53 @@ async def get_tenant(
 
 
 TenantDep = Annotated[str, Depends(get_tenant)]
+
+
+@dataclass(frozen=True)
+class Poller:
+    """Who polls a job: a tenant already known, or a token whose lookup the status read makes itself."""
+
+    tenant: str | None = None
+    token_hash: str | None = None
+
+
+async def get_poller(
+    request: Request,
+    settings: SettingsDep,
+    store: StoreDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+) -> Poller:
+    """``get_tenant`` for ``GET /v1/jobs/{id}``, the route clients call most: the same 401s, but a
+    plain poll leaves the token's lookup to the status read, which makes both in one query.
+
+    A request FastAPI would refuse with a 422 (a malformed id, ``wait`` or ``If-None-Match``)
+    gets its lookup here as before, so a bad token is still answered 401 before anything else.
+    """
+    if not settings.auth:
+        return Poller(tenant=DEFAULT_TENANT)
+    if credentials is None or not plausible(credentials.credentials):
+        raise unauthorized()
+    token_hash = hash_token(credentials.credentials)
+    if _plain_poll(request):
+        return Poller(token_hash=token_hash)
+    tenant = await run_in_threadpool(store.tenant_for_token, token_hash)
+    if tenant is None:
+        raise unauthorized()
+    return Poller(tenant=tenant)
+
+
+def _plain_poll(request: Request) -> bool:
+    """No long poll, and nothing that fails validation."""
+    if "wait" in request.query_params or len(request.headers.get("if-none-match", "")) > 200:
+        return False
+    try:
+        uuid.UUID(str(request.path_params.get("job_id", "")))
+    except ValueError:
+        return False
+    return True
+
+
+PollerDep = Annotated[Poller, Depends(get_poller)]
 
 
 async def blocking(function: Callable[..., T], *args: object) -> T:

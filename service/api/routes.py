@@ -22,8 +22,10 @@ from fastapi.responses import JSONResponse
 from pydantic import BeforeValidator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from service.api.auth import unauthorized
 from service.api.dependencies import (
     NowDep,
+    PollerDep,
     SettingsDep,
     StoreDep,
     TenantDep,
@@ -49,6 +51,7 @@ from service.api.schemas import (
 from service.errors import (
     IdempotencyConflict,
     InvalidInput,
+    JobNotFound,
     PayloadTooLarge,
     StoreUnavailable,
 )
@@ -168,7 +171,7 @@ async def batch_is_post_only() -> None:
 async def get_job(
     job_id: JobId,
     response: Response,
-    tenant: TenantDep,
+    poller: PollerDep,
     store: StoreDep,
     watcher: WatcherDep,
     now: NowDep,
@@ -191,10 +194,17 @@ async def get_job(
     ] = None,
 ) -> JobOut:
     """One indexed read of the job; never its payload or result."""
-    if not wait:
-        status = await blocking(store.get, job_id, tenant)
+    if poller.tenant is None:  # a plain poll with a token: the token and the job in one query
+        assert poller.token_hash is not None
+        tenant, status = await blocking(store.get_for_token, job_id, poller.token_hash)
+        if tenant is None:
+            raise unauthorized()
+        if status is None:
+            raise JobNotFound(job_id)
+    elif not wait:
+        status = await blocking(store.get, job_id, poller.tenant)
     else:
-        status = await _wait_for_change(job_id, tenant, store, watcher, wait, if_none_match)
+        status = await _wait_for_change(job_id, poller.tenant, store, watcher, wait, if_none_match)
     response.headers["ETag"] = change_tag(status)
     return _status_answer(status, now, response)
 

@@ -27,6 +27,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic.json_schema import SkipJsonSchema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.api.dependencies import NowDep, StoreDep, TenantDep, blocking, no_unknown_query_parameters
@@ -42,13 +43,16 @@ _v1 = [Depends(no_unknown_query_parameters)]
 Duration = Annotated[
     str,
     Field(
-        max_length=20,
         pattern=DURATION_PATTERN,
-        description="A number and a unit: s, m, h, d or w (30s, 15m, 24h, 42d).",
+        description="A whole number from 1 to 9999 and a unit: s, m, h, d or w (30s, 15m, 24h, 42d).",
         examples=["24h"],
     ),
 ]
 Text = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(storable_text)]
+JobIds = Annotated[
+    list[Annotated[uuid.UUID, Field(strict=False)]],  # a UUID arrives as a JSON string
+    Field(min_length=1, max_length=MAX_BATCH_JOBS),
+]
 
 
 # -- failures -------------------------------------------------------------------------------
@@ -99,7 +103,7 @@ async def failures(
     now: NowDep,
     since: Annotated[
         str,
-        Query(max_length=20, pattern=DURATION_PATTERN, description="How far back: 30s, 15m, 24h, 42d…"),
+        Query(pattern=DURATION_PATTERN, description="How far back: 30s, 15m, 24h, 42d (1 to 9999 and a unit)."),
     ] = "24h",
     kind: Annotated[str | None, Query(min_length=1, max_length=200, description="Only this kind.")] = None,
 ) -> FailuresOut:
@@ -113,31 +117,30 @@ async def failures(
 
 
 class ReplayRequest(BaseModel):
-    """Which of your terminal jobs to queue again: ``ids``, or ``kind`` with optional narrowing."""
+    """Which of your terminal jobs to queue again: ``ids`` or ``kind`` or both; each field
+    given narrows the others (ids of that kind, whose error contains error_like…)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)  # like every request model (schemas.py)
+    model_config = ConfigDict(
+        extra="forbid",  # like every request model (schemas.py): no state, attempts or tenant
+        strict=True,
+        json_schema_extra={"anyOf": [{"required": ["ids"]}, {"required": ["kind"]}]},
+    )
 
-    ids: list[Annotated[uuid.UUID, Field(strict=False)]] = Field(
-        default_factory=list,
-        description=f"Jobs to replay, at most {MAX_BATCH_JOBS}; named jobs are replayed whether failed or cancelled.",
-        json_schema_extra={"maxItems": MAX_BATCH_JOBS},
+    ids: JobIds | SkipJsonSchema[None] = Field(
+        default=None, description=f"These jobs (at most {MAX_BATCH_JOBS}), whether failed or cancelled."
     )
-    kind: Name | None = Field(default=None, description="Replay the failed jobs of this kind (instead of ids).")
-    error_like: Text | None = Field(
-        default=None, description="With kind: only jobs whose error contains this text (case-insensitive)."
+    kind: Name | SkipJsonSchema[None] = Field(default=None, description="Jobs of this kind.")
+    error_like: Text | SkipJsonSchema[None] = Field(
+        default=None, description="Only jobs whose error contains this text (case-insensitive)."
     )
-    since: Duration | None = Field(default=None, description="With kind: only jobs that ended this recently.")
-    include_cancelled: bool = Field(default=False, description="With kind: cancelled jobs too.")
+    since: Duration | SkipJsonSchema[None] = Field(default=None, description="Only jobs that ended this recently.")
+    include_cancelled: bool = Field(default=False, description="Cancelled jobs of the kind too, not only failed.")
     dry_run: bool = Field(default=False, description="Answer which jobs would be replayed; change nothing.")
 
     @model_validator(mode="after")
-    def _one_selection(self) -> ReplayRequest:
-        if len(self.ids) > MAX_BATCH_JOBS:
-            raise ValueError(f"ids holds at most {MAX_BATCH_JOBS} job ids")
-        if bool(self.ids) == (self.kind is not None):
-            raise ValueError("give either ids or kind (with optional error_like and since), not both or neither")
-        if self.ids and (self.error_like is not None or self.since is not None):
-            raise ValueError("error_like and since narrow a kind; with ids, name the jobs alone")
+    def _ids_or_kind(self) -> ReplayRequest:
+        if not self.ids and self.kind is None:
+            raise ValueError("name the jobs (ids) or a kind: replaying every failed job needs one of them")
         return self
 
 
@@ -163,7 +166,7 @@ async def replay(body: ReplayRequest, tenant: TenantDep, store: StoreDep, now: N
     """
     which = ReplayFilter(
         tenant=tenant,
-        ids=tuple(body.ids),
+        ids=tuple(dict.fromkeys(body.ids or ())),
         kind=body.kind,
         error_like=body.error_like,
         since=now - timedelta(seconds=parse_duration(body.since, name="since")) if body.since else None,

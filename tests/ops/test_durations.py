@@ -11,13 +11,15 @@ from service.errors import InvalidInput
 @pytest.mark.parametrize(
     ("text", "seconds"),
     [("30s", 30), ("15m", 900), ("1h", 3_600), ("24h", 86_400), ("42d", 42 * 86_400), ("2w", 1_209_600),
-     ("1.5h", 5_400), (" 7d ", 604_800)],
+     ("9999w", 9_999 * 604_800)],
 )  # fmt: skip
 def test_a_number_and_a_unit(text: str, seconds: float) -> None:
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "h", "24", "1h30m", "-5m", "0s", "0.0h", "5y", "1e3s", "99999d", "24 hours"])
+@pytest.mark.parametrize(
+    "text", ["", "h", "24", "1h30m", "-5m", "0s", "042d", "1.5h", " 7d", "7d\n", "5y", "1e3s", "99999d", "24 hours"]
+)
 def test_anything_else_is_refused_naming_the_option(text: str) -> None:
     with pytest.raises(InvalidInput, match="--since"):
         parse_duration(text, name="--since")

@@ -76,14 +76,25 @@ def test_replay_by_id_says_which_named_jobs_it_could_not_replay(cli: Run, live: 
     assert live.get(queued.id).state is JobState.QUEUED and db.count("job_replays") == 2
 
 
+def test_every_option_narrows_the_others(cli: Run, live: Store, db: Database) -> None:
+    [resize] = fail_jobs(live, "resize", ["QuotaExceeded"])
+    [ocr] = fail_jobs(live, "ocr", ["QuotaExceeded"])
+
+    result = cli("replay", "--id", str(resize.id), "--id", str(ocr.id), "--kind", "ocr", "--error-like", "quota")
+
+    assert (result.returncode, result.stdout) == (EXIT_FAILED, "replayed 1 job\n")
+    assert str(resize.id) in result.stderr and "filtered out" in result.stderr
+    assert (db.job(resize.id)["state"], db.job(ocr.id)["state"]) == ("failed", "queued")
+
+
 def test_bad_replay_arguments_are_usage_errors_and_change_nothing(cli: Run, live: Store, db: Database) -> None:
     [job] = fail_jobs(live, "resize", ["boom"])
     bad = [
         [],
-        ["--id", str(job.id), "--kind", "resize"],
-        ["--id", str(job.id), "--error-like", "boom"],
-        ["--id", str(job.id), "--since", "1h"],
+        ["--error-like", "boom"],
+        ["--since", "1h", "--include-cancelled"],
         ["--id", "not-a-uuid"],
+        ["--kind", "resize", "--error-like", ""],
         ["--kind", "resize", "--since", "0s"],
         ["--kind", "resize", "--since", "soon"],
     ]
@@ -119,8 +130,9 @@ BAD_BODIES: list[Any] = [
     {},
     {"kind": "resize", "state": "queued"},
     {"kind": "resize", "tenant": "globex"},
-    {"kind": "resize", "ids": ["0190d9f2-1c4e-7a3b-9f00-3b1d2c4e5f60"]},
-    {"ids": ["0190d9f2-1c4e-7a3b-9f00-3b1d2c4e5f60"], "error_like": "x"},
+    {"ids": []},
+    {"kind": None},
+    {"error_like": "boom", "since": "1h"},
     {"ids": ["not-a-uuid"]},
     {"ids": [str(uuid.uuid4()) for _ in range(1_001)]},
     {"kind": "resize", "since": "0s"},
