@@ -51,9 +51,9 @@ from service.api.schemas import (
 from service.errors import (
     IdempotencyConflict,
     InvalidInput,
-    JobNotFound,
     PayloadTooLarge,
     StoreUnavailable,
+    Unauthorized,
 )
 from service.jobs import JobQuery, JobState, JobStatus, NewJob
 from service.store import Store
@@ -195,12 +195,10 @@ async def get_job(
 ) -> JobOut:
     """One indexed read of the job; never its payload or result."""
     if poller.tenant is None:  # a plain poll with a token: the token and the job in one query
-        assert poller.token_hash is not None
-        tenant, status = await blocking(store.get_for_token, job_id, poller.token_hash)
-        if tenant is None:
-            raise unauthorized()
-        if status is None:
-            raise JobNotFound(job_id)
+        try:
+            status = await blocking(store.get, job_id, None, poller.token_hash)
+        except Unauthorized:
+            raise unauthorized() from None
     elif not wait:
         status = await blocking(store.get, job_id, poller.tenant)
     else:

@@ -143,8 +143,12 @@ class Store(Protocol):
         """Put failed (and optionally cancelled) jobs back in the queue with attempts 0, recorded."""
         ...
 
-    def get(self, job_id: uuid.UUID, tenant: str | None = None) -> JobStatus:
-        """A job's status; never reads the payload or the result body. Raises JobNotFound."""
+    def get(self, job_id: uuid.UUID, tenant: str | None = None, token_hash: str | None = None) -> JobStatus:
+        """A job's status; never reads the payload or the result body. Raises JobNotFound.
+
+        With ``token_hash`` (the API's status poll) the read is scoped to that token's
+        tenant, looked up in the same query; raises Unauthorized for an unknown or revoked token.
+        """
         ...
 
     def get_result(self, job_id: uuid.UUID, tenant: str | None = None) -> JSON:
@@ -233,11 +237,6 @@ class Store(Protocol):
 
     def tenant_for_token(self, token_hash: str) -> str | None:
         """The tenant of a live token, or None for an unknown or revoked one."""
-        ...
-
-    def get_for_token(self, job_id: uuid.UUID, token_hash: str) -> tuple[str | None, JobStatus | None]:
-        """A status poll in one query: the tenant of a live token (None: unknown or revoked)
-        and, when that tenant owns the job, its status (None: missing or another tenant's)."""
         ...
 
     def revoke_token(self, token_id: uuid.UUID) -> ApiToken:

@@ -33,6 +33,7 @@ from service.errors import (
     LeaseLost,
     StoreUnavailable,
     TokenNotFound,
+    Unauthorized,
 )
 from service.jobs import (
     JSON,
@@ -859,12 +860,6 @@ class PostgresStore:
         row = self._fetchone(TENANT_FOR_TOKEN, self._params(token_hash=token_hash))
         return row["tenant"] if row else None
 
-    def get_for_token(self, job_id: uuid.UUID, token_hash: str) -> tuple[str | None, JobStatus | None]:
-        row = self._fetchone(GET_JOB_FOR_TOKEN, self._params(job_id=job_id, token_hash=token_hash))
-        if row is None:
-            return None, None
-        return row["token_tenant"], _status(row) if row["id"] is not None else None
-
     def revoke_token(self, token_id: uuid.UUID) -> ApiToken:
         row = self._fetchone(REVOKE_TOKEN, self._params(id=token_id))
         if row is None:
@@ -1084,7 +1079,14 @@ class PostgresStore:
 
         return self._retrying(run)
 
-    def get(self, job_id: uuid.UUID, tenant: str | None = None) -> JobStatus:
+    def get(self, job_id: uuid.UUID, tenant: str | None = None, token_hash: str | None = None) -> JobStatus:
+        if token_hash is not None:
+            found = self._fetchone(GET_JOB_FOR_TOKEN, self._params(job_id=job_id, token_hash=token_hash))
+            if found is None:
+                raise Unauthorized("unknown or revoked token")
+            if found["id"] is None:
+                raise JobNotFound(job_id)
+            return _status(found)
         row = self._fetchone(GET_JOB, self._params(job_id=job_id, tenant=tenant))
         if row is None:
             raise JobNotFound(job_id)

@@ -31,6 +31,7 @@ from service.errors import (
     LeaseLost,
     StoreUnavailable,
     TokenNotFound,
+    Unauthorized,
 )
 from service.jobs import (
     JSON,
@@ -645,15 +646,6 @@ class SqliteStore:
             row = conn.execute(TENANT_FOR_TOKEN, {"token_hash": token_hash}).fetchone()
         return row["tenant"] if row else None
 
-    def get_for_token(self, job_id: uuid.UUID, token_hash: str) -> tuple[str | None, JobStatus | None]:
-        # In-process reads cost no round trip: the two lookups run under one read lock.
-        with self._read() as (conn, now):
-            token = conn.execute(TENANT_FOR_TOKEN, {"token_hash": token_hash}).fetchone()
-            if token is None:
-                return None, None
-            row = conn.execute(GET_JOB, {"job_id": str(job_id), "tenant": token["tenant"], "now": now}).fetchone()
-        return token["tenant"], _status(row) if row is not None else None
-
     def revoke_token(self, token_id: uuid.UUID) -> ApiToken:
         with self._write() as (conn, now):
             row = conn.execute(REVOKE_TOKEN, {"id": str(token_id), "now": now}).fetchone()
@@ -928,8 +920,13 @@ class SqliteStore:
                     )
         return [uuid.UUID(job["id"]) for job in picked]
 
-    def get(self, job_id: uuid.UUID, tenant: str | None = None) -> JobStatus:
+    def get(self, job_id: uuid.UUID, tenant: str | None = None, token_hash: str | None = None) -> JobStatus:
         with self._read() as (conn, now):
+            if token_hash is not None:  # in-process reads cost no round trip: two lookups under one lock
+                token = conn.execute(TENANT_FOR_TOKEN, {"token_hash": token_hash}).fetchone()
+                if token is None:
+                    raise Unauthorized("unknown or revoked token")
+                tenant = token["tenant"]
             row = conn.execute(GET_JOB, {"job_id": str(job_id), "tenant": tenant, "now": now}).fetchone()
         if row is None:
             raise JobNotFound(job_id)
