@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -136,6 +136,14 @@ class ReplayRequest(BaseModel):
     since: Duration | SkipJsonSchema[None] = Field(default=None, description="Only jobs that ended this recently.")
     include_cancelled: bool = Field(default=False, description="Cancelled jobs of the kind too, not only failed.")
     dry_run: bool = Field(default=False, description="Answer which jobs would be replayed; change nothing.")
+
+    @field_validator("ids", "kind", "error_like", "since", mode="before")
+    @classmethod
+    def _absent_not_null(cls, value: Any) -> Any:
+        """The schema has no nulls: a filter left out is absent, not null."""
+        if value is None:
+            raise ValueError("must not be null; leave the field out instead")
+        return value
 
     @model_validator(mode="after")
     def _ids_or_kind(self) -> ReplayRequest:

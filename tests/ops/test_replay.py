@@ -132,6 +132,7 @@ BAD_BODIES: list[Any] = [
     {"kind": "resize", "tenant": "globex"},
     {"ids": []},
     {"kind": None},
+    {"kind": "resize", "since": None},
     {"error_like": "boom", "since": "1h"},
     {"ids": ["not-a-uuid"]},
     {"ids": [str(uuid.uuid4()) for _ in range(1_001)]},
