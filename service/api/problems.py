@@ -15,6 +15,7 @@ registers for all of them.
     InvalidTransition                409     invalid-state     (+ "state")
     IdempotencyConflict              409     idempotency-conflict
     StoreUnavailable                 503     unavailable       (+ Retry-After: 1)
+    an undecodable body (400)        422     invalid-request
     other HTTP errors (404, 405…)    as is   http-<status>
     anything else                    500     internal
 """
@@ -110,8 +111,9 @@ def problem_for(exc: BaseException) -> tuple[Problem, dict[str, str]]:
             detail = "no such endpoint; see /docs for the API"
         elif exc.status_code == 405:
             detail = f"method not allowed here; allowed: {headers.get('Allow', 'see /docs')}"
-        elif exc.status_code == 400:
-            detail = "the request body could not be read as JSON"
+        elif exc.status_code == 400:  # FastAPI's answer to a body it cannot decode (not UTF-8, too deep)
+            detail = "the request body could not be read as JSON: send UTF-8 JSON text"
+            return _problem(422, "invalid-request", detail), headers
         if exc.status_code == 413:  # the body cap (service.api.limits)
             return _problem(413, "payload-too-large", detail), headers
         return _problem(exc.status_code, f"http-{exc.status_code}", detail), headers

@@ -102,6 +102,7 @@ MALFORMED = [
     pytest.param(b"kind=x", ["body"], id="not-json"),
     pytest.param(b'{"kind": "x"} trailing', ["body"], id="trailing-garbage"),
     pytest.param(b"[]", ["body"], id="array-not-object"),
+    pytest.param(b'{"kind": "\xff\xfe"}', None, id="not-utf8"),
     pytest.param(b'{"kind": ""}', ["body", "kind"], id="empty-kind"),
     pytest.param(b'{"kind": "   "}', ["body", "kind"], id="blank-kind"),
     pytest.param(b'{"payload": {}}', ["body", "kind"], id="missing-kind"),
@@ -131,6 +132,9 @@ def test_malformed_bodies_are_422s(api: LiveApi, db: Database) -> None:
         body, where = case.values
         response = http.post("/v1/jobs", content=body, headers={"Content-Type": "application/json"})
         problem = assert_problem(response, 422, "invalid-request")
+        if where is None:  # not even text: no field to point at
+            assert "UTF-8" in problem["detail"], problem
+            continue
         assert problem["errors"][0]["loc"] == where, (case.id, problem)
         assert ".".join(where) in problem["detail"] or where == ["body"], case.id
     _nothing_written(db)

@@ -34,6 +34,7 @@ def test_classify_over_http_progress_rises_then_the_result(
         assert time.monotonic() < deadline, f"job never finished: {status}"
         headers = {"If-None-Match": etag} if etag else {}
         response = http.get(job_url, params={"wait": 5}, headers=headers)
+        assert response.status_code == 200, response.text
         etag = response.headers["ETag"]
         status = response.json()
         states.append(status["state"])
