@@ -28,22 +28,24 @@ DEFAULT_TENANT = "default"
 T = TypeVar("T")
 
 
-def get_settings(request: Request) -> Settings:
+# These four only read app.state, so they are ``async def``: FastAPI runs a plain ``def``
+# dependency in its thread pool, and four thread hand-offs cost a status poll more than its query.
+async def get_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
 
-def get_store(request: Request) -> Store:
+async def get_store(request: Request) -> Store:
     store: Store = request.app.state.store
     return store
 
 
-def get_watcher(request: Request) -> Watcher:
+async def get_watcher(request: Request) -> Watcher:
     watcher: Watcher = request.app.state.watcher
     return watcher
 
 
-def get_now(request: Request) -> datetime:
+async def get_now(request: Request) -> datetime:
     """This request's "now", from the app's clock (pinned in tests)."""
     clock: Callable[[], datetime] = request.app.state.clock
     return clock()
