@@ -1,6 +1,7 @@
-"""The dead-letter path end to end, with the real ``jobq`` command and a real worker:
-a bug fails every job, ``failures`` shows one group, ``alert-check`` fires, the fix is
-deployed, ``replay`` puts the jobs back, the worker runs them to success, the alert clears."""
+"""The dead-letter path end to end, with a real worker process: a bug fails every job,
+``failures`` shows one group, ``alert-check`` fires, the fix is deployed, ``replay`` (the
+installed ``jobq`` command, as a process) puts the jobs back, the worker runs them to
+success, the alert clears."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ FLAKY_GROUP = "RuntimeError: row <id> could not be parsed (attempt N, buffer at 
 
 
 def test_fail_then_replay_then_succeed(
-    run: Run, live: Store, db: Database, worker: Callable[..., WorkerProcess], tmp_path: Path
+    cli: Run, run: Run, live: Store, db: Database, worker: Callable[..., WorkerProcess], tmp_path: Path
 ) -> None:
     bug = tmp_path / "bug"
     bug.touch()
@@ -28,11 +29,11 @@ def test_fail_then_replay_then_succeed(
     jobs = live.enqueue_many([NewJob(kind="flaky", payload={"bug": str(bug), "n": i}, max_attempts=2) for i in range(3)])
     wait_until(lambda: db.count("jobs", "state = 'failed'") == 3, 60, what="the three jobs to fail")
 
-    failures = run("failures", "--json")
+    failures = cli("failures", "--json")
     assert failures.returncode == 0, failures.stderr
     [group] = json.loads(failures.stdout)["groups"]
     assert (group["kind"], group["error_group"], group["count"]) == ("flaky", FLAKY_GROUP, 3)
-    alert = run("alert-check", "--max-failure-ratio", "0.5", "--min-jobs", "3")
+    alert = cli("alert-check", "--max-failure-ratio", "0.5", "--min-jobs", "3")
     assert (alert.returncode, alert.stdout.split(":")[0]) == (EXIT_FAILED, "ALERT"), alert
 
     bug.unlink()  # the fix is deployed
@@ -46,8 +47,8 @@ def test_fail_then_replay_then_succeed(
     replays = db.rows("SELECT replayed_by, previous_state, previous_attempts FROM job_replays")
     assert replays == [{"replayed_by": f"cli:{getpass.getuser()}", "previous_state": "failed",
                         "previous_attempts": 2}] * 3  # fmt: skip
-    cleared = run("alert-check", "--max-failure-ratio", "0.5", "--min-jobs", "3")
+    cleared = cli("alert-check", "--max-failure-ratio", "0.5", "--min-jobs", "3")
     assert (cleared.returncode, cleared.stdout.split(":")[0]) == (EXIT_OK, "OK"), cleared
-    stats = json.loads(run("stats", "--json").stdout)
+    stats = json.loads(cli("stats", "--json").stdout)
     assert stats["kinds"] == [{"kind": "flaky", "succeeded": 3, "failed": 0, "failure_ratio": 0.0}]
     assert stats["workers_alive"] == 1
