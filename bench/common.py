@@ -258,16 +258,19 @@ def free_port() -> int:
 
 
 class ApiProcess:
-    """``python -m service serve`` on a free local port, waited for until it answers."""
+    """``python -m service serve`` on a free local port, waited for until it answers.
+
+    ``command`` replaces the server (the poll bench's bare-uvicorn ceiling)."""
 
     def __init__(self, database_url: str, *, auth: bool = True, env: dict[str, str] | None = None,
-                 log_path: Path | None = None) -> None:
+                 log_path: Path | None = None, command: list[str] | None = None) -> None:
         self.port = free_port()
         out = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115 - closed in stop()
         self._out = out
         extra = {"JOBQ_AUTH": "true" if auth else "false", **(env or {})}
+        command = command or [sys.executable, "-m", "service", "serve"]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "service", "serve", "--port", str(self.port), "--log-level", "warning"],
+            [*command, "--port", str(self.port), "--log-level", "warning"],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=out,
@@ -346,3 +349,43 @@ def common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--synchronous-commit", choices=["on", "off"], default="on",
                         help="off: the bench database's commits do not wait for the WAL flush (diagnostic: "
                         "what the CPU allows when the disk is not the limit); never jobq's default")
+
+
+# -- CPU accounting ---------------------------------------------------------------------------
+# On a shared machine wall-clock rates move with the neighbours' load; the CPU a process spent
+# per job does not (much). Both are reported: rates for what was seen, CPU for what it costs.
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (and its finished children), from /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return 0.0
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+class BackendCpu:
+    """CPU that this database's backends spent between ``start()`` and ``stop()``.
+
+    Read from /proc, so only for a server on this host; a short-lived connection that
+    came and went in between is not counted (the benches' own monitoring ones)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._before: dict[int, float] = {}
+
+    def _sample(self) -> dict[int, float]:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchall()
+        return {int(r[0]): cpu_seconds(int(r[0])) for r in rows}
+
+    def start(self) -> None:
+        self._before = self._sample()
+
+    def stop(self) -> float:
+        after = self._sample()  # backends opened meanwhile count from zero; those closed meanwhile are lost
+        return sum(spent - self._before.get(pid, 0.0) for pid, spent in after.items())

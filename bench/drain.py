@@ -22,7 +22,9 @@ import time
 from pathlib import Path
 
 from bench.common import (
+    BackendCpu,
     Report,
+    cpu_seconds,
     WorkerProcess,
     bench_database,
     load_average,
@@ -55,12 +57,15 @@ def run(args: argparse.Namespace) -> Report:
     cases = [tuple(int(x) for x in case.strip().split("x")) for case in args.cases.split(",") if case.strip()]
     with bench_database(args, "drain") as url, tempfile.TemporaryDirectory(prefix="jobq-bench-") as logs:
         for processes, concurrency in cases:
-            rates = []
-            for attempt in range(args.repeat):
-                rates.append(_drain_once(args, url, processes, concurrency, Path(logs) / f"{processes}x{concurrency}-{attempt}"))
+            runs = [_drain_once(args, url, processes, concurrency, Path(logs) / f"{processes}x{concurrency}-{attempt}")
+                    for attempt in range(args.repeat)]
+            rates = [r[0] for r in runs]
             report.add(f"{processes} process(es) x concurrency {concurrency}", processes=processes,
                        concurrency=concurrency, jobs=args.jobs, jobs_per_s=median(rates),
-                       runs=[round(r) for r in rates], all_succeeded=True, load=load_average())
+                       runs=[round(r) for r in rates],
+                       worker_cpu_us_per_job=median([r[1] for r in runs]),
+                       postgres_cpu_us_per_job=median([r[2] for r in runs]),
+                       all_succeeded=True, load=load_average())
     if args.pgbench_seconds > 0:
         for clients in (1, 8):
             report.add(f"pgbench tpcb-like, {clients} client(s)", clients=clients,
@@ -68,7 +73,9 @@ def run(args: argparse.Namespace) -> Report:
     return report
 
 
-def _drain_once(args: argparse.Namespace, url: str, processes: int, concurrency: int, log_prefix: Path) -> float:
+def _drain_once(args: argparse.Namespace, url: str, processes: int, concurrency: int,
+                log_prefix: Path) -> tuple[float, float, float]:
+    """(jobs/s, worker CPU µs per job, PostgreSQL backend CPU µs per job)."""
     reset_jobs(url)
     env = {"JOBQ_NOTIFY": "true" if args.notify == "on" else "false"}
     if args.pool_size:
@@ -80,6 +87,9 @@ def _drain_once(args: argparse.Namespace, url: str, processes: int, concurrency:
     try:
         wait_for(lambda: workers_registered(url, processes), 60, 0.1, "the workers to register")
         time.sleep(1.0)  # their listeners connect, their first (empty) claims pass
+        backends = BackendCpu(url)
+        backends.start()
+        worker_cpu = sum(cpu_seconds(w.proc.pid) for w in workers)
         store = open_store(Settings(database_url=url))
         try:
             store.enqueue_many([NewJob(kind="noop") for _ in range(args.jobs)])  # one statement, one wake-up
@@ -87,6 +97,8 @@ def _drain_once(args: argparse.Namespace, url: str, processes: int, concurrency:
             store.close()
         wait_for(lambda: not scalar(url, "SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('queued', 'running'))"),
                  args.timeout, 0.1, "the queue to drain")
+        worker_cpu = sum(cpu_seconds(w.proc.pid) for w in workers) - worker_cpu
+        postgres_cpu = backends.stop()
     finally:
         codes = [w.stop() for w in workers]
     succeeded = int(scalar(url, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"))
@@ -96,4 +108,4 @@ def _drain_once(args: argparse.Namespace, url: str, processes: int, concurrency:
         url,
         "SELECT extract(epoch FROM (SELECT max(finished_at) FROM jobs) - (SELECT min(started_at) FROM job_attempts))",
     ))
-    return args.jobs / span
+    return args.jobs / span, worker_cpu / args.jobs * 1e6, postgres_cpu / args.jobs * 1e6

@@ -22,6 +22,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.api.dependencies import DEFAULT_TENANT
+from service.api.fast_poll import StatusPollFastPath
 from service.api.limits import BodySizeLimit
 from service.api.polling import NotifyWatcher, PollingWatcher, Watcher
 from service.api.problems import Problem, problem_handler
@@ -99,6 +100,8 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         limit=settings.max_body_bytes,
         limits_by_path={"/v1/jobs/batch": settings.max_batch_body_bytes},
     )
+    # A plain GET /v1/jobs/{id} that succeeds is answered before FastAPI's routing (see fast_poll).
+    app.add_middleware(StatusPollFastPath, state=app.state)
     app.include_router(ops)  # first: its literal /v1/jobs/replay wins over /v1/jobs/{job_id}
     app.include_router(router)
     app.include_router(health)

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import errors as pgerrors
 from psycopg import sql
+from psycopg.pq import ExecStatus
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
@@ -738,7 +739,9 @@ class PostgresStore:
         def run() -> list[dict[str, Any]]:
             with self._connection() as conn:
                 cursor = conn.execute(statement, params)
-                return cursor.fetchall() if cursor.description else []
+                # Asked of the result's status: cursor.description builds a Column per column each time.
+                result = cursor.pgresult
+                return cursor.fetchall() if result is not None and result.status == ExecStatus.TUPLES_OK else []
 
         return self._retrying(run)
 

@@ -1,0 +1,87 @@
+"""The status poll's fast path: a plain ``GET /v1/jobs/{id}`` answered without FastAPI's machinery.
+
+Polling is what clients do most, and FastAPI's per-request work (route matching,
+solving a dozen dependencies, validating the returned model again) costs a
+status poll many times its one query. This ASGI middleware answers the common
+case itself, with the same functions the route uses — the same store read (the
+token and the job in one query), :meth:`JobOut.of`, ``poll_after_seconds`` and
+``change_tag`` — so the answer is byte for byte the route's (tests/bench checks it).
+
+It only ever answers a 200. Anything else goes to the FastAPI route unchanged:
+a query string (``?wait=``, unknown parameters), an id not in the canonical
+form, a missing or malformed token, and every failure of the read (unknown or
+revoked token, no such job, the database away) — the route then reads again
+and gives the error its usual problem answer.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+from pydantic import TypeAdapter
+from starlette.concurrency import run_in_threadpool
+
+from service.api.auth import hash_token, plausible
+from service.api.polling import change_tag, poll_after_seconds
+from service.api.schemas import JobOut
+
+_PATH = re.compile(r"/v1/jobs/([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})")
+_JOB_OUT = TypeAdapter(JobOut)
+_MAX_ETAG_CHARS = 200  # the route's If-None-Match limit; longer ones get the route's 422
+
+
+class StatusPollFastPath:
+    def __init__(self, app: Any, state: Any) -> None:
+        self.app = app
+        self.state = state  # the FastAPI app's state: settings, store, clock (the store once started)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET" and not scope.get("query_string"):
+            found = _PATH.fullmatch(scope["path"])
+            if found is not None:
+                answer = await self._answer(scope, found.group(1))
+                if answer is not None:
+                    headers, body = answer
+                    await send({"type": "http.response.start", "status": 200, "headers": headers})
+                    await send({"type": "http.response.body", "body": body})
+                    return
+        await self.app(scope, receive, send)
+
+    async def _answer(self, scope: dict[str, Any], job_id: str) -> tuple[list[tuple[bytes, bytes]], bytes] | None:
+        store = getattr(self.state, "store", None)
+        settings = getattr(self.state, "settings", None)
+        if store is None or settings is None:
+            return None
+        authorization: bytes | None = None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                if authorization is None:  # the first one, as Starlette's Headers.get reads it
+                    authorization = value
+            elif name == b"if-none-match" and len(value.decode("latin-1")) > _MAX_ETAG_CHARS:
+                return None
+        try:
+            if settings.auth:
+                # As fastapi.security.HTTPBearer splits it, then service.api.dependencies.get_poller.
+                scheme, _, token = (authorization or b"").decode("latin-1").partition(" ")
+                token = token.strip()
+                if scheme.lower() != "bearer" or not token or not plausible(token):
+                    return None
+                status = await run_in_threadpool(store.get, uuid.UUID(job_id), None, hash_token(token))
+            else:
+                from service.api.dependencies import DEFAULT_TENANT
+
+                status = await run_in_threadpool(store.get, uuid.UUID(job_id), DEFAULT_TENANT)
+        except Exception:  # noqa: BLE001 - the route reads again and answers the error as it always does
+            return None
+        hint = poll_after_seconds(status, self.state.clock())
+        body = _JOB_OUT.dump_json(JobOut.of(status, hint))
+        headers = [
+            (b"content-length", str(len(body)).encode("latin-1")),
+            (b"content-type", b"application/json"),
+            (b"etag", change_tag(status).encode("latin-1")),
+        ]
+        if hint is not None:
+            headers.append((b"retry-after", str(hint).encode("latin-1")))
+        return headers, body

@@ -1,0 +1,139 @@
+"""The status poll's fast path (service/api/fast_poll.py) answers exactly like the FastAPI route.
+
+Two apps on one database and one pinned clock: the normal one, and one with the
+fast path taken out. Every answer of a plain poll — every state, auth on and
+off — must match byte for byte, and everything the fast path does not answer
+itself (bad tokens, missing or foreign jobs, long polls) must still get the
+route's answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+
+from service.api.app import create_app
+from service.api.auth import hash_token, new_token
+from service.api.fast_poll import StatusPollFastPath
+from service.config import Settings
+from service.jobs import NewJob
+from tests.conftest import FakeClock
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+
+
+class Client:
+    """Calls the ASGI app directly (no server, no HTTP client): what the app itself answers."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app
+
+    async def get(self, target: str, headers: dict[str, str] | None = None) -> Answer:
+        path, _, query = target.partition("?")
+        scope = {
+            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+            "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": query.encode(),
+            "root_path": "", "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80), "state": {},
+            "headers": [(b"host", b"test")] + [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()],
+        }
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        await self.app(scope, receive, send)
+        start = next(m for m in sent if m["type"] == "http.response.start")
+        body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+        return Answer(start["status"], sorted(start["headers"]), body)
+
+
+@asynccontextmanager
+async def client(url: str, clock: FakeClock, *, fast: bool, auth: bool) -> AsyncIterator[tuple[Client, FastAPI]]:
+    app = create_app(Settings(database_url=url, auth=auth), clock=clock)
+    if not fast:
+        app.user_middleware = [m for m in app.user_middleware if m.cls is not StatusPollFastPath]
+    async with app.router.lifespan_context(app):
+        yield Client(app), app
+
+
+@pytest.mark.parametrize("auth", [True, False], ids=["auth", "no-auth"])
+def test_plain_polls_match_the_route_byte_for_byte(store_url: str, clock: FakeClock, auth: bool,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    answered: list[str] = []
+    original = StatusPollFastPath._answer
+
+    async def counting(self: StatusPollFastPath, scope: dict[str, Any], job_id: str) -> Any:
+        result = await original(self, scope, job_id)
+        if result is not None:
+            answered.append(job_id)
+        return result
+
+    monkeypatch.setattr(StatusPollFastPath, "_answer", counting)
+    asyncio.run(_plain_polls(store_url, clock, auth, answered))
+
+
+async def _plain_polls(store_url: str, clock: FakeClock, auth: bool, answered: list[str]) -> None:
+    async with client(store_url, clock, fast=True, auth=auth) as (fast, app), \
+               client(store_url, clock, fast=False, auth=auth) as (slow, _):
+        store = app.state.store
+        token = new_token()
+        store.create_token("acme", hash_token(token))
+        tenant = "acme" if auth else "default"
+        headers = {"Authorization": f"Bearer {token}"} if auth else {}
+        running, done, failed, queued = store.enqueue_many(  # the first three get claimed
+            [NewJob(kind="k", tenant=tenant, total=10), NewJob(kind="k", tenant=tenant),
+             NewJob(kind="k", tenant=tenant, max_attempts=1), NewJob(kind="k", tenant=tenant)]
+        )
+        claimed = {c.id: c for c in store.claim("w", ["default"], 3, 30)}
+        store.complete(claimed[done.id].lease, {"ok": True})
+        store.fail(claimed[failed.id].lease, "ValueError: boom", retryable=False)
+        clock.advance(60)  # the running job's lease expired: stale, and the poll hint moved to 5 s
+        ids = [queued.id, running.id, done.id, failed.id]
+        assert claimed.keys() >= {running.id, done.id, failed.id}
+        for job_id in ids:
+            expected = await slow.get(f"/v1/jobs/{job_id}", headers=headers)
+            assert expected.status == 200
+            assert await fast.get(f"/v1/jobs/{job_id}", headers=headers) == expected
+        assert answered == [str(i) for i in ids]  # all four came from the fast path
+
+
+def test_everything_else_gets_the_routes_answers(pg_url: str, clock: FakeClock) -> None:
+    asyncio.run(_everything_else(pg_url, clock))
+
+
+async def _everything_else(pg_url: str, clock: FakeClock) -> None:
+    async with client(pg_url, clock, fast=True, auth=True) as (fast, app), \
+               client(pg_url, clock, fast=False, auth=True) as (slow, _):
+        store = app.state.store
+        mine, theirs = new_token(), new_token()
+        store.create_token("acme", hash_token(mine))
+        store.create_token("other", hash_token(theirs))
+        job = store.enqueue(NewJob(kind="k", tenant="acme"))
+        requests: list[tuple[str, dict[str, str]]] = [
+            (f"/v1/jobs/{job.id}", {}),  # no token
+            (f"/v1/jobs/{job.id}", {"Authorization": f"Bearer {new_token()}"}),  # unknown token
+            (f"/v1/jobs/{job.id}", {"Authorization": f"Basic {mine}"}),
+            (f"/v1/jobs/{job.id}", {"Authorization": f"Bearer {theirs}"}),  # another tenant's job: 404
+            (f"/v1/jobs/{new_token()[:8]}", {"Authorization": f"Bearer {mine}"}),  # not an id: 422
+            ("/v1/jobs/00000000-0000-0000-0000-000000000000", {"Authorization": f"Bearer {mine}"}),
+            (f"/v1/jobs/{job.id}?wait=0", {"Authorization": f"Bearer {mine}"}),
+            (f"/v1/jobs/{job.id}?stat=1", {"Authorization": f"Bearer {mine}"}),
+            (f"/v1/jobs/{str(job.id).upper()}", {"Authorization": f"Bearer {mine}"}),
+            (f"/v1/jobs/{job.id}", {"Authorization": f"Bearer {mine}", "If-None-Match": "x" * 300}),
+        ]
+        for path, headers in requests:
+            assert await fast.get(path, headers=headers) == await slow.get(path, headers=headers), path
