@@ -53,7 +53,8 @@ def run(store_url: str, tmp_path: Path) -> Run:
     """``run(*args)``: the real ``jobq`` against this test's database."""
 
     def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        return jobq(*args, url=store_url, cwd=tmp_path, env=env)
+        result: subprocess.CompletedProcess[str] = jobq(*args, url=store_url, cwd=tmp_path, env=env)
+        return result
 
     return run
 

@@ -101,6 +101,6 @@ def test_prune_runs_while_a_worker_is_busy(
     assert db.count("jobs", "queue = 'history'") == 0
     assert live.get(busy.id).state.value == "running"  # untouched while it ran
     release.touch()
-    finished = wait_until(lambda: (s := live.get(busy.id)).state.terminal and s, 30, what="the hold job to finish")
-    assert finished.state.value == "succeeded"
+    wait_until(lambda: live.get(busy.id).state.terminal, 30, what="the hold job to finish")
+    assert live.get(busy.id).state.value == "succeeded"
     assert [a["outcome"] for a in db.attempts(busy.id)] == ["succeeded"]  # its lease was never lost
