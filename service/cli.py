@@ -361,9 +361,10 @@ def failures(
     kind: Annotated[str | None, typer.Option(metavar="K", help="Only this kind.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON, the fields of GET /v1/failures.")] = False,
 ) -> None:
-    """Failed jobs grouped by kind and error, ids and numbers masked: one bug is one line.
+    """Failed jobs grouped by kind and error, ids and numbers masked.
 
-    Every tenant's jobs (the API's GET /v1/failures shows one tenant's). One indexed query.
+    One bug is one line, however many jobs it failed. Every tenant's jobs
+    (GET /v1/failures shows one tenant's); one indexed query.
     """
     start = _ago(since, "--since")
     with open_cli_store(ctx) as store:
@@ -398,12 +399,12 @@ def replay(
     ] = False,
     dry_run: Annotated[bool, typer.Option(help="List the jobs that would be replayed; change nothing.")] = False,
 ) -> None:
-    """Put failed jobs back in the queue with attempts 0, recorded as replayed by you (cli:USER).
+    """Put failed jobs back in the queue, attempts 0, recorded as yours (cli:USER).
 
-    --id or --kind, or both; every option given narrows the others (POST /v1/jobs/replay
-    takes the same filter). Prints how many; with --dry-run, the ids one per line. Named
-    jobs that were not replayed (no such job, not failed or cancelled, or left out by
-    the other options) make the exit code 1.
+    --id or --kind, or both: every option given narrows the others
+    (POST /v1/jobs/replay takes the same filter). Prints how many; with
+    --dry-run, the ids one per line. Named jobs that were not replayed
+    (no such job, not failed or cancelled, or filtered out) exit 1.
     """
     named = tuple(dict.fromkeys(parse_job_id(text) for text in ids or ()))
     if not named and kind is None:
@@ -443,10 +444,11 @@ def alert_check(
     window: Annotated[str, typer.Option(metavar="DURATION", help="The window: jobs that finished this recently.")] = "1h",
     kind: Annotated[str | None, typer.Option(metavar="K", help="Judge only this kind.")] = None,
 ) -> None:
-    """Exit 1 when a kind's failure ratio is over R, else 0, with a one-line reason (for cron).
+    """Exit 1 when a kind's failure ratio is over R, else 0; one line why (cron).
 
-    Rates, not counts: each kind that finished at least --min-jobs jobs in the window
-    is judged on its own, so a busy healthy kind cannot hide a broken one.
+    Rates, not counts: each kind that finished at least --min-jobs jobs in
+    the window is judged on its own, so a busy healthy kind cannot hide a
+    broken one.
     """
     if not 0 <= max_failure_ratio <= 1:
         raise InvalidInput(f"--max-failure-ratio must be from 0 to 1, not {max_failure_ratio}")
@@ -475,8 +477,12 @@ def stats(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
-    """Per queue: queued, running, the oldest due job's wait, live workers; per kind: the last
-    hour's successes, failures and failure ratio; workers alive."""
+    """Queues, the last hour per kind, and live workers, as a table.
+
+    Per queue: queued, running, how long the oldest due job has waited, and
+    the live workers serving it; per kind: the last hour's successes,
+    failures and failure ratio; the workers alive.
+    """
     from service.metrics import WINDOW_SECONDS, WORKER_ALIVE_SECONDS
 
     with open_cli_store(ctx) as store:
@@ -518,10 +524,11 @@ def prune(
     dry_run: Annotated[bool, typer.Option(help="Count what would be deleted; delete nothing.")] = False,
     force: Annotated[bool, typer.Option(help="Allow --older-than under a day (42m is rarely meant for 42d).")] = False,
 ) -> None:
-    """Delete finished jobs (succeeded, failed, cancelled) with their attempts, results and replays.
+    """Delete old finished jobs with their attempts, results and replays.
 
-    In small batches with short locks, safe while workers and the API run; queued and
-    running jobs are never touched. Run it from cron: jobq prune --older-than 42d
+    Succeeded, failed and cancelled jobs only, in small batches with short
+    locks: safe while workers and the API run; queued and running jobs are
+    never touched. From cron: jobq prune --older-than 42d
     """
     from service.maintenance.pruner import Pruner
 
