@@ -3,14 +3,16 @@
 One PostgreSQL database per run of this module (a module fixture): the history is
 generated in SQL (tests/analysts/synthetic.py), then each ```sql block of the
 document runs as a login in the read-only role of deploy/analysts.sql, three
-times (six if the first three were all slow). Each must return rows, and its best
-run must answer within a second (the figures are printed in the summary; the
-assertion is loose on purpose, a shared CI machine is noisy).
+times (six if the first three were all slow). Each must return rows. The target
+is under a second per query on an idle machine: the figures are printed in the
+summary and recorded in docs/ANALYSTS.md. The assertion is loose on purpose (3 s
+by default): a shared CI machine is noisy, and a query that regresses to a plan
+ten times slower still fails it.
 
 Environment (JOBQ_ variables reach CI):
 - JOBQ_SKIP_ANALYST_BENCHMARK=1    skip the million-job history (it runs by default);
 - JOBQ_ANALYST_BENCHMARK_JOBS=N    another size (default 1,000,000);
-- JOBQ_ANALYST_QUERY_SECONDS=S     another budget per query (default 1.0).
+- JOBQ_ANALYST_QUERY_SECONDS=S     another budget per query (default 3.0).
 """
 
 from __future__ import annotations
@@ -158,7 +160,7 @@ def test_the_history_looks_like_six_weeks_of_work(analyst: psycopg.Connection[An
 def test_a_documented_query_answers_within_a_second(
     request: pytest.FixtureRequest, analyst: psycopg.Connection[Any], query: DocumentedQuery
 ):
-    budget = _env_number(BUDGET_ENV, 1.0)
+    budget = _env_number(BUDGET_ENV, 3.0)
     runs: list[float] = []
     rows: list[Any] = []
     # Three runs; three more before calling a query slow (a shared machine has bad seconds).
