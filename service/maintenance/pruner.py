@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable
 
 from service.errors import InvalidInput, StoreUnavailable
+from service.maintenance.loop import run_every
 from service.store.base import PRUNE_BATCH, Store
 
 logger = logging.getLogger("jobq.maintenance")
@@ -78,17 +79,5 @@ class Pruner:
         on_error: Callable[[StoreUnavailable], None] | None = None,
         rng: random.Random | None = None,
     ) -> None:
-        """``run_until_done`` every ``interval`` seconds (jittered +-50 %) until ``stop`` is set.
-
-        A database that cannot be reached is reported to ``on_error`` and tried
-        again next round; any other error is logged, never raised.
-        """
-        rng = rng or random.Random()
-        while not stop.wait(rng.uniform(0.5 * interval, 1.5 * interval)):
-            try:
-                self.run_until_done(stop)
-            except StoreUnavailable as exc:
-                if on_error is not None:
-                    on_error(exc)
-            except Exception:
-                logger.exception("pruner.error")
+        """``run_until_done`` every ``interval`` seconds until ``stop`` is set."""
+        run_every(lambda: self.run_until_done(stop), stop, interval, name="pruner", on_error=on_error, rng=rng)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from service.errors import StoreUnavailable
 from service.jobs import ReapResult
+from service.maintenance.loop import run_every
 from service.store.base import REAP_BATCH, Store
 
 logger = logging.getLogger("jobq.maintenance")
@@ -53,17 +54,5 @@ class Reaper:
         on_error: Callable[[StoreUnavailable], None] | None = None,
         rng: random.Random | None = None,
     ) -> None:
-        """``run_once`` every ``interval`` seconds (jittered +-50 %) until ``stop`` is set.
-
-        A database that cannot be reached is reported to ``on_error`` and tried
-        again next round; any other error is logged, never raised.
-        """
-        rng = rng or random.Random()
-        while not stop.wait(rng.uniform(0.5 * interval, 1.5 * interval)):
-            try:
-                self.run_once()
-            except StoreUnavailable as exc:
-                if on_error is not None:
-                    on_error(exc)
-            except Exception:
-                logger.exception("reaper.error")
+        """``run_once`` every ``interval`` seconds until ``stop`` is set."""
+        run_every(self.run_once, stop, interval, name="reaper", on_error=on_error, rng=rng)
