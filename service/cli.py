@@ -42,7 +42,14 @@ import typer
 from service.config import Settings, load_settings
 from service.durations import format_duration, parse_duration
 from service.errors import InvalidInput, JobqError, StoreUnavailable
-from service.jobs import FailureGroup, JobState, JobStatus, NewJob, QueueStats, ReplayFilter, validate_new_job
+from service.jobs import (
+    FailureGroup,
+    JobStatus,
+    NewJob,
+    QueueStats,
+    ReplayFilter,
+    validate_new_job,
+)
 from service.store import Store, open_store
 
 EXIT_OK = 0
@@ -152,28 +159,13 @@ def parse_payload(text: str) -> dict[str, Any]:
 
 
 def status_fields(status: JobStatus) -> dict[str, Any]:
-    """A job's status as the REST API shows it (``JobOut`` in service/api/schemas.py):
-    the same field names and values, timestamps ISO-8601 in UTC (``…Z``), and
-    ``error`` only once the job has failed. The two mappings should become one,
-    next to JobStatus in service/jobs.py.
-    """
-    return {
-        "job_id": str(status.id),
-        "kind": status.kind,
-        "queue": status.queue,
-        "state": status.state.value,
-        "done": status.done,
-        "total": status.total,
-        "attempts": status.attempts,
-        "max_attempts": status.max_attempts,
-        "error": status.error if status.state is JobState.FAILED else None,
-        "stale": status.stale,
-        "cancel_requested": status.cancel_requested,
-        "created_at": _iso(status.created_at),
-        "started_at": _iso(status.started_at),
-        "finished_at": _iso(status.finished_at),
-        "updated_at": _iso(status.updated_at),
-    }
+    """A job's status exactly as the REST API's ``JobOut`` shows it (one mapping, not two),
+    less what only HTTP clients need (the result's URL and the poll hint)."""
+    from service.api.schemas import (
+        JobOut,  # pydantic only; keeps FastAPI out of other commands
+    )
+
+    return JobOut.of(status, None).model_dump(mode="json", exclude={"result_url", "poll_after_seconds"})
 
 
 def _iso(moment: datetime | None) -> str | None:
