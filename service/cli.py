@@ -162,7 +162,7 @@ def status_fields(status: JobStatus) -> dict[str, Any]:
     """A job's status exactly as the REST API's ``JobOut`` shows it (one mapping, not two),
     less what only HTTP clients need (the result's URL and the poll hint)."""
     from service.api.schemas import (
-        JobOut,  # pydantic only; keeps FastAPI out of other commands
+        JobOut,  # imported here: the API package loads FastAPI, which other commands skip
     )
 
     return JobOut.of(status, None).model_dump(mode="json", exclude={"result_url", "poll_after_seconds"})
