@@ -135,7 +135,7 @@ async def blocking(function: Callable[..., T], *args: object) -> T:
 
 async def no_unknown_query_parameters(request: Request) -> None:
     """Query parameters, like bodies, forbid what the endpoint does not define: a typo
-    (``?stat=failed``) is a 422, not a filter silently ignored."""
+    (``?stat=failed``) or a repeated parameter is a 422, not a filter silently ignored."""
     route = request.scope.get("route")
     dependant = getattr(route, "dependant", None)
     if dependant is None:
@@ -145,6 +145,9 @@ async def no_unknown_query_parameters(request: Request) -> None:
     if unknown:
         expected = ", ".join(sorted(known)) or "none"
         raise InvalidInput(f"unknown query parameter(s): {', '.join(unknown)} (this endpoint takes: {expected})")
+    repeated = sorted(name for name in set(request.query_params) if len(request.query_params.getlist(name)) > 1)
+    if repeated:  # every parameter takes one value; FastAPI would silently keep the last
+        raise InvalidInput(f"query parameter(s) given more than once: {', '.join(repeated)}")
 
 
 def _query_names(dependant: Any) -> set[str]:

@@ -175,6 +175,7 @@ BAD_QUERIES: list[dict[str, Any]] = [
     {"cursor": "AAAA"},
     {"wait": 31},
     {"wait": -1},
+    {"kind": ["a", "b"]},
 ]
 
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import requests
 import schemathesis
 from hypothesis import HealthCheck, Phase, settings
 
@@ -32,6 +33,14 @@ def live_api(postgres_server: PostgresServer, pg_template: str) -> Iterator[Live
     yield api
     api.stop()
     postgres_server.drop_database(name)
+
+
+@pytest.fixture(scope="module")
+def http_session() -> Iterator[requests.Session]:
+    """One client session for the run, closed at the end (a session per call leaks its sockets)."""
+    session = requests.Session()
+    yield session
+    session.close()
 
 
 # The published schema, built without a server (create_app has no side effects);
@@ -72,7 +81,11 @@ def map_query(context: Any, query: Any) -> Any:
     phases=[Phase.explicit, Phase.generate],
     suppress_health_check=list(HealthCheck),
 )
-def test_the_api_never_fails_and_always_matches_its_schema(case: Any, live_api: LiveApi) -> None:
+def test_the_api_never_fails_and_always_matches_its_schema(
+    case: Any, live_api: LiveApi, http_session: requests.Session
+) -> None:
     token = getattr(live_api, "_schemathesis_token", None) or live_api.token("schemathesis")
     live_api._schemathesis_token = token  # type: ignore[attr-defined]
-    case.call_and_validate(base_url=live_api.url, headers={"Authorization": f"Bearer {token}"})
+    case.call_and_validate(
+        base_url=live_api.url, session=http_session, headers={"Authorization": f"Bearer {token}"}
+    )
