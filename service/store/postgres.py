@@ -211,14 +211,20 @@ input AS (
          AS i(job_id uuid, claim int, attempt int, owner text, result_id uuid, body text)
 ),
 held AS (
+    -- Each row is locked through its primary key alone (OFFSET 0 keeps the fence from being
+    -- pushed inside), then the token is checked on the row as locked, its newest version.
+    -- With the fence inside, a generic plan reads ix_jobs_running (state = 'running'),
+    -- dead entries and all, for every job of the batch.
     SELECT i.*
     FROM input AS i
     CROSS JOIN LATERAL (
-        SELECT 1 FROM jobs AS j
-        WHERE j.id = i.job_id AND j.claims = i.claim AND j.attempts = i.attempt AND j.lease_owner = i.owner
-          AND j.state = 'running'
+        SELECT j.claims, j.attempts, j.lease_owner, j.state
+        FROM jobs AS j
+        WHERE j.id = i.job_id
         FOR UPDATE
-    ) AS fenced
+        OFFSET 0
+    ) AS j
+    WHERE j.claims = i.claim AND j.attempts = i.attempt AND j.lease_owner = i.owner AND j.state = 'running'
 ),
 finished AS (
     UPDATE jobs AS j
@@ -237,13 +243,20 @@ stored AS (
     SELECT f.result_id, f.id, f.body::jsonb, n.ts FROM finished AS f, n
 ),
 closed AS (
-    -- "Still open" is asked of outcome, which no index covers: asked of finished_at, the
-    -- planner may read ix_job_attempts_finished_at's entry for every attempt ever opened
-    -- (dead ones too, until a vacuum) instead of one (job_id, claim) lookup per job.
+    -- The attempt rows by their (job_id, claim) key, then by primary key: joined as a set,
+    -- "still open" (few rows, say the statistics) tempts the planner into reading the whole
+    -- of job_attempts, or ix_job_attempts_finished_at's entry for every attempt ever opened.
     UPDATE job_attempts AS a
     SET finished_at = n.ts, outcome = 'succeeded'
-    FROM finished AS f, n
-    WHERE a.job_id = f.id AND a.claim = f.claim AND a.outcome IS NULL
+    FROM n
+    WHERE a.id = ANY(ARRAY(
+        SELECT o.id
+        FROM finished AS f
+        CROSS JOIN LATERAL (
+            SELECT id FROM job_attempts WHERE job_id = f.id AND claim = f.claim
+        ) AS o
+    ))
+      AND a.outcome IS NULL
 )
 SELECT id FROM finished
 """
