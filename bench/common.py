@@ -239,7 +239,10 @@ class WorkerProcess:
 def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.05, what: str = "condition") -> Any:
     deadline = time.monotonic() + timeout
     while True:
-        value = predicate()
+        try:
+            value = predicate()
+        except psycopg.OperationalError:  # the server restarted under us (a shared server): look again
+            value = None
         if value:
             return value
         if time.monotonic() > deadline:
