@@ -121,7 +121,9 @@ def _lifecycle(report: Report, args: argparse.Namespace, url: str, tmp: Path, co
             if row is not None and not row[0]:
                 break
             time.sleep(0.2)
-        row = monitor.execute("SELECT pg_current_wal_lsn()").fetchone()
+        time.sleep(0.2)
+        # pg_walinspect reads only what is flushed: end the window at the flush position.
+        row = monitor.execute("SELECT pg_current_wal_flush_lsn()").fetchone()
         assert row is not None
         end_lsn = str(row[0])
         row = monitor.execute("SELECT pg_wal_lsn_diff(%s, %s)", [end_lsn, before["lsn"]]).fetchone()
