@@ -29,6 +29,7 @@ import psycopg
 
 from bench.common import Report, bench_database, load_average, median, percentile
 from service.config import Settings
+from service.errors import StoreUnavailable
 from service.jobs import NewJob
 from service.store import open_store
 
@@ -147,12 +148,22 @@ def _churn(store: Any, total: int) -> None:
     left = total
     while left > 0:
         batch = min(10_000, left)
-        store.enqueue_many([NewJob(kind="noop") for _ in range(batch)])
+        _patiently(lambda: store.enqueue_many([NewJob(kind="noop") for _ in range(batch)]))
         left -= batch
         while True:
-            claimed = store.claim("bench-churn", ["default"], 500, 60.0)
+            claimed = _patiently(lambda: store.claim("bench-churn", ["default"], 500, 60.0))
             if not claimed:
                 break
-            store.complete_many([(job.lease, {}) for job in claimed])
+            _patiently(lambda: store.complete_many([(job.lease, {}) for job in claimed]))  # noqa: B023
             if len(claimed) < 500:
                 break
+
+
+def _patiently(step: Any) -> Any:
+    """The churn takes minutes on a shared server that a neighbour's tests may restart: wait it out."""
+    for _ in range(60):
+        try:
+            return step()
+        except StoreUnavailable:
+            time.sleep(2)
+    return step()
