@@ -10,6 +10,8 @@ Layers (each its own module):
                  lease is gone or whose job was cancelled
 - ``runtime``    :class:`Worker`: the claim loop (free slots only), job threads, the listener,
                  the reaper, graceful shutdown
+- ``finisher``   writes successes in batches (one ``complete_many`` for all that are waiting,
+                 a lone one at once); handler threads reused from job to job
 
 Database connections per worker process (PostgreSQL): the store's pool
 (``JOBQ_POOL_SIZE``, default 2), shared by the claim loop, the keeper, the reaper
