@@ -234,8 +234,12 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
             if not self.is_current(lease):
                 self.stale_write(lease, lambda: store.release(lease))
                 return
+            cancel_requested = self.rows()[str(lease.job_id)]["cancel_requested"]
             store.release(lease)
             after = db.job(lease.job_id)
+            if cancel_requested:  # a job asked to stop is not handed back: it ends cancelled
+                assert (after["state"], after["attempts"]) == ("cancelled", lease.attempt)
+                return
             assert (after["state"], after["attempts"]) == ("queued", lease.attempt - 1)
             assert after["run_after"] == clock.now()
 
