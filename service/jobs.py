@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 import os
 import re
 import threading
@@ -252,6 +253,36 @@ def storable_json(value: JSON, what: str) -> JSON:
     return value
 
 
+def queued_status(job: NewJob, job_id: uuid.UUID, run_after: datetime, created_at: datetime) -> JobStatus:
+    """The status of a job the store has just inserted, built from what it inserted:
+    the database supplies only the id's row times, so a batch need not be read back."""
+    return JobStatus(
+        id=job_id,
+        tenant=job.tenant,
+        queue=job.queue,
+        kind=job.kind,
+        state=JobState.QUEUED,
+        priority=job.priority,
+        attempts=0,
+        max_attempts=job.max_attempts,
+        done=0,
+        total=job.total,
+        error=None,
+        cancel_requested=False,
+        stale=False,
+        concurrency_key=job.concurrency_key,
+        idempotency_key=job.idempotency_key,
+        lease_owner=None,
+        lease_expires_at=None,
+        run_after=run_after,
+        created_at=created_at,
+        started_at=None,
+        finished_at=None,
+        updated_at=created_at,
+        result_id=None,
+    )
+
+
 def validate_new_job(job: NewJob) -> None:
     """Reject a job that must not be stored; raise InvalidInput naming the field."""
     if not isinstance(job.kind, str) or not job.kind.strip():
@@ -272,7 +303,8 @@ def validate_new_job(job: NewJob) -> None:
         raise InvalidInput(f"max_attempts must be an integer from 1 to {MAX_ATTEMPTS_LIMIT}")
     if job.total is not None and (not _is_int(job.total) or job.total < 0):
         raise InvalidInput("total must be a non-negative integer")
-    if not isinstance(job.delay_seconds, int | float) or job.delay_seconds < 0:
+    if (not isinstance(job.delay_seconds, int | float) or isinstance(job.delay_seconds, bool)
+            or not 0 <= job.delay_seconds < math.inf):
         raise InvalidInput("delay_seconds must be a non-negative number")
     if job.run_after is not None and job.run_after.tzinfo is None:
         raise InvalidInput("run_after must carry a time zone")

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from service.errors import InvalidInput
 from service.jobs import JSON, storable_json
+
+
+# Built once: json.dumps with any option builds a new encoder per call, which costs
+# more than encoding a small value.
+_COMPACT = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
 
 def dump_json(value: JSON, what: str) -> str:
@@ -15,8 +20,19 @@ def dump_json(value: JSON, what: str) -> str:
     or holds text one of the databases cannot store."""
     storable_json(value, what)
     try:
-        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+        return _COMPACT.encode(value)
     except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"{what} is not JSON-serialisable: {exc}") from exc
+
+
+def dump_batch(rows: Sequence[Mapping[str, Any]], values: Sequence[JSON], what: str) -> str:
+    """One JSON document for a batch of rows that carry JSON ``values`` (already found
+    storable); InvalidInput naming ``what`` and the reason if one of them is not JSON."""
+    try:
+        return _COMPACT.encode(rows)
+    except (TypeError, ValueError) as exc:
+        for value in values:
+            dump_json(value, what)  # raises for the first culprit, with its own reason
         raise InvalidInput(f"{what} is not JSON-serialisable: {exc}") from exc
 
 

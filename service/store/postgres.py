@@ -60,12 +60,21 @@ from service.jobs import (
     WorkerInfo,
     error_group,
     new_job_id,
+    queued_status,
+    storable_json,
     validate_new_job,
 )
 from service.retry import RetryPolicy
 from service.store.base import PRUNE_BATCH, REAP_BATCH, Clock, DatabaseHealth, Listener
 from service.store.encoding import bucket_counts
-from service.store.encoding import check_lease_seconds, check_page_size, check_progress, dump_json, storable_error
+from service.store.encoding import (
+    check_lease_seconds,
+    check_page_size,
+    check_progress,
+    dump_batch,
+    dump_json,
+    storable_error,
+)
 
 _NOW = "coalesce(%(now)s::timestamptz, now())"
 
@@ -77,27 +86,31 @@ STATUS_COLUMNS = """
 """
 
 # -- enqueue_jobs --
-# Many jobs in one statement (arrays unnested). A tenant's idempotency key that is
-# already taken inserts nothing: the existing job is read back by READ_BY_IDEMPOTENCY_KEYS.
-# The wake-up for idle workers rides in the same statement (one round trip, one
-# commit): an uncorrelated subquery runs once, so one JOBS_QUEUED notification per
-# statement, never per row, delivered at commit; none when nothing was inserted.
+# Many jobs in one statement: the batch is one jsonb parameter, so psycopg dumps
+# one string (not twelve arrays element by element) and the plan does not depend
+# on the batch's length. A tenant's idempotency key that is already taken inserts
+# nothing: the existing job is read back by READ_BY_IDEMPOTENCY_KEYS. Only what
+# the database decides comes back (id, run_after, created_at); the rest of a new
+# job's status is what was inserted. The wake-up for idle workers rides in the
+# same statement (one round trip, one commit): an uncorrelated subquery runs once,
+# so one JOBS_QUEUED notification per statement, never per row, delivered at
+# commit; none when nothing was inserted.
 ENQUEUE_JOBS = """
-WITH inserted AS (
+WITH n AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS ts
+),
+inserted AS (
 INSERT INTO jobs (id, tenant, queue, kind, payload, state, priority, attempts, max_attempts,
                   done, total, run_after, concurrency_key, idempotency_key, created_at, updated_at)
-SELECT i.id, i.tenant, i.queue, i.kind, i.payload::jsonb, 'queued', i.priority, 0, i.max_attempts,
+SELECT i.id, i.tenant, i.queue, i.kind, i.payload, 'queued', i.priority, 0, i.max_attempts,
        0, i.total, coalesce(i.run_after, n.ts + make_interval(secs => i.delay)),
        i.concurrency_key, i.idempotency_key, n.ts, n.ts
-FROM unnest(%(ids)s::uuid[], %(tenants)s::text[], %(queues)s::text[], %(kinds)s::text[],
-            %(payloads)s::text[], %(priorities)s::int[], %(max_attempts)s::int[],
-            %(delays)s::float8[], %(run_afters)s::timestamptz[], %(totals)s::int[],
-            %(concurrency_keys)s::text[], %(idempotency_keys)s::text[])
-     AS i(id, tenant, queue, kind, payload, priority, max_attempts, delay, run_after, total,
-          concurrency_key, idempotency_key),
-     (SELECT coalesce(%(now)s::timestamptz, now()) AS ts) AS n
+FROM jsonb_to_recordset(%(batch)s::jsonb)
+     AS i(id uuid, tenant text, queue text, kind text, payload jsonb, priority int, max_attempts int,
+          delay float8, run_after timestamptz, total int, concurrency_key text, idempotency_key text),
+     n
 ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING """ + STATUS_COLUMNS + """
+RETURNING id, run_after, created_at
 )
 SELECT inserted.*,
        (SELECT CASE WHEN %(notify)s THEN pg_notify('jobq_jobs', %(wake_queues)s) END) AS woke
@@ -897,39 +910,47 @@ class PostgresStore:
             return []
         for job in jobs:
             validate_new_job(job)
+            storable_json(job.payload, "payload")
         ids = [new_job_id() for _ in jobs]
-        params = self._params(
-            ids=ids,
-            tenants=[j.tenant for j in jobs],
-            queues=[j.queue for j in jobs],
-            kinds=[j.kind for j in jobs],
-            payloads=[dump_json(j.payload, "payload") for j in jobs],
-            priorities=[j.priority for j in jobs],
-            max_attempts=[j.max_attempts for j in jobs],
-            delays=[float(j.delay_seconds) for j in jobs],
-            run_afters=[j.run_after for j in jobs],
-            totals=[j.total for j in jobs],
-            concurrency_keys=[j.concurrency_key for j in jobs],
-            idempotency_keys=[j.idempotency_key for j in jobs],
-            wake_queues=",".join(sorted({j.queue for j in jobs})),
-        )
+        batch = [
+            {
+                "id": str(job_id),
+                "tenant": job.tenant,
+                "queue": job.queue,
+                "kind": job.kind,
+                "payload": job.payload,
+                "priority": job.priority,
+                "max_attempts": job.max_attempts,
+                "delay": job.delay_seconds,
+                "run_after": job.run_after.isoformat() if job.run_after is not None else None,
+                "total": job.total,
+                "concurrency_key": job.concurrency_key,
+                "idempotency_key": job.idempotency_key,
+            }
+            for job_id, job in zip(ids, jobs, strict=True)
+        ]
+        params = self._params(batch=dump_batch(batch, [job.payload for job in jobs], "payload"),
+                              wake_queues=",".join(sorted({j.queue for j in jobs})))
         # One autocommit statement inserts and wakes the workers. Only when an idempotency
         # key was taken does a second one read the existing jobs (committed by then: the
         # insert waited for any transaction that held the key).
-        rows = self._fetchall(ENQUEUE_JOBS, params)
-        if len(rows) < len(jobs):
+        inserted = {row["id"]: row for row in self._fetchall(ENQUEUE_JOBS, params)}
+        existing: dict[tuple[str, str], JobStatus] = {}
+        if len(inserted) < len(jobs):
             keyed = [j for j in jobs if j.idempotency_key is not None]
-            rows += self._fetchall(
+            rows = self._fetchall(
                 READ_BY_IDEMPOTENCY_KEYS,
                 self._params(tenants=[j.tenant for j in keyed], keys=[j.idempotency_key for j in keyed]),
             )
-        by_id = {row["id"]: row for row in rows}
-        by_key = {(row["tenant"], row["idempotency_key"]): row for row in rows if row["idempotency_key"]}
-        ordered = []
+            existing = {(row["tenant"], row["idempotency_key"]): _status(row) for row in rows}
+        statuses = []
         for job_id, job in zip(ids, jobs, strict=True):
-            row = by_id.get(job_id) or by_key[(job.tenant, job.idempotency_key)]
-            ordered.append(_status(row))
-        return ordered
+            row = inserted.get(job_id)
+            if row is None:
+                statuses.append(existing[(job.tenant, job.idempotency_key)])  # type: ignore[index]
+            else:
+                statuses.append(queued_status(job, job_id, run_after=row["run_after"], created_at=row["created_at"]))
+        return statuses
 
     # -- the worker's hot path ------------------------------------------------------
     def claim(
