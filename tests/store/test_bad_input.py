@@ -35,6 +35,9 @@ BAD_JOBS = [
     ({"tenant": ""}, "tenant must be a non-empty string"),
     ({"total": -1}, "total must be a non-negative integer"),
     ({"delay_seconds": -5}, "delay_seconds must be a non-negative number"),
+    ({"delay_seconds": float("inf")}, "delay_seconds must be a non-negative number"),
+    ({"delay_seconds": float("nan")}, "delay_seconds must be a non-negative number"),
+    ({"delay_seconds": True}, "delay_seconds must be a non-negative number"),
     ({"run_after": datetime(2030, 1, 1)}, "run_after must carry a time zone"),
     ({"idempotency_key": ""}, "idempotency_key must be a non-empty string"),
 ]
