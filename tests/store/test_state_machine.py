@@ -46,8 +46,10 @@ WORKERS = ("w1", "w2")  # few workers: the same worker often reclaims a job it l
 # Shrinking a failing sequence against a real database can take minutes (Hypothesis
 # stops only after five), so by default a failure is reported as found, at most 30
 # steps long. JOBQ_STATEFUL_SHRINK=1 shrinks it; JOBQ_STATEFUL_EXAMPLES=500 searches longer.
+# By default, 20 sequences per store in every run (600 steps): the suite's budget; each
+# run draws new ones, so the search goes on across runs.
 RUN_SETTINGS = settings(
-    max_examples=int(os.environ.get("JOBQ_STATEFUL_EXAMPLES", "40")),
+    max_examples=int(os.environ.get("JOBQ_STATEFUL_EXAMPLES", "20")),
     stateful_step_count=30,
     deadline=None,
     phases=[p for p in Phase if p is not Phase.shrink or os.environ.get("JOBQ_STATEFUL_SHRINK") == "1"],

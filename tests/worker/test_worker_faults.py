@@ -38,14 +38,18 @@ def states(pg: Database) -> dict[str, int]:
 
 
 def test_chaos_kill(fleet: Fleet, pg_url: str, make_store: Callable[..., Store], pg: Database) -> None:
-    """4 workers, 2,000 jobs with a side effect keyed by job id; SIGKILL a random worker every ~2 s
-    for 30 s, starting a replacement each time. Nothing is lost, nothing is stuck, nothing is done twice
-    where it matters (the side-effect table), and job_attempts shows the reclaimed attempts."""
+    """4 workers, 800 jobs with a side effect keyed by job id; SIGKILL a random worker every ~1.2 s
+    for 12 s, starting a replacement each time. Nothing is lost, nothing is stuck, nothing is done twice
+    where it matters (the side-effect table), and job_attempts shows the reclaimed attempts.
+
+    Sized so that jobs are still queued when the chaos ends (about 16 jobs run at once, 0.2 s
+    each, and every kill costs a lease of 3 s), and the suite stays within its budget."""
+    jobs, chaos_seconds = 800, 12
     started = time.monotonic()
     pg.execute("CREATE TABLE side_effects (job_id uuid PRIMARY KEY, worker text NOT NULL)")
     pg.execute("CREATE TABLE side_effect_runs (job_id uuid NOT NULL, worker text NOT NULL, attempt int NOT NULL)")
     store = make_store(pg_url)
-    store.enqueue_many([NewJob(kind="side_effect", payload={"sleep": 0.2}, max_attempts=10) for _ in range(2000)])
+    store.enqueue_many([NewJob(kind="side_effect", payload={"sleep": 0.2}, max_attempts=10) for _ in range(jobs)])
     args = ("--concurrency", "4", "--lease-seconds", "3", "--poll-seconds", "0.5")
     env = {"JOBQ_SIDE_EFFECT_URL": pg_url}
     for _ in range(4):
@@ -53,40 +57,40 @@ def test_chaos_kill(fleet: Fleet, pg_url: str, make_store: Callable[..., Store],
 
     rng = random.Random(20301)
     killed: list[WorkerProcess] = []
-    chaos_ends = time.monotonic() + 30
+    chaos_ends = time.monotonic() + chaos_seconds
     while time.monotonic() < chaos_ends:
-        time.sleep(rng.uniform(1.5, 2.5))
+        time.sleep(rng.uniform(0.8, 1.6))
         victim = rng.choice(fleet.alive())
         victim.kill()
         killed.append(victim)
         fleet.start(*args, env=env)
     done_during_chaos = pg.count("jobs", "state = 'succeeded'")
 
-    wait_until(lambda: states(pg) == {"succeeded": 2000}, 60, interval=0.5, what="every job to succeed")
+    wait_until(lambda: states(pg) == {"succeeded": jobs}, 60, interval=0.5, what="every job to succeed")
     elapsed = time.monotonic() - started
     reclaimed = pg.count("job_attempts", "outcome = 'lease_expired'")
     runs = pg.count("side_effect_runs")
     jobs_run_twice = pg.scalar(
         "SELECT count(*) FROM (SELECT job_id FROM side_effect_runs GROUP BY job_id HAVING count(*) > 1) AS t"
     )
-    print(f"\nchaos: {len(killed)} SIGKILLs; {done_during_chaos} jobs done during the 30 s of chaos; "
-          f"all 2000 done after {elapsed:.1f} s; {reclaimed} attempts reclaimed after lease expiry; "
+    print(f"\nchaos: {len(killed)} SIGKILLs; {done_during_chaos} jobs done during the {chaos_seconds} s of chaos; "
+          f"all {jobs} done after {elapsed:.1f} s; {reclaimed} attempts reclaimed after lease expiry; "
           f"{runs} handler runs recorded ({jobs_run_twice} jobs ran more than once, "
           f"the side effect stayed once per job)")
 
-    assert len(killed) >= 12
-    assert states(pg) == {"succeeded": 2000}
-    assert pg.count("side_effects") == 2000
+    assert len(killed) >= 7
+    assert states(pg) == {"succeeded": jobs}
+    assert pg.count("side_effects") == jobs
     assert pg.count("jobs", "state = 'running' OR lease_owner IS NOT NULL AND state = 'queued'") == 0
     # one succeeded attempt per job: no job was completed twice
-    assert pg.count("job_attempts", "outcome = 'succeeded'") == 2000
+    assert pg.count("job_attempts", "outcome = 'succeeded'") == jobs
     assert pg.count("job_attempts", "outcome IS NULL") == 0
     assert reclaimed > 0
     killed_ids = {event["worker"] for w in killed for event in w.events("worker.started")}
     expired_by = {r["worker"] for r in pg.rows("SELECT DISTINCT worker FROM job_attempts WHERE outcome = 'lease_expired'")}
     assert expired_by <= killed_ids, "only killed workers lose leases"
     assert pg.count("jobs", "attempts > 1") > 0
-    assert elapsed < 120
+    assert elapsed < 75
 
 
 def _restart_postgres() -> None:
