@@ -166,6 +166,20 @@ class JobStatus:
 
 
 @dataclass(frozen=True)
+class StatusRead:
+    """One status poll in a batch: a job, and whose it must be — a tenant, or the tenant
+    of the API token with this hash (the token is looked up in the same read)."""
+
+    job_id: uuid.UUID
+    tenant: str | None = None
+    token_hash: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.tenant is None) == (self.token_hash is None):
+            raise InvalidInput("a status read names either a tenant or a token hash")
+
+
+@dataclass(frozen=True)
 class Heartbeat:
     """The answer to a heartbeat: does the worker still hold the job, must it stop?"""
 

@@ -21,6 +21,7 @@ from fastapi.openapi.utils import get_openapi
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from service.api.coalesce import CoalescedStatusReads
 from service.api.dependencies import DEFAULT_TENANT
 from service.api.fast_poll import StatusPollFastPath
 from service.api.limits import BodySizeLimit
@@ -53,7 +54,18 @@ def uses_notifications(settings: Settings) -> bool:
     return settings.notify and settings.database_url.startswith(("postgresql://", "postgres://"))
 
 
-def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> FastAPI:
+class JobqApi(FastAPI):
+    """FastAPI, with the status poll's fast path in front of all of it (see fast_poll)."""
+
+    fast_poll: StatusPollFastPath | None = None  # None: every request goes to the routes
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if self.fast_poll is not None and await self.fast_poll.answered(scope, send):
+            return
+        await super().__call__(scope, receive, send)
+
+
+def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> JobqApi:
     """The API. ``clock`` (tests) pins "now" for the store and for the poll hints."""
     settings = settings or load_settings()
 
@@ -68,6 +80,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             store.close()
             raise
         app.state.store = store
+        app.state.status_reads = CoalescedStatusReads(store)
         app.state.watcher = watcher
         if not settings.auth:
             log.warning(
@@ -81,7 +94,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             await run_in_threadpool(watcher.stop)
             await run_in_threadpool(store.close)
 
-    app = FastAPI(
+    app = JobqApi(
         title="jobq",
         version="1",
         summary="A job queue for long-running work.",
@@ -100,8 +113,8 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         limit=settings.max_body_bytes,
         limits_by_path={"/v1/jobs/batch": settings.max_batch_body_bytes},
     )
-    # A plain GET /v1/jobs/{id} that succeeds is answered before FastAPI's routing (see fast_poll).
-    app.add_middleware(StatusPollFastPath, state=app.state)
+    # A plain GET /v1/jobs/{id} that succeeds is answered before FastAPI's machinery (see fast_poll).
+    app.fast_poll = StatusPollFastPath(app.state)
     app.include_router(ops)  # first: its literal /v1/jobs/replay wins over /v1/jobs/{job_id}
     app.include_router(router)
     app.include_router(health)

@@ -3,11 +3,14 @@
 Polling is what clients do most, and FastAPI's per-request work (route matching,
 solving a dozen dependencies, validating the returned model again) costs a
 status poll many times its one query. This ASGI middleware answers the common
-case itself, with the same functions the route uses — the same store read (the
-token and the job in one query), :meth:`JobOut.of`, ``poll_after_seconds`` and
-``change_tag`` — so the answer is byte for byte the route's (tests/bench checks it).
+case itself, with the same functions the route uses — :meth:`JobOut.of`,
+``poll_after_seconds`` and ``change_tag`` — so the answer is byte for byte the
+route's (tests/bench checks it). Its read is the store's ``read_statuses``
+(the token and the job in one query), shared by the polls that arrive together
+(:mod:`service.api.coalesce`).
 
-It only ever answers a 200. Anything else goes to the FastAPI route unchanged:
+It sits in front of the whole FastAPI app (``JobqApi.__call__`` asks it first),
+so a poll it answers skips the middleware stack as well. It only ever answers a 200. Anything else goes to the FastAPI route unchanged:
 a query string (``?wait=``, unknown parameters), an id not in the canonical
 form, a missing or malformed token, and every failure of the read (unknown or
 revoked token, no such job, the database away) — the route then reads again
@@ -21,11 +24,12 @@ import uuid
 from typing import Any
 
 from pydantic import TypeAdapter
-from starlette.concurrency import run_in_threadpool
 
 from service.api.auth import hash_token, plausible
+from service.api.dependencies import DEFAULT_TENANT
 from service.api.polling import change_tag, poll_after_seconds
 from service.api.schemas import JobOut
+from service.jobs import StatusRead
 
 _PATH = re.compile(r"/v1/jobs/([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})")
 _JOB_OUT = TypeAdapter(JobOut)
@@ -33,11 +37,11 @@ _MAX_ETAG_CHARS = 200  # the route's If-None-Match limit; longer ones get the ro
 
 
 class StatusPollFastPath:
-    def __init__(self, app: Any, state: Any) -> None:
-        self.app = app
-        self.state = state  # the FastAPI app's state: settings, store, clock (the store once started)
+    def __init__(self, state: Any) -> None:
+        self.state = state  # the FastAPI app's state: settings, clock, status_reads (once started)
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def answered(self, scope: dict[str, Any], send: Any) -> bool:
+        """True if this was a plain poll it has answered; False leaves the request to the app."""
         if scope["type"] == "http" and scope["method"] == "GET" and not scope.get("query_string"):
             found = _PATH.fullmatch(scope["path"])
             if found is not None:
@@ -46,13 +50,13 @@ class StatusPollFastPath:
                     headers, body = answer
                     await send({"type": "http.response.start", "status": 200, "headers": headers})
                     await send({"type": "http.response.body", "body": body})
-                    return
-        await self.app(scope, receive, send)
+                    return True
+        return False
 
     async def _answer(self, scope: dict[str, Any], job_id: str) -> tuple[list[tuple[bytes, bytes]], bytes] | None:
-        store = getattr(self.state, "store", None)
+        reads = getattr(self.state, "status_reads", None)
         settings = getattr(self.state, "settings", None)
-        if store is None or settings is None:
+        if reads is None or settings is None:
             return None
         authorization: bytes | None = None
         for name, value in scope["headers"]:
@@ -61,19 +65,17 @@ class StatusPollFastPath:
                     authorization = value
             elif name == b"if-none-match" and len(value.decode("latin-1")) > _MAX_ETAG_CHARS:
                 return None
-        try:
-            if settings.auth:
-                # As fastapi.security.HTTPBearer splits it, then service.api.dependencies.get_poller.
-                scheme, _, token = (authorization or b"").decode("latin-1").partition(" ")
-                token = token.strip()
-                if scheme.lower() != "bearer" or not token or not plausible(token):
-                    return None
-                status = await run_in_threadpool(store.get, uuid.UUID(job_id), None, hash_token(token))
-            else:
-                from service.api.dependencies import DEFAULT_TENANT
-
-                status = await run_in_threadpool(store.get, uuid.UUID(job_id), DEFAULT_TENANT)
-        except Exception:  # noqa: BLE001 - the route reads again and answers the error as it always does
+        if settings.auth:
+            # As fastapi.security.HTTPBearer splits it, then service.api.dependencies.get_poller.
+            scheme, _, token = (authorization or b"").decode("latin-1").partition(" ")
+            token = token.strip()
+            if scheme.lower() != "bearer" or not token or not plausible(token):
+                return None
+            request = StatusRead(uuid.UUID(job_id), token_hash=hash_token(token))
+        else:
+            request = StatusRead(uuid.UUID(job_id), tenant=DEFAULT_TENANT)
+        status = await reads.read(request)
+        if status is None:  # the route reads again and answers the error as it always does
             return None
         hint = poll_after_seconds(status, self.state.clock())
         body = _JOB_OUT.dump_json(JobOut.of(status, hint))

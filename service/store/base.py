@@ -35,6 +35,7 @@ from service.jobs import (
     QueueStats,
     ReapResult,
     ReplayFilter,
+    StatusRead,
     WorkerInfo,
 )
 
@@ -148,6 +149,13 @@ class Store(Protocol):
 
         With ``token_hash`` (the API's status poll) the read is scoped to that token's
         tenant, looked up in the same query; raises Unauthorized for an unknown or revoked token.
+        """
+        ...
+
+    def read_statuses(self, reads: Sequence[StatusRead]) -> list[JobStatus | None]:
+        """Many status polls in one read, answered in order: the job's status, or None when
+        the job is missing, another tenant's, or the token unknown or revoked (the caller
+        that needs to say which asks ``get``). The API coalesces concurrent polls into this.
         """
         ...
 

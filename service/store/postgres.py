@@ -57,6 +57,7 @@ from service.jobs import (
     QueueStats,
     ReapResult,
     ReplayFilter,
+    StatusRead,
     WorkerInfo,
     error_group,
     new_job_id,
@@ -686,6 +687,23 @@ LEFT JOIN LATERAL (
 WHERE t.token_hash = %(token_hash)s AND t.revoked_at IS NULL
 """
 
+# -- read_statuses --
+# Many status polls in one read (the API coalesces concurrent ones): each asked job
+# by primary key, only within the tenant given or the one its token names, so
+# another tenant's job, an unknown token and a revoked one all read as missing.
+# `ord` keeps the answers in the order asked.
+READ_STATUSES = """
+SELECT q.ord, s.*
+FROM unnest(%(ids)s::uuid[], %(tenants)s::text[], %(token_hashes)s::text[])
+     WITH ORDINALITY AS q(job_id, tenant, token_hash, ord)
+LEFT JOIN api_tokens AS t ON t.token_hash = q.token_hash AND t.revoked_at IS NULL
+JOIN LATERAL (
+    SELECT """ + STATUS_COLUMNS + """
+    FROM jobs
+    WHERE id = q.job_id AND tenant = coalesce(t.tenant, q.tenant)
+) AS s ON true
+"""
+
 REVOKE_TOKEN = """
 UPDATE api_tokens SET revoked_at = coalesce(revoked_at, coalesce(%(now)s::timestamptz, now()))
 WHERE id = %(id)s
@@ -1131,6 +1149,19 @@ class PostgresStore:
         if row is None:
             raise JobNotFound(job_id)
         return _status(row)
+
+    def read_statuses(self, reads: Sequence[StatusRead]) -> list[JobStatus | None]:
+        if not reads:
+            return []
+        rows = self._fetchall(READ_STATUSES, self._params(
+            ids=[r.job_id for r in reads],
+            tenants=[r.tenant for r in reads],
+            token_hashes=[r.token_hash for r in reads],
+        ))
+        found: list[JobStatus | None] = [None] * len(reads)
+        for row in rows:
+            found[row["ord"] - 1] = _status(row)
+        return found
 
     def get_result(self, job_id: uuid.UUID, tenant: str | None = None) -> JSON:
         row = self._fetchone(GET_RESULT, self._params(job_id=job_id, tenant=tenant))

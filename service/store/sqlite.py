@@ -54,6 +54,7 @@ from service.jobs import (
     QueueStats,
     ReapResult,
     ReplayFilter,
+    StatusRead,
     WorkerInfo,
     error_group,
     new_job_id,
@@ -931,6 +932,19 @@ class SqliteStore:
         if row is None:
             raise JobNotFound(job_id)
         return _status(row)
+
+    def read_statuses(self, reads: Sequence[StatusRead]) -> list[JobStatus | None]:
+        found: list[JobStatus | None] = []
+        with self._read() as (conn, now):  # in-process reads cost no round trip: one lookup each, one lock
+            for read in reads:
+                tenant = read.tenant
+                if read.token_hash is not None:
+                    token = conn.execute(TENANT_FOR_TOKEN, {"token_hash": read.token_hash}).fetchone()
+                    tenant = token["tenant"] if token is not None else None
+                row = None if tenant is None else conn.execute(
+                    GET_JOB, {"job_id": str(read.job_id), "tenant": tenant, "now": now}).fetchone()
+                found.append(None if row is None else _status(row))
+        return found
 
     def get_result(self, job_id: uuid.UUID, tenant: str | None = None) -> JSON:
         with self._read() as (conn, _now):

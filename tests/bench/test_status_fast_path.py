@@ -65,7 +65,7 @@ class Client:
 async def client(url: str, clock: FakeClock, *, fast: bool, auth: bool) -> AsyncIterator[tuple[Client, FastAPI]]:
     app = create_app(Settings(database_url=url, auth=auth), clock=clock)
     if not fast:
-        app.user_middleware = [m for m in app.user_middleware if m.cls is not StatusPollFastPath]
+        app.fast_poll = None
     async with app.router.lifespan_context(app):
         yield Client(app), app
 

@@ -8,8 +8,8 @@ from datetime import timedelta
 
 import pytest
 
-from service.errors import JobNotFound
-from service.jobs import JobQuery, JobState
+from service.errors import InvalidInput, JobNotFound
+from service.jobs import JobQuery, JobState, StatusRead
 from tests.conftest import FakeClock
 from tests.store.builders import claim_one, new_job
 
@@ -111,3 +111,39 @@ def test_queued_and_finished_jobs_are_never_stale(store, clock: FakeClock):
 
     assert store.get(queued.id).stale is False
     assert store.get(done.id).stale is False
+
+
+def test_read_statuses_answers_many_polls_in_order_each_within_its_own_tenant(store):
+    acme = store.enqueue(new_job(tenant="acme"))
+    globex = store.enqueue(new_job(tenant="globex"))
+    store.create_token("acme", "hash-of-acme-token")
+    revoked = store.create_token("acme", "hash-of-revoked-token")
+    store.revoke_token(revoked.id)
+    missing = uuid.uuid4()
+
+    found = store.read_statuses([
+        StatusRead(acme.id, token_hash="hash-of-acme-token"),
+        StatusRead(globex.id, token_hash="hash-of-acme-token"),  # another tenant's job
+        StatusRead(acme.id, token_hash="hash-of-revoked-token"),
+        StatusRead(acme.id, token_hash="hash-of-no-token"),
+        StatusRead(missing, tenant="acme"),
+        StatusRead(globex.id, tenant="globex"),
+        StatusRead(globex.id, tenant="acme"),
+        StatusRead(acme.id, tenant="acme"),  # the same job twice in one batch
+    ])
+
+    assert [status.id if status else None for status in found] == [
+        acme.id, None, None, None, None, globex.id, None, acme.id,
+    ]
+    assert found[0] == store.get(acme.id, "acme")  # the same status a single read gives
+
+
+def test_read_statuses_of_nothing_reads_nothing(store):
+    assert store.read_statuses([]) == []
+
+
+def test_a_status_read_must_name_a_tenant_or_a_token():
+    with pytest.raises(InvalidInput):
+        StatusRead(uuid.uuid4())
+    with pytest.raises(InvalidInput):
+        StatusRead(uuid.uuid4(), tenant="acme", token_hash="h")
