@@ -2,7 +2,7 @@
 
     JobqError
      ├── InvalidInput            bad arguments: nothing was written
-     │    └── PayloadTooLarge    a request body or batch over its limit (HTTP 413)
+     │    └── PayloadTooLarge    a request body or payload over its byte limit (HTTP 413)
      ├── Unauthorized            no valid API token: missing, unknown or revoked (HTTP 401)
      ├── NotFound
      │    ├── JobNotFound        no such job for this tenant (another tenant's job is "not found" too)
@@ -76,7 +76,9 @@ class PermanentError(JobqError):
 
 
 class PayloadTooLarge(InvalidInput):
-    """A request body, payload or batch is over its configured limit; nothing was written."""
+    """A request body or a job's payload is over its byte limit; nothing was written.
+
+    (A batch of too many jobs is an ``InvalidInput``: the count is part of the API's schema.)"""
 
 
 class Unauthorized(JobqError):

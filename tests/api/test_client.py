@@ -73,7 +73,7 @@ def test_errors_are_the_named_exceptions(api: LiveApi, owner_store: Store) -> No
         assert "kind" in str(invalid.value)
         with pytest.raises(PayloadTooLarge):
             jobq.submit("x", {"blob": "x" * (2 << 20)})
-        with pytest.raises(PayloadTooLarge):
+        with pytest.raises(InvalidInput, match="at most 1000"):
             jobq.submit_many([JobSpec("x")] * 1001)
         with pytest.raises(TimeoutError):
             jobq.wait(job.id, timeout=0.3)

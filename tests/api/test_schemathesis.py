@@ -50,9 +50,14 @@ schema = schemathesis.openapi.from_dict(create_app(Settings(database_url="sqlite
 
 def _storable(value: Any) -> Any:
     """The API refuses text no database can hold (NUL, lone surrogates), as its schema says
-    in words; JSON Schema cannot say it, so generated bodies are cleaned of it here."""
+    in words; JSON Schema cannot say it, so generated bodies are cleaned of it here.
+
+    Each such character becomes one other character (U+FFFD, "?"), never nothing: lengths
+    and patterns then judge the text as they did, and a case stays as valid or as invalid as
+    it was generated (a NUL removed could empty a name, a key removed could drop an unknown
+    parameter, and the API would be blamed for the test's edit)."""
     if isinstance(value, str):
-        return value.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
+        return value.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
     if isinstance(value, dict):
         return {_storable(k): _storable(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -67,7 +72,9 @@ def map_body(context: Any, body: Any) -> Any:
 
 @schema.hook
 def map_query(context: Any, query: Any) -> Any:
-    """Long polls that hold a request for up to 30 s would only spend the time budget."""
+    """Filters are text too (``?kind=`` with a NUL is a 422 on PostgreSQL), cleaned as bodies are;
+    and long polls that hold a request for up to 30 s would only spend the time budget."""
+    query = _storable(query)
     if isinstance(query, dict) and isinstance(query.get("wait"), int | float) and query["wait"] > 0.2:
         query = {**query, "wait": 0.2}
     return query
