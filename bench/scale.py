@@ -32,7 +32,7 @@ import psycopg
 from bench.common import Report, bench_database, load_average, median, percentile
 from service.config import Settings
 from service.errors import StoreUnavailable
-from service.jobs import NewJob
+from service.jobs import Completion, NewJob
 from service.store import open_store
 
 HISTORY = """
@@ -131,13 +131,13 @@ def _measure(store: Any, admin: psycopg.Connection[Any], args: argparse.Namespac
     for _ in range(20):  # warm the connections' prepared statements and the caches
         store.get(random.choice(live))
         claimed = store.claim("bench-scale", ["default"], 1, 60.0)
-        store.complete_many([(job.lease, {}) for job in claimed])
+        store.complete_many([Completion(job.lease, {}) for job in claimed])
         store.enqueue_many([NewJob(kind="noop") for _ in claimed])
     for trial in range(args.trials):
         began = time.perf_counter()
         claimed = store.claim("bench-scale", ["default"], 1, 60.0)
         claims.append(time.perf_counter() - began)
-        store.complete_many([(job.lease, {}) for job in claimed])
+        store.complete_many([Completion(job.lease, {}) for job in claimed])
         store.enqueue_many([NewJob(kind="noop") for _ in claimed])
         job_id = random.choice(live)
         began = time.perf_counter()
@@ -164,7 +164,7 @@ def _churn(store: Any, total: int) -> None:
             claimed = _patiently(lambda: store.claim("bench-churn", ["default"], 500, 60.0))
             if not claimed:
                 break
-            _patiently(lambda: store.complete_many([(job.lease, {}) for job in claimed]))  # noqa: B023
+            _patiently(lambda: store.complete_many([Completion(job.lease, {}) for job in claimed]))  # noqa: B023
             if len(claimed) < 500:
                 break
 

@@ -113,6 +113,21 @@ class Lease:
 
 
 @dataclass(frozen=True)
+class Completion:
+    """A success to record: the holder's lease, the result, and the handler's last progress.
+
+    ``done``/``total`` are the values the handler reported after the last heartbeat carried
+    them (None: nothing new since). A short job often finishes before its first heartbeat,
+    and its last word on progress must not be lost with it.
+    """
+
+    lease: Lease
+    result: JSON
+    done: int | None = None
+    total: int | None = None
+
+
+@dataclass(frozen=True)
 class ClaimedJob:
     """A job handed to a worker: everything the handler needs, with its lease."""
 

@@ -22,6 +22,7 @@ from service.jobs import (
     ActiveCount,
     ApiToken,
     ClaimedJob,
+    Completion,
     FailResult,
     FailureGroup,
     Heartbeat,
@@ -111,11 +112,12 @@ class Store(Protocol):
         """Extend the lease and record progress in one statement."""
         ...
 
-    def complete(self, lease: Lease, result: JSON) -> None:
-        """Store the result and mark the job succeeded. Raises LeaseLost, changing nothing."""
+    def complete(self, lease: Lease, result: JSON, done: int | None = None, total: int | None = None) -> None:
+        """Store the result and mark the job succeeded, with the handler's final progress if given
+        (a succeeded job with a total is fully done). Raises LeaseLost, changing nothing."""
         ...
 
-    def complete_many(self, finished: Sequence[tuple[Lease, JSON]]) -> list[Lease]:
+    def complete_many(self, finished: Sequence[Completion]) -> list[Lease]:
         """Complete many jobs in one round trip; returns the leases that were lost (nothing written for them)."""
         ...
 

@@ -41,6 +41,14 @@ def storable_error(error: str) -> str:
     return error.replace("\x00", "\\0").encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def substring_pattern(text: str | None) -> str | None:
+    """A LIKE pattern (escape character backslash) that matches ``text`` anywhere, taken literally."""
+    if text is None:
+        return None
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
 def check_progress(done: int | None, total: int | None) -> None:
     if done is not None and (not isinstance(done, int) or isinstance(done, bool) or done < 0):
         raise InvalidInput("done must be a non-negative integer")

@@ -43,6 +43,7 @@ from service.jobs import (
     ApiToken,
     AttemptOutcome,
     ClaimedJob,
+    Completion,
     FailResult,
     FailureGroup,
     Heartbeat,
@@ -67,15 +68,17 @@ from service.jobs import (
 )
 from service.retry import RetryPolicy
 from service.store.base import PRUNE_BATCH, REAP_BATCH, Clock, DatabaseHealth, Listener
-from service.store.encoding import bucket_counts
 from service.store.encoding import (
+    bucket_counts,
     check_lease_seconds,
     check_page_size,
     check_progress,
     dump_batch,
     dump_json,
     storable_error,
+    substring_pattern,
 )
+from service.store.rows import Readers, api_token, job_status, worker_info
 
 _NOW = "coalesce(%(now)s::timestamptz, now())"
 
@@ -222,7 +225,8 @@ WITH n AS (
 input AS (
     SELECT *
     FROM jsonb_to_recordset(%(batch)s::jsonb)
-         AS i(job_id uuid, claim int, attempt int, owner text, result_id uuid, body text)
+         AS i(job_id uuid, claim int, attempt int, owner text, result_id uuid, body text,
+              done int, total int)
 ),
 held AS (
     -- Each row is locked through its primary key alone (OFFSET 0 keeps the fence from being
@@ -244,7 +248,10 @@ finished AS (
     UPDATE jobs AS j
     SET state = 'succeeded',
         result_id = i.result_id,
-        done = CASE WHEN j.total > 0 THEN j.total ELSE j.done END,
+        -- the handler's last progress, if it came after the last heartbeat; success with a total is all done
+        total = coalesce(i.total, j.total),
+        done = CASE WHEN coalesce(i.total, j.total) > 0 THEN coalesce(i.total, j.total)
+                    ELSE coalesce(i.done, j.done) END,
         lease_expires_at = NULL,
         finished_at = n.ts,
         updated_at = n.ts
@@ -257,20 +264,15 @@ stored AS (
     SELECT f.result_id, f.id, f.body::jsonb, n.ts FROM finished AS f, n
 ),
 closed AS (
-    -- The attempt rows by their (job_id, claim) key, then by primary key: joined as a set,
-    -- "still open" (few rows, say the statistics) tempts the planner into reading the whole
-    -- of job_attempts, or ix_job_attempts_finished_at's entry for every attempt ever opened.
+    -- Each attempt row by its (job_id, claim) key, joined from the finished rows: one
+    -- unique-index probe per job, which the planner prefers at any table size because it
+    -- expects one row from ``finished``. (``a.id = ANY(ARRAY(...))`` made it expect ten,
+    -- and a plan prepared while job_attempts was small read all of job_attempts for every
+    -- batch ever after, as the table grew: a drain that slowed with every job it finished.)
     UPDATE job_attempts AS a
     SET finished_at = n.ts, outcome = 'succeeded'
-    FROM n
-    WHERE a.id = ANY(ARRAY(
-        SELECT o.id
-        FROM finished AS f
-        CROSS JOIN LATERAL (
-            SELECT id FROM job_attempts WHERE job_id = f.id AND claim = f.claim
-        ) AS o
-    ))
-      AND a.outcome IS NULL
+    FROM finished AS f, n
+    WHERE a.job_id = f.id AND a.claim = f.claim AND a.outcome IS NULL
 )
 SELECT id FROM finished
 """
@@ -883,16 +885,7 @@ class PostgresStore:
     def list_workers(self, seen_within_seconds: float | None = None) -> list[WorkerInfo]:
         rows = self._fetchall(LIST_WORKERS, self._params(within=seen_within_seconds))
         return [
-            WorkerInfo(
-                id=row["id"],
-                host=row["host"],
-                pid=row["pid"],
-                queues=tuple(row["queues"]),
-                kinds=tuple(row["kinds"]),
-                concurrency=row["concurrency"],
-                started_at=row["started_at"],
-                last_seen_at=row["last_seen_at"],
-            )
+            worker_info(row, _READ)
             for row in rows
         ]
 
@@ -904,7 +897,7 @@ class PostgresStore:
             CREATE_TOKEN, self._params(id=new_job_id(), tenant=tenant, name=name, token_hash=token_hash)
         )
         assert row is not None  # INSERT … RETURNING always returns the row
-        return _token(row)
+        return api_token(row, _READ)
 
     def tenant_for_token(self, token_hash: str) -> str | None:
         row = self._fetchone(TENANT_FOR_TOKEN, self._params(token_hash=token_hash))
@@ -914,10 +907,10 @@ class PostgresStore:
         row = self._fetchone(REVOKE_TOKEN, self._params(id=token_id))
         if row is None:
             raise TokenNotFound(token_id)
-        return _token(row)
+        return api_token(row, _READ)
 
     def list_tokens(self, tenant: str | None = None) -> list[ApiToken]:
-        return [_token(row) for row in self._fetchall(LIST_TOKENS, self._params(tenant=tenant))]
+        return [api_token(row, _READ) for row in self._fetchall(LIST_TOKENS, self._params(tenant=tenant))]
 
     # -- submitting -----------------------------------------------------------------
     def enqueue(self, job: NewJob) -> JobStatus:
@@ -1036,31 +1029,35 @@ class PostgresStore:
             return Heartbeat(held=False, cancel_requested=False)
         return Heartbeat(held=True, cancel_requested=row["cancel_requested"])
 
-    def complete(self, lease: Lease, result: JSON) -> None:
-        if self.complete_many([(lease, result)]):
+    def complete(self, lease: Lease, result: JSON, done: int | None = None, total: int | None = None) -> None:
+        if self.complete_many([Completion(lease, result, done, total)]):
             raise LeaseLost(lease.job_id, lease.attempt)
 
-    def complete_many(self, finished: Sequence[tuple[Lease, JSON]]) -> list[Lease]:
+    def complete_many(self, finished: Sequence[Completion]) -> list[Lease]:
         if not finished:
             return []
-        finished = sorted(finished, key=lambda item: item[0].job_id)  # rows lock in id order
+        for item in finished:
+            check_progress(item.done, item.total)
+        finished = sorted(finished, key=lambda item: item.lease.job_id)  # rows lock in id order
         batch = json.dumps([
             {
-                "job_id": str(lease.job_id),
-                "claim": lease.claim,
-                "attempt": lease.attempt,
-                "owner": lease.owner,
+                "job_id": str(item.lease.job_id),
+                "claim": item.lease.claim,
+                "attempt": item.lease.attempt,
+                "owner": item.lease.owner,
                 "result_id": str(new_job_id()),
-                "body": dump_json(result, "result"),  # JSON text in a JSON string: a null result stays JSON null
+                "body": dump_json(item.result, "result"),  # JSON text in a JSON string: a null result stays JSON null
+                "done": item.done,
+                "total": item.total,
             }
-            for lease, result in finished
+            for item in finished
         ])
         rows = self._fetchall(COMPLETE_JOBS, self._params(batch=batch))
-        done = {row["id"] for row in rows}
+        written = {row["id"] for row in rows}
         return [
-            lease
-            for lease, _ in finished
-            if lease.job_id not in done and self._receipt(lease, AttemptOutcome.SUCCEEDED) is None
+            item.lease
+            for item in finished
+            if item.lease.job_id not in written and self._receipt(item.lease, AttemptOutcome.SUCCEEDED) is None
         ]
 
     def fail(self, lease: Lease, error: str, retryable: bool) -> FailResult:
@@ -1295,16 +1292,6 @@ def connection_defaults(database_url: str) -> dict[str, Any]:
     return {key: value for key, value in defaults.items() if key not in given}
 
 
-def _token(row: Mapping[str, Any]) -> ApiToken:
-    return ApiToken(
-        id=row["id"],
-        tenant=row["tenant"],
-        name=row["name"],
-        created_at=row["created_at"],
-        revoked_at=row["revoked_at"],
-    )
-
-
 def _fence(lease: Lease) -> dict[str, Any]:
     return {"job_id": lease.job_id, "claim": lease.claim, "attempt": lease.attempt, "owner": lease.owner}
 
@@ -1316,44 +1303,17 @@ def _replay_params(which: ReplayFilter) -> dict[str, Any]:
         "tenant": which.tenant,
         "ids": list(which.ids),
         "kind": which.kind,
-        "error_like": _substring_pattern(which.error_like),
+        "error_like": substring_pattern(which.error_like),
         "since": which.since,
     }
 
 
-def _substring_pattern(text: str | None) -> str | None:
-    if text is None:
-        return None
-    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
+# psycopg returns times, ids and arrays typed already.
+_READ = Readers(time=lambda value: value, ident=lambda value: value, names=tuple)
 
 
 def _status(row: Mapping[str, Any]) -> JobStatus:
-    return JobStatus(
-        id=row["id"],
-        tenant=row["tenant"],
-        queue=row["queue"],
-        kind=row["kind"],
-        state=JobState(row["state"]),
-        priority=row["priority"],
-        attempts=row["attempts"],
-        max_attempts=row["max_attempts"],
-        done=row["done"],
-        total=row["total"],
-        error=row["error"],
-        cancel_requested=row["cancel_requested"],
-        stale=bool(row["stale"]),
-        concurrency_key=row["concurrency_key"],
-        idempotency_key=row["idempotency_key"],
-        lease_owner=row["lease_owner"],
-        lease_expires_at=row["lease_expires_at"],
-        run_after=row["run_after"],
-        created_at=row["created_at"],
-        started_at=row["started_at"],
-        finished_at=row["finished_at"],
-        updated_at=row["updated_at"],
-        result_id=row["result_id"],
-    )
+    return job_status(row, _READ)
 
 
 class _Retryable(Exception):

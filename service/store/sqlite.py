@@ -40,6 +40,7 @@ from service.jobs import (
     ApiToken,
     AttemptOutcome,
     ClaimedJob,
+    Completion,
     FailResult,
     FailureGroup,
     Heartbeat,
@@ -62,8 +63,16 @@ from service.jobs import (
 )
 from service.retry import RetryPolicy
 from service.store.base import PRUNE_BATCH, REAP_BATCH, Clock, DatabaseHealth, Listener
-from service.store.encoding import bucket_counts
-from service.store.encoding import check_lease_seconds, check_page_size, check_progress, dump_json, storable_error
+from service.store.encoding import (
+    bucket_counts,
+    check_lease_seconds,
+    check_page_size,
+    check_progress,
+    dump_json,
+    storable_error,
+    substring_pattern,
+)
+from service.store.rows import Readers, api_token, job_status, worker_info
 
 TIME_FORMAT = "%Y-%m-%d %H:%M:%f"
 BUSY_TIMEOUT_SECONDS = 30.0
@@ -148,7 +157,9 @@ COMPLETE_JOB = """
 UPDATE jobs
 SET state = 'succeeded',
     result_id = :result_id,
-    done = CASE WHEN total > 0 THEN total ELSE done END,
+    -- the handler's last progress, if it came after the last heartbeat; success with a total is all done
+    total = coalesce(:total, total),
+    done = CASE WHEN coalesce(:total, total) > 0 THEN coalesce(:total, total) ELSE coalesce(:done, done) END,
     lease_expires_at = NULL,
     finished_at = :now,
     updated_at = :now
@@ -618,16 +629,7 @@ class SqliteStore:
         with self._read() as (conn, now):
             rows = conn.execute(LIST_WORKERS, {"now": now, "within": seen_within_seconds}).fetchall()
         return [
-            WorkerInfo(
-                id=row["id"],
-                host=row["host"],
-                pid=row["pid"],
-                queues=tuple(json.loads(row["queues"])),
-                kinds=tuple(json.loads(row["kinds"])),
-                concurrency=row["concurrency"],
-                started_at=_from_text(row["started_at"]),
-                last_seen_at=_from_text(row["last_seen_at"]),
-            )
+            worker_info(row, _READ)
             for row in rows
         ]
 
@@ -640,7 +642,7 @@ class SqliteStore:
                 CREATE_TOKEN,
                 {"id": str(new_job_id()), "tenant": tenant, "name": name, "token_hash": token_hash, "now": now},
             ).fetchone()
-        return _token(row)
+        return api_token(row, _READ)
 
     def tenant_for_token(self, token_hash: str) -> str | None:
         with self._read() as (conn, _now):
@@ -652,12 +654,12 @@ class SqliteStore:
             row = conn.execute(REVOKE_TOKEN, {"id": str(token_id), "now": now}).fetchone()
         if row is None:
             raise TokenNotFound(token_id)
-        return _token(row)
+        return api_token(row, _READ)
 
     def list_tokens(self, tenant: str | None = None) -> list[ApiToken]:
         with self._read() as (conn, _now):
             rows = conn.execute(LIST_TOKENS, {"tenant": tenant}).fetchall()
-        return [_token(row) for row in rows]
+        return [api_token(row, _READ) for row in rows]
 
     # -- submitting -----------------------------------------------------------------
     def enqueue(self, job: NewJob) -> JobStatus:
@@ -776,16 +778,26 @@ class SqliteStore:
             return Heartbeat(held=False, cancel_requested=False)
         return Heartbeat(held=True, cancel_requested=bool(row["cancel_requested"]))
 
-    def complete(self, lease: Lease, result: JSON) -> None:
-        if self.complete_many([(lease, result)]):
+    def complete(self, lease: Lease, result: JSON, done: int | None = None, total: int | None = None) -> None:
+        if self.complete_many([Completion(lease, result, done, total)]):
             raise LeaseLost(lease.job_id, lease.attempt)
 
-    def complete_many(self, finished: Sequence[tuple[Lease, JSON]]) -> list[Lease]:
-        bodies = [dump_json(result, "result") for _, result in finished]
+    def complete_many(self, finished: Sequence[Completion]) -> list[Lease]:
+        for item in finished:
+            check_progress(item.done, item.total)
+        bodies = [dump_json(item.result, "result") for item in finished]
         lost = []
         with self._write() as (conn, now):
-            for (lease, _), body in zip(finished, bodies, strict=True):
-                params = {**_fence(lease), "now": now, "result_id": str(new_job_id()), "body": body}
+            for item, body in zip(finished, bodies, strict=True):
+                lease = item.lease
+                params = {
+                    **_fence(lease),
+                    "now": now,
+                    "result_id": str(new_job_id()),
+                    "body": body,
+                    "done": item.done,
+                    "total": item.total,
+                }
                 if conn.execute(COMPLETE_JOB, params).fetchone() is None:
                     if _receipt(conn, lease, AttemptOutcome.SUCCEEDED) is None:
                         lost.append(lease)
@@ -900,7 +912,7 @@ class SqliteStore:
             "tenant": which.tenant,
             "ids": json.dumps([str(i) for i in which.ids]) if which.ids else None,
             "kind": which.kind,
-            "error_like": _substring_pattern(which.error_like),
+            "error_like": substring_pattern(which.error_like),
             "since": _to_text(which.since) if which.since else None,
         }
         with self._write() as (conn, now):
@@ -997,16 +1009,6 @@ class SilentListener:
         self._closed.set()
 
 
-def _token(row: sqlite3.Row) -> ApiToken:
-    return ApiToken(
-        id=uuid.UUID(row["id"]),
-        tenant=row["tenant"],
-        name=row["name"],
-        created_at=_from_text(row["created_at"]),
-        revoked_at=_maybe_time(row["revoked_at"]),
-    )
-
-
 def _width_bucket(value: float | None, bounds_json: str) -> int | None:
     """PostgreSQL's width_bucket(value, thresholds): how many thresholds are <= value."""
     if value is None:
@@ -1042,13 +1044,6 @@ def _fail_result(state: str, run_after: str | None) -> FailResult:
     return FailResult(state=JobState(state), run_after=_from_text(run_after) if queued and run_after else None)
 
 
-def _substring_pattern(text: str | None) -> str | None:
-    if text is None:
-        return None
-    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
-
-
 def _to_text(moment: datetime) -> str:
     if moment.tzinfo is None:
         raise InvalidInput("timestamps must carry a time zone")
@@ -1064,32 +1059,12 @@ def _maybe_time(text: str | None) -> datetime | None:
     return _from_text(text) if text is not None else None
 
 
+# SQLite holds times, ids and name lists as text.
+_READ = Readers(time=_from_text, ident=uuid.UUID, names=lambda text: tuple(json.loads(text)))
+
+
 def _status(row: sqlite3.Row) -> JobStatus:
-    return JobStatus(
-        id=uuid.UUID(row["id"]),
-        tenant=row["tenant"],
-        queue=row["queue"],
-        kind=row["kind"],
-        state=JobState(row["state"]),
-        priority=row["priority"],
-        attempts=row["attempts"],
-        max_attempts=row["max_attempts"],
-        done=row["done"],
-        total=row["total"],
-        error=row["error"],
-        cancel_requested=bool(row["cancel_requested"]),
-        stale=bool(row["stale"]),
-        concurrency_key=row["concurrency_key"],
-        idempotency_key=row["idempotency_key"],
-        lease_owner=row["lease_owner"],
-        lease_expires_at=_maybe_time(row["lease_expires_at"]),
-        run_after=_from_text(row["run_after"]),
-        created_at=_from_text(row["created_at"]),
-        started_at=_maybe_time(row["started_at"]),
-        finished_at=_maybe_time(row["finished_at"]),
-        updated_at=_from_text(row["updated_at"]),
-        result_id=uuid.UUID(row["result_id"]) if row["result_id"] else None,
-    )
+    return job_status(row, _READ)
 
 
 @contextmanager

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from service.errors import InvalidInput
+from service.errors import InvalidInput, LeaseLost
 from service.jobs import JSON, Lease
 from service.store.base import Store
 from service.worker.logs import job_event, log_event
@@ -96,7 +96,7 @@ class Finisher:
             if len(batch) == 1:
                 lost = self._complete_one(batch[0])
             else:
-                lost = self._persist(lambda: self.store.complete_many([(s.running.job.lease, s.result) for s in batch]))
+                lost = self._persist(lambda: self.store.complete_many([s.running.completion(s.result) for s in batch]))
         except InvalidInput as exc:
             if len(batch) == 1:
                 success = batch[0]
@@ -120,13 +120,11 @@ class Finisher:
             self._settled(success.running)
 
     def _complete_one(self, success: Success) -> list[Lease]:
-        from service.errors import LeaseLost
-
-        lease = success.running.job.lease
+        final = success.running.completion(success.result)
         try:
-            self._persist(lambda: self.store.complete(lease, success.result))
+            self._persist(lambda: self.store.complete(final.lease, final.result, final.done, final.total))
         except LeaseLost:
-            return [lease]
+            return [final.lease]
         return []
 
     def _settled(self, running: RunningJob) -> None:

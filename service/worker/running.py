@@ -6,7 +6,7 @@ import enum
 import threading
 from dataclasses import dataclass, field
 
-from service.jobs import ClaimedJob
+from service.jobs import JSON, ClaimedJob, Completion
 from service.worker.context import JobContext
 from service.worker.registry import HandlerSpec
 
@@ -42,6 +42,13 @@ class RunningJob:
     def abandon(self) -> bool:
         """The lease is gone while the handler runs; True if it was running."""
         return self._move(Phase.RUNNING, Phase.ABANDONED)
+
+    def completion(self, result: JSON) -> Completion:
+        """The success to write: the result, and progress the handler reported after the last heartbeat."""
+        pending = self.ctx.pending()
+        if pending is None:
+            return Completion(self.job.lease, result)
+        return Completion(self.job.lease, result, pending.done, pending.total)
 
     def finished(self) -> None:
         with self._lock:

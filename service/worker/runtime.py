@@ -305,9 +305,9 @@ class Worker:
         duration = self.clock() - running.started
         try:
             if isinstance(outcome, Succeeded):
-                result = outcome.result
+                final = running.completion(outcome.result)
                 try:
-                    self._persist(lambda: self.store.complete(job.lease, result))
+                    self._persist(lambda: self.store.complete(final.lease, final.result, final.done, final.total))
                 except InvalidInput as exc:  # the database refused the result (too big, say)
                     self._fail(running, f"InvalidResult: the result was refused: {exc}", False, duration)
                 else:

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from service.cli import main
-from service.jobs import ClaimedJob, JobStatus, NewJob
+from service.jobs import ClaimedJob, Completion, JobStatus, NewJob
 from service.store import Store
 from tests.api.conftest import LiveApi, start_api  # noqa: F401  (fixture)
 from tests.cli.test_cli import jobq
@@ -113,7 +113,7 @@ def succeed_jobs(store: Store, kind: str, count: int, *, queue: str = "default",
                  ) -> list[JobStatus]:  # fmt: skip
     jobs = store.enqueue_many([NewJob(kind=kind, queue=queue, tenant=tenant) for _ in range(count)])
     for start in range(0, count, 500):
-        lost = store.complete_many([(c.lease, {"ok": True}) for c in claim_all(store, kind, queue)])
+        lost = store.complete_many([Completion(c.lease, {"ok": True}) for c in claim_all(store, kind, queue)])
         assert not lost
     return jobs
 

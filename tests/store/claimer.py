@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from service.config import Settings
+from service.jobs import Completion
 from service.store import open_store
 
 
@@ -22,7 +23,7 @@ def claim_and_complete(url: str, worker: str, batch: int, start: Any, results: A
             if batch == 1:
                 store.complete(jobs[0].lease, {"by": worker})
             else:
-                lost = store.complete_many([(job.lease, {"by": worker}) for job in jobs])
+                lost = store.complete_many([Completion(job.lease, {"by": worker}) for job in jobs])
                 if lost:
                     raise AssertionError(f"complete_many lost {len(lost)} fresh leases")
             done += [str(job.id) for job in jobs]

@@ -7,8 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from service.errors import InvalidTransition, JobNotFound
-from service.jobs import FailResult, JobState
+from service.errors import InvalidInput, InvalidTransition, JobNotFound
+from service.jobs import Completion, FailResult, JobState
 from service.retry import RetryPolicy
 from tests.conftest import Database, FakeClock
 from tests.store.builders import claim_one, new_job
@@ -33,6 +33,35 @@ def test_complete_stores_the_result_and_closes_the_attempt(store, db: Database, 
     [attempt] = db.attempts(job.id)
     assert (attempt["outcome"], attempt["finished_at"], attempt["error"]) == ("succeeded", clock.now(), None)
     assert db.count("job_results") == 1
+
+
+def test_complete_takes_the_handlers_final_progress(store):
+    counted, sized, heartbeat_only = store.enqueue_many([new_job(), new_job(), new_job(total=8)])
+    jobs = {job.id: job for job in store.claim("worker-a", ["default"], 3, 30)}
+    store.heartbeat(jobs[heartbeat_only.id].lease, 30, done=6)
+
+    store.complete(jobs[counted.id].lease, "ok", done=3)
+    lost = store.complete_many([
+        Completion(jobs[sized.id].lease, "ok", done=2, total=5),
+        Completion(jobs[heartbeat_only.id].lease, "ok"),  # nothing new since the heartbeat
+    ])
+
+    assert lost == []
+    assert (store.get(counted.id).done, store.get(counted.id).total) == (3, None)
+    assert (store.get(sized.id).done, store.get(sized.id).total) == (5, 5)  # a finished job is fully done
+    assert (store.get(heartbeat_only.id).done, store.get(heartbeat_only.id).total) == (8, 8)
+
+
+@pytest.mark.parametrize("done, total", [(-1, None), (6, 5), (True, None), (1, "5")])
+def test_complete_with_bad_progress_is_refused_and_changes_nothing(store, db: Database, done, total):
+    store.enqueue(new_job())
+    job = claim_one(store)
+
+    with pytest.raises(InvalidInput):
+        store.complete_many([Completion(job.lease, "ok", done=done, total=total)])
+
+    assert store.get(job.id).state is JobState.RUNNING
+    assert db.count("job_results") == 0
 
 
 def test_a_status_never_carries_the_payload_or_the_result(store):

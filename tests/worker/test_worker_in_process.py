@@ -121,6 +121,19 @@ def test_progress_reaches_the_database_within_a_second(live_store: Store, db: Da
     assert first < 1.5 and second < 1.5
 
 
+def test_progress_reported_just_before_returning_is_kept(live_store: Store, db: Database) -> None:
+    """These handlers return long before any heartbeat or flush (10 s, 5 s away): only the
+    completion can carry their last progress, and a poll must not show a finished job at 0."""
+    app = App()
+    app.register("counted", lambda ctx: ctx.progress(3))  # no total: done stays what was counted
+    app.register("sized", lambda ctx: ctx.progress(2, 5))  # a total: a succeeded job is all done
+    counted, sized = live_store.enqueue_many([NewJob(kind="counted"), NewJob(kind="sized")])
+    with running_worker(live_store, app, lease_seconds=30.0, flush_seconds=5.0):
+        wait_until(lambda: state(db, counted.id) == state(db, sized.id) == "succeeded", 10, what="both to succeed")
+    assert (db.job(counted.id)["done"], db.job(counted.id)["total"]) == (3, None)
+    assert (db.job(sized.id)["done"], db.job(sized.id)["total"]) == (5, 5)
+
+
 def test_claims_only_for_free_slots(live_store: Store, db: Database) -> None:
     release = threading.Event()
     app = App()

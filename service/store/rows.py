@@ -1,0 +1,80 @@
+"""Rows read back as jobq's dataclasses: one mapping for both stores.
+
+PostgreSQL's driver hands back times, ids and arrays already typed; SQLite holds
+them as text. Each store passes its own :class:`Readers`, so a column added to a
+dataclass is mapped in one place, and the two stores cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from service.jobs import ApiToken, JobState, JobStatus, WorkerInfo
+
+
+@dataclass(frozen=True)
+class Readers:
+    """How one store's driver returns a column of each kind (never called with NULL)."""
+
+    time: Callable[[Any], datetime]
+    ident: Callable[[Any], uuid.UUID]
+    names: Callable[[Any], tuple[str, ...]]
+
+
+def _maybe(read: Callable[[Any], Any], value: Any) -> Any:
+    return None if value is None else read(value)
+
+
+def job_status(row: Mapping[str, Any], read: Readers) -> JobStatus:
+    return JobStatus(
+        id=read.ident(row["id"]),
+        tenant=row["tenant"],
+        queue=row["queue"],
+        kind=row["kind"],
+        state=JobState(row["state"]),
+        priority=row["priority"],
+        attempts=row["attempts"],
+        max_attempts=row["max_attempts"],
+        done=row["done"],
+        total=row["total"],
+        error=row["error"],
+        cancel_requested=bool(row["cancel_requested"]),
+        stale=bool(row["stale"]),
+        concurrency_key=row["concurrency_key"],
+        idempotency_key=row["idempotency_key"],
+        lease_owner=row["lease_owner"],
+        lease_expires_at=_maybe(read.time, row["lease_expires_at"]),
+        run_after=read.time(row["run_after"]),
+        created_at=read.time(row["created_at"]),
+        started_at=_maybe(read.time, row["started_at"]),
+        finished_at=_maybe(read.time, row["finished_at"]),
+        updated_at=read.time(row["updated_at"]),
+        result_id=_maybe(read.ident, row["result_id"]),
+    )
+
+
+def api_token(row: Mapping[str, Any], read: Readers) -> ApiToken:
+    return ApiToken(
+        id=read.ident(row["id"]),
+        tenant=row["tenant"],
+        name=row["name"],
+        created_at=read.time(row["created_at"]),
+        revoked_at=_maybe(read.time, row["revoked_at"]),
+    )
+
+
+def worker_info(row: Mapping[str, Any], read: Readers) -> WorkerInfo:
+    return WorkerInfo(
+        id=row["id"],
+        host=row["host"],
+        pid=row["pid"],
+        queues=read.names(row["queues"]),
+        kinds=read.names(row["kinds"]),
+        concurrency=row["concurrency"],
+        started_at=read.time(row["started_at"]),
+        last_seen_at=read.time(row["last_seen_at"]),
+    )
