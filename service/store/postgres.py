@@ -78,7 +78,7 @@ from service.store.encoding import (
     storable_error,
     substring_pattern,
 )
-from service.store.rows import Readers, api_token, job_status, worker_info
+from service.store.rows import Readers, api_token, claimed_job, job_status, worker_info
 
 _NOW = "coalesce(%(now)s::timestamptz, now())"
 
@@ -989,21 +989,7 @@ class PostgresStore:
                 kinds=list(kinds) if kinds is not None else None,
             ),
         )
-        return [
-            ClaimedJob(
-                lease=Lease(job_id=row["id"], owner=worker, attempt=row["attempts"], claim=row["claims"]),
-                kind=row["kind"],
-                queue=row["queue"],
-                tenant=row["tenant"],
-                payload=row["payload"],
-                checkpoint=row["checkpoint"],
-                done=row["done"],
-                total=row["total"],
-                max_attempts=row["max_attempts"],
-                lease_expires_at=row["lease_expires_at"],
-            )
-            for row in rows
-        ]
+        return [claimed_job(row, worker, _READ) for row in rows]
 
     def heartbeat(
         self,
@@ -1308,8 +1294,8 @@ def _replay_params(which: ReplayFilter) -> dict[str, Any]:
     }
 
 
-# psycopg returns times, ids and arrays typed already.
-_READ = Readers(time=lambda value: value, ident=lambda value: value, names=tuple)
+# psycopg returns times, ids, arrays and JSON typed already.
+_READ = Readers(time=lambda value: value, ident=lambda value: value, names=tuple, json=lambda value: value)
 
 
 def _status(row: Mapping[str, Any]) -> JobStatus:

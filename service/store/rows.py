@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from service.jobs import ApiToken, JobState, JobStatus, WorkerInfo
+from service.jobs import JSON, ApiToken, ClaimedJob, JobState, JobStatus, Lease, WorkerInfo
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,7 @@ class Readers:
     time: Callable[[Any], datetime]
     ident: Callable[[Any], uuid.UUID]
     names: Callable[[Any], tuple[str, ...]]
+    json: Callable[[Any], JSON]
 
 
 def _maybe(read: Callable[[Any], Any], value: Any) -> Any:
@@ -54,6 +55,21 @@ def job_status(row: Mapping[str, Any], read: Readers) -> JobStatus:
         finished_at=_maybe(read.time, row["finished_at"]),
         updated_at=read.time(row["updated_at"]),
         result_id=_maybe(read.ident, row["result_id"]),
+    )
+
+
+def claimed_job(row: Mapping[str, Any], worker: str, read: Readers) -> ClaimedJob:
+    return ClaimedJob(
+        lease=Lease(job_id=read.ident(row["id"]), owner=worker, attempt=row["attempts"], claim=row["claims"]),
+        kind=row["kind"],
+        queue=row["queue"],
+        tenant=row["tenant"],
+        payload=read.json(row["payload"]),
+        checkpoint=_maybe(read.json, row["checkpoint"]),
+        done=row["done"],
+        total=row["total"],
+        max_attempts=row["max_attempts"],
+        lease_expires_at=read.time(row["lease_expires_at"]),
     )
 
 

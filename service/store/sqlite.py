@@ -72,7 +72,7 @@ from service.store.encoding import (
     storable_error,
     substring_pattern,
 )
-from service.store.rows import Readers, api_token, job_status, worker_info
+from service.store.rows import Readers, api_token, claimed_job, job_status, worker_info
 
 TIME_FORMAT = "%Y-%m-%d %H:%M:%f"
 BUSY_TIMEOUT_SECONDS = 30.0
@@ -735,21 +735,7 @@ class SqliteStore:
                 ],
             )
         rows.sort(key=lambda r: r["id"])
-        return [
-            ClaimedJob(
-                lease=Lease(job_id=uuid.UUID(r["id"]), owner=worker, attempt=r["attempts"], claim=r["claims"]),
-                kind=r["kind"],
-                queue=r["queue"],
-                tenant=r["tenant"],
-                payload=json.loads(r["payload"]),
-                checkpoint=json.loads(r["checkpoint"]) if r["checkpoint"] is not None else None,
-                done=r["done"],
-                total=r["total"],
-                max_attempts=r["max_attempts"],
-                lease_expires_at=_from_text(r["lease_expires_at"]),
-            )
-            for r in rows
-        ]
+        return [claimed_job(r, worker, _READ) for r in rows]
 
     def heartbeat(
         self,
@@ -1059,8 +1045,8 @@ def _maybe_time(text: str | None) -> datetime | None:
     return _from_text(text) if text is not None else None
 
 
-# SQLite holds times, ids and name lists as text.
-_READ = Readers(time=_from_text, ident=uuid.UUID, names=lambda text: tuple(json.loads(text)))
+# SQLite holds times, ids, name lists and JSON as text.
+_READ = Readers(time=_from_text, ident=uuid.UUID, names=lambda text: tuple(json.loads(text)), json=json.loads)
 
 
 def _status(row: sqlite3.Row) -> JobStatus:
