@@ -19,6 +19,9 @@ database only:
 pg_stat_statements would name each statement, but needs a server restart to
 preload, which a bench must not require.
 
+Heartbeats: 200 running jobs (fewer with a smaller ``--jobs``) renewed ten times each
+with progress, through the store: row writes, the share of HOT updates, WAL per heartbeat.
+
 Connections: the most ``pg_stat_activity`` rows with the worker's
 ``application_name`` seen (sampled every 10 ms) while it drains 0.2 s sleeps at
 concurrency 1, 10 and 50.
@@ -41,6 +44,8 @@ from service.jobs import NewJob
 from service.store import open_store
 
 TABLES = ("jobs", "job_attempts", "job_results")
+HEARTBEAT_JOBS = 200
+HEARTBEAT_ROUNDS = 10
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,6 +66,7 @@ def run(args: argparse.Namespace) -> Report:
         for mode in modes:
             for concurrency in levels:
                 _lifecycle(report, args, url, Path(tmp), concurrency, mode, walinspect)
+        _heartbeats(report, args, url, walinspect)
         for concurrency in levels:
             _connections(report, args, url, Path(tmp), concurrency)
     return report
@@ -98,11 +104,7 @@ def _lifecycle(report: Report, args: argparse.Namespace, url: str, tmp: Path, co
     worker = WorkerProcess(url, "--concurrency", str(concurrency), "--log-level", "warning",
                            env=env, log_path=tmp / f"cost-{mode}-{concurrency}.log")
     store = open_store(Settings(database_url=url, notify=args.notify == "on"))
-    monitor = psycopg.connect(url, autocommit=True)
-    if walinspect:
-        # A temporary slot keeps the window's WAL from being recycled (other databases' checkpoints
-        # would remove it before it is read); it goes away with this connection.
-        monitor.execute("SELECT pg_create_physical_replication_slot(%s, true, true)", [f"jobq_bench_cost_{os.getpid()}"])
+    monitor = _monitor(url, walinspect)
     polls = 0
     try:
         wait_for(lambda: workers_registered(url, 1), 60, 0.1, "the worker to register")
@@ -122,13 +124,7 @@ def _lifecycle(report: Report, args: argparse.Namespace, url: str, tmp: Path, co
                 break
             time.sleep(0.2)
         time.sleep(0.2)
-        # pg_walinspect reads only what is flushed: end the window at the flush position.
-        row = monitor.execute("SELECT pg_current_wal_flush_lsn()").fetchone()
-        assert row is not None
-        end_lsn = str(row[0])
-        row = monitor.execute("SELECT pg_wal_lsn_diff(%s, %s)", [end_lsn, before["lsn"]]).fetchone()
-        cluster_wal = float(row[0]) if row else float("nan")
-        own_wal = _own_wal(monitor, before["lsn"], end_lsn) if walinspect else None
+        own_wal, cluster_wal = _wal_since(monitor, before["lsn"], walinspect)
         after = _snapshot(monitor, args.settle_seconds)
     finally:
         monitor.close()
@@ -157,6 +153,58 @@ def _lifecycle(report: Report, args: argparse.Namespace, url: str, tmp: Path, co
         cluster_wal_bytes_per_job=cluster_wal / n,
         load=load_average(),
     )
+
+
+def _heartbeats(report: Report, args: argparse.Namespace, url: str, walinspect: bool) -> None:
+    """Lease renewals carrying progress, through the store as a worker's lease keeper sends them.
+    They write no indexed column, so each should be a HOT update: no new index entries."""
+    reset_jobs(url)
+    store = open_store(Settings(database_url=url, notify=False))
+    monitor = _monitor(url, walinspect)
+    try:
+        store.enqueue_many([NewJob(kind="noop") for _ in range(min(args.jobs, HEARTBEAT_JOBS))])
+        jobs = store.claim("bench-cost", ["default"], HEARTBEAT_JOBS, 3600.0)
+        before = _snapshot(monitor, args.settle_seconds)
+        for done in range(HEARTBEAT_ROUNDS):
+            for job in jobs:
+                store.heartbeat(job.lease, 3600.0, done=done)
+        own_wal, cluster_wal = _wal_since(monitor, before["lsn"], walinspect)
+        after = _snapshot(monitor, args.settle_seconds)
+    finally:
+        monitor.close()
+        store.close()
+    beats = len(jobs) * HEARTBEAT_ROUNDS
+    updates = after["tables"]["jobs"][1] - before["tables"]["jobs"][1]
+    hot = after["tables"]["jobs"][2] - before["tables"]["jobs"][2]
+    report.add(
+        "heartbeats with progress",
+        heartbeats=beats,
+        row_writes_per_heartbeat=updates / beats,
+        hot_share=hot / updates if updates else None,
+        wal_bytes_per_heartbeat=(own_wal / beats) if own_wal is not None else None,
+        cluster_wal_bytes_per_heartbeat=cluster_wal / beats,
+        load=load_average(),
+    )
+
+
+def _monitor(url: str, walinspect: bool) -> psycopg.Connection[Any]:
+    monitor = psycopg.connect(url, autocommit=True)
+    if walinspect:
+        # A temporary slot keeps the window's WAL from being recycled (other databases' checkpoints
+        # would remove it before it is read); it goes away with this connection.
+        monitor.execute("SELECT pg_create_physical_replication_slot(%s, true, true)", [f"jobq_bench_cost_{os.getpid()}"])
+    return monitor
+
+
+def _wal_since(monitor: psycopg.Connection[Any], start: str, walinspect: bool) -> tuple[float | None, float]:
+    """WAL written since ``start``: this database's own (None without pg_walinspect), and the cluster's."""
+    # pg_walinspect reads only what is flushed: end the window at the flush position.
+    row = monitor.execute("SELECT pg_current_wal_flush_lsn()").fetchone()
+    assert row is not None
+    end = str(row[0])
+    row = monitor.execute("SELECT pg_wal_lsn_diff(%s, %s)", [end, start]).fetchone()
+    cluster = float(row[0]) if row else float("nan")
+    return (_own_wal(monitor, start, end) if walinspect else None), cluster
 
 
 def _own_wal(conn: psycopg.Connection[Any], start: str, end: str) -> float:
