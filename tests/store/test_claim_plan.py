@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from service.store.postgres import CLAIM_JOBS
+from service.jobs import Completion
+from service.store.postgres import CLAIM_JOBS, COMPLETE_JOBS
 from tests.conftest import Database
 from tests.store.builders import new_job
 
@@ -68,3 +69,32 @@ def test_the_claim_reads_only_the_claimable_index_however_long_the_history(make_
         seq_scans = [n for n in nodes if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "jobs"]
         assert not seq_scans, f"kinds={kinds}: the claim scans the whole jobs table\n{shown}"
     assert db.count("jobs", "state = 'queued'") == 20
+
+
+def test_completion_finds_rows_by_index_in_a_plan_prepared_while_tables_are_small(
+    make_store, store_url, db: Database
+):
+    """A worker's connection prepares COMPLETE_JOBS after a few batches — on a new deployment,
+    while jobs and job_attempts are nearly empty — and keeps that generic plan as the tables grow
+    (nothing replans it until an ANALYZE). The plan must find rows by their keys: one that reads
+    a table whole makes every batch slower than the last."""
+    store = make_store(store_url)
+    store.enqueue_many([new_job() for _ in range(50)])
+    store.complete_many([Completion(job.lease, None) for job in store.claim("w", ["default"], 50, 30)])
+    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", COMPLETE_JOBS)))
+    positional = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", COMPLETE_JOBS)
+    values = {"now": "NULL", "batch": "'[]'", "notify": "false"}
+    db.execute("SET plan_cache_mode = force_generic_plan")
+    db.execute(f"PREPARE complete_jobs AS {positional}")
+    try:
+        [row] = db.rows(f"EXPLAIN (FORMAT JSON) EXECUTE complete_jobs({', '.join(values[n] for n in names)})")
+    finally:
+        db.execute("DEALLOCATE complete_jobs")
+        db.execute("RESET plan_cache_mode")
+    plan = next(iter(row.values()))
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+    shown = json.dumps(plan, indent=1)
+    scanned = [n for n in _plan_nodes(plan[0]["Plan"]) if n.get("Relation Name") in ("jobs", "job_attempts")]
+    assert scanned, shown
+    for node in scanned:
+        assert node["Node Type"] != "Seq Scan", f"COMPLETE_JOBS reads all of {node['Relation Name']}\n{shown}"

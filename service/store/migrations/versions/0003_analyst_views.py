@@ -140,7 +140,12 @@ def upgrade() -> None:
         for name, (table, column) in DAY_STATISTICS.items():
             op.execute(f"CREATE STATISTICS IF NOT EXISTS {name} ON (({column} AT TIME ZONE 'UTC')::date) FROM {table}")
         # Sampled (a few seconds at most on a large history); reads and writes go on meanwhile.
-        op.execute("ANALYZE jobs, job_attempts")
+        # Not on a new, empty database: statistics that say "empty" make the planner prefer
+        # sequential scans in the generic plans workers prepare early, and keep them as the
+        # tables grow until the next ANALYZE (never, where autovacuum is off). Unanalyzed
+        # tables are costed as at least ten pages, where the hot path's key lookups win.
+        if op.get_bind().exec_driver_sql("SELECT EXISTS (SELECT 1 FROM jobs)").scalar():
+            op.execute("ANALYZE jobs, job_attempts")
 
 
 def downgrade() -> None:
