@@ -25,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from service.errors import InvalidInput, LeaseLost
-from service.jobs import JSON, Lease
+from service.errors import InvalidInput
+from service.jobs import JSON
 from service.store.base import Store
 from service.worker.logs import job_event, log_event
 from service.worker.running import RunningJob
@@ -93,10 +93,7 @@ class Finisher:
         """One statement for the batch; lost leases are reported, refused results split the batch."""
         self.batches += 1
         try:
-            if len(batch) == 1:
-                lost = self._complete_one(batch[0])
-            else:
-                lost = self._persist(lambda: self.store.complete_many([s.running.completion(s.result) for s in batch]))
+            lost = self._persist(lambda: self.store.complete_many([s.running.completion(s.result) for s in batch]))
         except InvalidInput as exc:
             if len(batch) == 1:
                 success = batch[0]
@@ -118,14 +115,6 @@ class Finisher:
                 self.written += 1
                 job_event("job.succeeded", job, self.worker_id, duration=success.duration)
             self._settled(success.running)
-
-    def _complete_one(self, success: Success) -> list[Lease]:
-        final = success.running.completion(success.result)
-        try:
-            self._persist(lambda: self.store.complete(final.lease, final.result, final.done, final.total))
-        except LeaseLost:
-            return [final.lease]
-        return []
 
     def _settled(self, running: RunningJob) -> None:
         running.finished()
