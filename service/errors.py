@@ -16,7 +16,7 @@
      └── JobCancelled            (client) the job ended cancelled
 
 Driver exceptions never escape the store: each store translates them in one
-function (``_translate`` in ``store/postgres.py`` and ``store/sqlite.py``).
+function (``translate_errors`` in ``store/postgres/errors.py`` and ``store/sqlite/errors.py``).
 """
 
 from __future__ import annotations

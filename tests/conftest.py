@@ -434,13 +434,8 @@ def store_url(request: pytest.FixtureRequest) -> str:
 
 
 def build_store(url: str, clock: Callable[[], datetime] | None = None, **settings: Any) -> Store:
-    """An open store for ``url``; skips the test while service/store/sqlite.py does not exist."""
-    try:
-        return open_store(Settings(database_url=url, **settings), clock=clock)
-    except ModuleNotFoundError as exc:
-        if exc.name == "service.store.sqlite":
-            pytest.skip("service/store/sqlite.py is not written yet")
-        raise
+    """An open store for ``url``."""
+    return open_store(Settings(database_url=url, **settings), clock=clock)
 
 
 @pytest.fixture

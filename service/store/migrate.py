@@ -16,7 +16,20 @@ from sqlalchemy import create_engine, pool
 
 from service.errors import StoreUnavailable
 
-MIGRATIONS = Path(__file__).with_name("migrations")
+
+
+def migrations_folder() -> Path:
+    """The Alembic folder (env.py, script.py.mako, versions/).
+
+    A checkout keeps it at the top level, beside alembic.ini, as Alembic lays it out;
+    a wheel ships the same folder inside the package as ``service/alembic`` (see
+    pyproject.toml), so ``jobq migrate`` works wherever jobq is installed.
+    """
+    package = Path(__file__).resolve().parents[1]
+    for folder in (package / "alembic", package.parent / "alembic"):
+        if (folder / "env.py").is_file():
+            return folder
+    raise StoreUnavailable(f"the Alembic migrations are missing: neither {package / 'alembic'} nor {package.parent / 'alembic'}")
 
 
 def sqlalchemy_url(database_url: str) -> str:
@@ -29,7 +42,7 @@ def sqlalchemy_url(database_url: str) -> str:
 
 def alembic_config(database_url: str) -> Config:
     config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
+    config.set_main_option("script_location", str(migrations_folder()))
     config.attributes["database_url"] = database_url
     return config
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from service.store import Store
-from service.store.postgres import FAILURE_GROUPS
+from service.store.postgres.queries import FAILURE_GROUPS
 from tests.api.conftest import LiveApi
 from tests.api.problems import assert_problem
 from tests.cli.test_cli import EXIT_USAGE, assert_one_line_error

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from service.jobs import Completion
-from service.store.postgres import CLAIM_JOBS, COMPLETE_JOBS
+from service.store.postgres.statements import CLAIM_JOBS, COMPLETE_JOBS
 from tests.conftest import Database
 from tests.store.builders import new_job
 

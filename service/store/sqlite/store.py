@@ -21,7 +21,7 @@ import urllib.parse
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from service.errors import (
@@ -29,7 +29,6 @@ from service.errors import (
     InvalidTransition,
     JobNotFound,
     LeaseLost,
-    StoreUnavailable,
     TokenNotFound,
     Unauthorized,
 )
@@ -51,7 +50,6 @@ from service.jobs import (
     KindOutcomes,
     Lease,
     NewJob,
-    Notification,
     QueueStats,
     ReapResult,
     ReplayFilter,
@@ -73,391 +71,56 @@ from service.store.encoding import (
     substring_pattern,
 )
 from service.store.rows import Readers, api_token, claimed_job, job_status, worker_info
+from service.store.sqlite.errors import translate_errors
+from service.store.sqlite.listener import SilentListener
+from service.store.sqlite.queries import (
+    ACTIVE_COUNTS,
+    COUNT_PRUNABLE,
+    CREATE_TOKEN,
+    DEREGISTER_WORKER,
+    DURATION_BUCKETS,
+    FAILURE_GROUPS,
+    GET_JOB,
+    GET_PAYLOAD,
+    GET_RESULT,
+    LEASE_EXPIRIES,
+    LIST_JOBS,
+    LIST_TOKENS,
+    LIST_WORKERS,
+    OUTCOMES,
+    PICKUP_BUCKETS,
+    PRUNE_FINISHED,
+    QUEUE_STATS,
+    REGISTER_WORKER,
+    REVOKE_TOKEN,
+    TENANT_FOR_TOKEN,
+    TOUCH_WORKER,
+)
+from service.store.sqlite.statements import (
+    ACKNOWLEDGE_CANCEL,
+    CANCEL_JOB,
+    CLAIM_JOBS,
+    CLOSE_ATTEMPT,
+    COMPLETE_JOBS,
+    ENQUEUE_JOBS,
+    FAIL_JOB,
+    FIND_REPLAYABLE,
+    NOW,
+    OPEN_ATTEMPT,
+    READ_ATTEMPT_RECEIPT,
+    READ_BY_IDEMPOTENCY_KEYS,
+    READ_FENCED,
+    REAP_EXPIRED,
+    REAP_JOB,
+    RECORD_REPLAY,
+    RELEASE_JOB,
+    RENEW_LEASE,
+    REPLAY_JOB,
+    STORE_RESULT,
+)
+from service.store.sqlite.timestamps import from_text, to_text
 
-TIME_FORMAT = "%Y-%m-%d %H:%M:%f"
 BUSY_TIMEOUT_SECONDS = 30.0
-
-NOW = "SELECT strftime('%Y-%m-%d %H:%M:%f', 'now') AS now"
-
-STATUS_COLUMNS = """
-    id, tenant, queue, kind, state, priority, attempts, max_attempts, done, total, error,
-    cancel_requested, concurrency_key, idempotency_key, lease_owner, lease_expires_at,
-    run_after, created_at, started_at, finished_at, updated_at, result_id,
-    (state = 'running' AND lease_expires_at < :now) AS stale
-"""
-
-# -- enqueue_job --
-# A tenant's idempotency key that is already taken inserts nothing; the caller
-# then reads the existing job with READ_BY_IDEMPOTENCY_KEY.
-ENQUEUE_JOB = """
-INSERT INTO jobs (id, tenant, queue, kind, payload, state, priority, attempts, max_attempts,
-                  done, total, run_after, concurrency_key, idempotency_key, created_at, updated_at)
-VALUES (:id, :tenant, :queue, :kind, :payload, 'queued', :priority, 0, :max_attempts,
-        0, :total, coalesce(:run_after, strftime('%Y-%m-%d %H:%M:%f', :now, :delay || ' seconds')),
-        :concurrency_key, :idempotency_key, :now, :now)
-ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING """ + STATUS_COLUMNS
-
-READ_BY_IDEMPOTENCY_KEY = """
-SELECT """ + STATUS_COLUMNS + """
-FROM jobs WHERE tenant = :tenant AND idempotency_key = :idempotency_key
-"""
-
-# -- claim_jobs --
-# Invariant 1: BEGIN IMMEDIATE holds the write lock from the read to the update,
-# so no other claimer can pick the same row. attempts + 1 and the lease are set
-# in the same statement: the fencing token is born with the claim.
-# Invariant 2: the lease expiry is computed from the clock read under the lock.
-CLAIM_JOBS = """
-UPDATE jobs
-SET state = 'running',
-    attempts = attempts + 1,
-    claims = claims + 1,
-    lease_owner = :worker,
-    lease_expires_at = strftime('%Y-%m-%d %H:%M:%f', :now, :lease_seconds || ' seconds'),
-    started_at = :now,
-    updated_at = :now
-WHERE id IN (
-    SELECT id FROM jobs
-    WHERE state = 'queued'
-      AND queue IN (SELECT value FROM json_each(:queues))
-      AND run_after <= :now
-      AND (:kinds IS NULL OR kind IN (SELECT value FROM json_each(:kinds)))
-    ORDER BY priority DESC, run_after, id
-    LIMIT :limit
-)
-RETURNING id, kind, queue, tenant, payload, checkpoint, done, total, attempts, claims, max_attempts,
-          lease_expires_at, run_after
-"""
-
-# Invariant 3: every attempt has its row from the moment it starts.
-OPEN_ATTEMPT = """
-INSERT INTO job_attempts (job_id, claim, attempt, worker, due_at, started_at)
-VALUES (:job_id, :claim, :attempt, :owner, :due_at, :now)
-"""
-
-# -- renew_lease --
-# Invariant 1: fenced on the token; a reaped or reclaimed job matches no row.
-# Heartbeat and progress are one statement.
-RENEW_LEASE = """
-UPDATE jobs
-SET lease_expires_at = strftime('%Y-%m-%d %H:%M:%f', :now, :lease_seconds || ' seconds'),
-    done = coalesce(:done, done),
-    total = coalesce(:total, total),
-    checkpoint = coalesce(:checkpoint, checkpoint),
-    updated_at = :now
-WHERE id = :job_id AND claims = :claim AND attempts = :attempt AND lease_owner = :owner
-  AND state = 'running'
-RETURNING cancel_requested
-"""
-
-# -- complete_job --
-# Invariant 1: fenced; the result row is written only after this matched.
-COMPLETE_JOB = """
-UPDATE jobs
-SET state = 'succeeded',
-    result_id = :result_id,
-    -- the handler's last progress, if it came after the last heartbeat; success with a total is all done
-    total = coalesce(:total, total),
-    done = CASE WHEN coalesce(:total, total) > 0 THEN coalesce(:total, total) ELSE coalesce(:done, done) END,
-    lease_expires_at = NULL,
-    finished_at = :now,
-    updated_at = :now
-WHERE id = :job_id AND claims = :claim AND attempts = :attempt AND lease_owner = :owner
-  AND state = 'running'
-RETURNING id
-"""
-
-STORE_RESULT = """
-INSERT INTO job_results (id, job_id, body, created_at) VALUES (:result_id, :job_id, :body, :now)
-"""
-
-# -- fail_job --
-# Invariant 1: fenced. Invariant 3: the error goes on the job and on its attempt.
-# The next state was decided by service.retry from the row read under the lock.
-FAIL_JOB = """
-UPDATE jobs
-SET state = :next_state,
-    error = :error,
-    error_group = :error_group,
-    run_after = CASE WHEN :next_state = 'queued'
-                     THEN strftime('%Y-%m-%d %H:%M:%f', :now, :delay || ' seconds') ELSE run_after END,
-    lease_owner = CASE WHEN :next_state = 'queued' THEN NULL ELSE lease_owner END,
-    lease_expires_at = NULL,
-    finished_at = CASE WHEN :next_state = 'queued' THEN NULL ELSE :now END,
-    updated_at = :now
-WHERE id = :job_id AND claims = :claim AND attempts = :attempt AND lease_owner = :owner
-  AND state = 'running'
-RETURNING state, run_after
-"""
-
-READ_FENCED = """
-SELECT attempts, max_attempts, cancel_requested FROM jobs
-WHERE id = :job_id AND claims = :claim AND attempts = :attempt AND lease_owner = :owner
-  AND state = 'running'
-"""
-
-# -- release_job --
-# Graceful shutdown: back to queued now, the attempt not charged (attempts - 1);
-# a job whose cancellation was requested ends cancelled instead, as in fail and reap.
-RELEASE_JOB = """
-UPDATE jobs
-SET state = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'queued' END,
-    attempts = CASE WHEN cancel_requested THEN attempts ELSE attempts - 1 END,
-    lease_owner = CASE WHEN cancel_requested THEN lease_owner END,
-    lease_expires_at = NULL,
-    run_after = CASE WHEN cancel_requested THEN run_after ELSE :now END,
-    finished_at = CASE WHEN cancel_requested THEN :now END,
-    updated_at = :now
-WHERE id = :job_id AND claims = :claim AND attempts = :attempt AND lease_owner = :owner
-  AND state = 'running'
-RETURNING state
-"""
-
-# -- acknowledge_cancel --
-ACKNOWLEDGE_CANCEL = """
-UPDATE jobs
-SET state = 'cancelled', lease_expires_at = NULL, finished_at = :now, updated_at = :now
-WHERE id = :job_id AND claims = :claim AND attempts = :attempt AND lease_owner = :owner
-  AND state = 'running'
-RETURNING id
-"""
-
-CLOSE_ATTEMPT = """
-UPDATE job_attempts
-SET finished_at = :now, outcome = :outcome, error = :error
-WHERE job_id = :job_id AND claim = :claim AND finished_at IS NULL
-"""
-
-# After a finish whose outcome is unknown, the attempt's own row is the receipt.
-READ_ATTEMPT_RECEIPT = """
-SELECT a.outcome, j.state, j.run_after
-FROM job_attempts AS a JOIN jobs AS j ON j.id = a.job_id
-WHERE a.job_id = :job_id AND a.claim = :claim AND a.worker = :owner
-"""
-
-# -- reap_expired --
-# Invariant 2: running jobs past their lease, compared with the store's clock,
-# in id order and in bounded batches. Idempotent: a second reaper finds nothing.
-FIND_EXPIRED = """
-SELECT j.id, j.attempts, j.claims, j.max_attempts, j.lease_owner, j.cancel_requested, j.error, j.error_group,
-       (SELECT count(*) FROM job_attempts AS a
-        WHERE a.job_id = j.id AND a.outcome = 'lease_expired') + 1 AS expiries
-FROM jobs AS j
-WHERE j.state = 'running' AND j.lease_expires_at < :now
-ORDER BY j.id
-LIMIT :limit
-"""
-
-REAP_JOB = """
-UPDATE jobs
-SET state = :next_state,
-    error = :error,
-    error_group = :error_group,
-    run_after = CASE WHEN :next_state = 'queued'
-                     THEN strftime('%Y-%m-%d %H:%M:%f', :now, :delay || ' seconds') ELSE run_after END,
-    lease_owner = CASE WHEN :next_state = 'queued' THEN NULL ELSE lease_owner END,
-    lease_expires_at = NULL,
-    finished_at = CASE WHEN :next_state = 'queued' THEN NULL ELSE :now END,
-    updated_at = :now
-WHERE id = :job_id AND state = 'running'
-"""
-
-CANCEL_JOB = """
-UPDATE jobs
-SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
-    cancel_requested = (state = 'running'),
-    finished_at = CASE WHEN state = 'queued' THEN :now ELSE finished_at END,
-    updated_at = :now
-WHERE id = :job_id AND (:tenant IS NULL OR tenant = :tenant) AND state IN ('queued', 'running')
-RETURNING """ + STATUS_COLUMNS
-
-# -- replay_jobs --
-# Invariant 5: terminal jobs change only through replay, and every replay is recorded.
-FIND_REPLAYABLE = """
-SELECT id, state, error, attempts FROM jobs
-WHERE state IN (SELECT value FROM json_each(:states))
-  AND (:tenant IS NULL OR tenant = :tenant)
-  AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
-  AND (:kind IS NULL OR kind = :kind)
-  AND (:error_like IS NULL OR error LIKE :error_like ESCAPE '\\')
-  AND (:since IS NULL OR finished_at >= :since)
-ORDER BY id
-"""
-
-REPLAY_JOB = """
-UPDATE jobs
-SET state = 'queued', attempts = 0, error = NULL, error_group = NULL, cancel_requested = 0, lease_owner = NULL,
-    lease_expires_at = NULL, run_after = :now, finished_at = NULL, updated_at = :now
-WHERE id = :job_id
-"""
-
-RECORD_REPLAY = """
-INSERT INTO job_replays (job_id, replayed_at, replayed_by, previous_state, previous_error,
-                         previous_attempts)
-VALUES (:job_id, :now, :by, :state, :error, :attempts)
-"""
-
-GET_JOB = """
-SELECT """ + STATUS_COLUMNS + """
-FROM jobs WHERE id = :job_id AND (:tenant IS NULL OR tenant = :tenant)
-"""
-
-GET_RESULT = """
-SELECT j.state, r.body
-FROM jobs AS j LEFT JOIN job_results AS r ON r.id = j.result_id
-WHERE j.id = :job_id AND (:tenant IS NULL OR j.tenant = :tenant)
-"""
-
-GET_PAYLOAD = """
-SELECT payload FROM jobs WHERE id = :job_id AND (:tenant IS NULL OR tenant = :tenant)
-"""
-
-LIST_JOBS = """
-SELECT """ + STATUS_COLUMNS + """
-FROM jobs
-WHERE tenant = :tenant
-  AND (:state IS NULL OR state = :state)
-  AND (:kind IS NULL OR kind = :kind)
-  AND (:queue IS NULL OR queue = :queue)
-  AND (:created_after IS NULL OR created_at > :created_after)
-  AND (:after_id IS NULL OR id < :after_id)
-ORDER BY id DESC
-LIMIT :limit
-"""
-
-# -- failure_groups --
-# One query for the dead-letter view over a window of ix_jobs_finished_at.
-FAILURE_GROUPS = """
-SELECT kind, error_group, count(*) AS count, min(finished_at) AS first_seen,
-       max(finished_at) AS last_seen, max(id) AS example_job_id
-FROM jobs
-WHERE finished_at >= :since
-  AND state = 'failed'
-  AND (:kind IS NULL OR kind = :kind)
-  AND (:tenant IS NULL OR tenant = :tenant)
-GROUP BY kind, error_group
-ORDER BY count DESC, last_seen DESC
-"""
-
-OUTCOMES = """
-SELECT kind,
-       count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
-       count(*) FILTER (WHERE state = 'failed') AS failed
-FROM jobs
-WHERE finished_at >= strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :window || ' seconds')
-  AND (:kind IS NULL OR kind = :kind)
-GROUP BY kind
-ORDER BY kind
-"""
-
-LEASE_EXPIRIES = """
-SELECT count(*) AS expiries
-FROM job_attempts
-WHERE finished_at >= strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :window || ' seconds')
-  AND outcome = 'lease_expired'
-"""
-
-# width_bucket is registered on the connection (see SqliteStore.__init__) to match PostgreSQL's.
-DURATION_BUCKETS = """
-SELECT kind,
-       width_bucket((julianday(finished_at) - julianday(started_at)) * 86400.0, :bounds) AS bucket,
-       count(*) AS count
-FROM jobs
-WHERE finished_at >= strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :window || ' seconds')
-  AND state IN ('succeeded', 'failed') AND started_at IS NOT NULL
-GROUP BY kind, bucket
-"""
-
-PICKUP_BUCKETS = """
-SELECT j.kind,
-       width_bucket((julianday(a.started_at) - julianday(a.due_at)) * 86400.0, :bounds) AS bucket,
-       count(*) AS count
-FROM job_attempts AS a JOIN jobs AS j ON j.id = a.job_id
-WHERE a.finished_at >= strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :window || ' seconds')
-GROUP BY j.kind, bucket
-"""
-
-QUEUE_STATS = """
-SELECT queue,
-       count(*) FILTER (WHERE state = 'queued') AS queued,
-       count(*) FILTER (WHERE state = 'running') AS running,
-       (julianday(:now) - julianday(min(run_after) FILTER (WHERE state = 'queued' AND run_after <= :now)))
-           * 86400.0 AS oldest_queued_age_seconds
-FROM jobs
-WHERE state IN ('queued', 'running')
-GROUP BY queue
-ORDER BY queue
-"""
-
-ACTIVE_COUNTS = """
-SELECT queue, kind, state, count(*) AS count
-FROM jobs
-WHERE state IN ('queued', 'running')
-GROUP BY queue, kind, state
-ORDER BY queue, kind, state
-"""
-
-# -- prune_finished --
-# Retention in small batches, oldest first; attempts, results and replays go with
-# their job (ON DELETE CASCADE, with foreign_keys on).
-PRUNE_FINISHED = """
-DELETE FROM jobs
-WHERE id IN (
-    SELECT id FROM jobs
-    WHERE finished_at < strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :older_than || ' seconds')
-      AND state IN ('succeeded', 'failed', 'cancelled')
-    ORDER BY finished_at
-    LIMIT :limit
-)
-"""
-
-COUNT_PRUNABLE = """
-SELECT count(*) AS count
-FROM jobs
-WHERE finished_at < strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :older_than || ' seconds')
-  AND state IN ('succeeded', 'failed', 'cancelled')
-"""
-
-# -- workers --
-REGISTER_WORKER = """
-INSERT INTO workers (id, host, pid, queues, kinds, concurrency, started_at, last_seen_at)
-VALUES (:id, :host, :pid, :queues, :kinds, :concurrency, :now, :now)
-ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at
-"""
-
-TOUCH_WORKER = "UPDATE workers SET last_seen_at = :now WHERE id = :id"
-
-DEREGISTER_WORKER = "DELETE FROM workers WHERE id = :id"
-
-LIST_WORKERS = """
-SELECT id, host, pid, queues, kinds, concurrency, started_at, last_seen_at
-FROM workers
-WHERE :within IS NULL
-   OR last_seen_at > strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :within || ' seconds')
-ORDER BY started_at DESC, id
-"""
-
-# -- api tokens --
-CREATE_TOKEN = """
-INSERT INTO api_tokens (id, tenant, name, token_hash, created_at)
-VALUES (:id, :tenant, :name, :token_hash, :now)
-RETURNING id, tenant, name, created_at, revoked_at
-"""
-
-TENANT_FOR_TOKEN = "SELECT tenant FROM api_tokens WHERE token_hash = :token_hash AND revoked_at IS NULL"
-
-REVOKE_TOKEN = """
-UPDATE api_tokens SET revoked_at = coalesce(revoked_at, :now)
-WHERE id = :id
-RETURNING id, tenant, name, created_at, revoked_at
-"""
-
-LIST_TOKENS = """
-SELECT id, tenant, name, created_at, revoked_at FROM api_tokens
-WHERE :tenant IS NULL OR tenant = :tenant
-ORDER BY created_at, id
-"""
 
 
 class SqliteStore:
@@ -477,7 +140,7 @@ class SqliteStore:
         self.retry_policy = retry_policy or RetryPolicy()
         self._clock = clock
         self._lock = threading.Lock()
-        with _translate():
+        with translate_errors():
             # mode=rw: never create an empty file here; `jobq migrate` makes the database.
             self._conn = sqlite3.connect(
                 f"file:{urllib.parse.quote(self.path)}?mode=rw",
@@ -497,7 +160,7 @@ class SqliteStore:
     @contextmanager
     def _write(self) -> Iterator[tuple[sqlite3.Connection, str]]:
         """A write transaction holding the file's write lock, and the instant it began."""
-        with self._lock, _translate():
+        with self._lock, translate_errors():
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 yield self._conn, self._now()
@@ -508,12 +171,12 @@ class SqliteStore:
 
     @contextmanager
     def _read(self) -> Iterator[tuple[sqlite3.Connection, str]]:
-        with self._lock, _translate():
+        with self._lock, translate_errors():
             yield self._conn, self._now()
 
     def _now(self) -> str:
         if self._clock is not None:
-            return _to_text(self._clock())
+            return to_text(self._clock())
         return str(self._conn.execute(NOW).fetchone()["now"])
 
     def close(self) -> None:
@@ -526,15 +189,15 @@ class SqliteStore:
     ) -> list[FailureGroup]:
         with self._read() as (conn, _now):
             rows = conn.execute(
-                FAILURE_GROUPS, {"since": _to_text(since), "kind": kind, "tenant": tenant}
+                FAILURE_GROUPS, {"since": to_text(since), "kind": kind, "tenant": tenant}
             ).fetchall()
         return [
             FailureGroup(
                 kind=row["kind"],
                 error_group=row["error_group"],
                 count=row["count"],
-                first_seen=_from_text(row["first_seen"]),
-                last_seen=_from_text(row["last_seen"]),
+                first_seen=from_text(row["first_seen"]),
+                last_seen=from_text(row["last_seen"]),
                 example_job_id=uuid.UUID(row["example_job_id"]),
             )
             for row in rows
@@ -679,7 +342,7 @@ class SqliteStore:
                 "max_attempts": job.max_attempts,
                 "total": job.total,
                 "delay": float(job.delay_seconds),
-                "run_after": _to_text(job.run_after) if job.run_after else None,
+                "run_after": to_text(job.run_after) if job.run_after else None,
                 "concurrency_key": job.concurrency_key,
                 "idempotency_key": job.idempotency_key,
             }
@@ -688,9 +351,9 @@ class SqliteStore:
         statuses = []
         with self._write() as (conn, now):
             for row in rows:
-                found = conn.execute(ENQUEUE_JOB, {**row, "now": now}).fetchone()
+                found = conn.execute(ENQUEUE_JOBS, {**row, "now": now}).fetchone()
                 if found is None:
-                    found = conn.execute(READ_BY_IDEMPOTENCY_KEY, {**row, "now": now}).fetchone()
+                    found = conn.execute(READ_BY_IDEMPOTENCY_KEYS, {**row, "now": now}).fetchone()
                 statuses.append(_status(found))
         return statuses
 
@@ -784,7 +447,7 @@ class SqliteStore:
                     "done": item.done,
                     "total": item.total,
                 }
-                if conn.execute(COMPLETE_JOB, params).fetchone() is None:
+                if conn.execute(COMPLETE_JOBS, params).fetchone() is None:
                     if _receipt(conn, lease, AttemptOutcome.SUCCEEDED) is None:
                         lost.append(lease)
                     continue
@@ -842,7 +505,7 @@ class SqliteStore:
     def reap(self, limit: int = REAP_BATCH) -> ReapResult:
         counts = {JobState.QUEUED: 0, JobState.FAILED: 0, JobState.CANCELLED: 0}
         with self._write() as (conn, now):
-            for job in conn.execute(FIND_EXPIRED, {"now": now, "limit": limit}).fetchall():
+            for job in conn.execute(REAP_EXPIRED, {"now": now, "limit": limit}).fetchall():
                 if job["cancel_requested"]:
                     next_state, error, group = JobState.CANCELLED, job["error"], job["error_group"]
                 else:
@@ -899,7 +562,7 @@ class SqliteStore:
             "ids": json.dumps([str(i) for i in which.ids]) if which.ids else None,
             "kind": which.kind,
             "error_like": substring_pattern(which.error_like),
-            "since": _to_text(which.since) if which.since else None,
+            "since": to_text(which.since) if which.since else None,
         }
         with self._write() as (conn, now):
             picked = conn.execute(FIND_REPLAYABLE, params).fetchall()
@@ -971,7 +634,7 @@ class SqliteStore:
                     "state": query.state.value if query.state else None,
                     "kind": query.kind,
                     "queue": query.queue,
-                    "created_after": _to_text(query.created_after) if query.created_after else None,
+                    "created_after": to_text(query.created_after) if query.created_after else None,
                     "after_id": str(query.after_id) if query.after_id else None,
                     "limit": query.limit + 1,
                 },
@@ -979,20 +642,6 @@ class SqliteStore:
         items = [_status(row) for row in rows[: query.limit]]
         more = len(rows) > query.limit
         return JobPage(items=items, next_after_id=items[-1].id if more else None)
-
-
-class SilentListener:
-    """SQLite has no notifications: ``wait`` only sleeps, so callers fall back to polling."""
-
-    def __init__(self) -> None:
-        self._closed = threading.Event()
-
-    def wait(self, timeout: float) -> list[Notification]:
-        self._closed.wait(timeout)
-        return []
-
-    def close(self) -> None:
-        self._closed.set()
 
 
 def _width_bucket(value: float | None, bounds_json: str) -> int | None:
@@ -1027,40 +676,14 @@ def _close_attempt(
 
 def _fail_result(state: str, run_after: str | None) -> FailResult:
     queued = state == JobState.QUEUED
-    return FailResult(state=JobState(state), run_after=_from_text(run_after) if queued and run_after else None)
-
-
-def _to_text(moment: datetime) -> str:
-    if moment.tzinfo is None:
-        raise InvalidInput("timestamps must carry a time zone")
-    utc = moment.astimezone(UTC)
-    return utc.strftime("%Y-%m-%d %H:%M:%S.") + f"{utc.microsecond // 1000:03d}"
-
-
-def _from_text(text: str) -> datetime:
-    return datetime.strptime(text, "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=UTC)
-
-
-def _maybe_time(text: str | None) -> datetime | None:
-    return _from_text(text) if text is not None else None
+    return FailResult(state=JobState(state), run_after=from_text(run_after) if queued and run_after else None)
 
 
 # SQLite holds times, ids, name lists and JSON as text.
-_READ = Readers(time=_from_text, ident=uuid.UUID, names=lambda text: tuple(json.loads(text)), json=json.loads)
+_READ = Readers(time=from_text, ident=uuid.UUID, names=lambda text: tuple(json.loads(text)), json=json.loads)
 
 
 def _status(row: sqlite3.Row) -> JobStatus:
     return job_status(row, _READ)
 
 
-@contextmanager
-def _translate() -> Iterator[None]:
-    """The one place where sqlite3's errors become jobq's."""
-    try:
-        yield
-    except sqlite3.IntegrityError as exc:
-        raise InvalidInput(f"rejected by the schema: {exc}") from exc
-    except sqlite3.OperationalError as exc:
-        if "unable to open database file" in str(exc) or "no such table" in str(exc):
-            raise StoreUnavailable(f"no migrated SQLite database here (run jobq migrate): {exc}") from exc
-        raise StoreUnavailable(f"SQLite unavailable: {exc}") from exc

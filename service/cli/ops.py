@@ -1,0 +1,270 @@
+"""The dead-letter path, alerts, stats and retention (README: Operations)."""
+
+from __future__ import annotations
+
+import dataclasses
+import getpass
+import json
+import os
+import sys
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+import typer
+
+from service.cli.app import (
+    EXIT_FAILED,
+    app,
+    fail,
+    iso,
+    open_cli_store,
+    parse_job_id,
+)
+from service.durations import format_duration, parse_duration
+from service.errors import InvalidInput
+from service.jobs import (
+    FailureGroup,
+    QueueStats,
+    ReplayFilter,
+)
+
+
+@app.command()
+def failures(
+    ctx: typer.Context,
+    since: Annotated[str, typer.Option(metavar="DURATION", help="How far back: 30s, 15m, 24h, 42d.")] = "24h",
+    kind: Annotated[str | None, typer.Option(metavar="K", help="Only this kind.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON, the fields of GET /v1/failures.")] = False,
+) -> None:
+    """Failed jobs grouped by kind and error, ids and numbers masked.
+
+    One bug is one line, however many jobs it failed. Every tenant's jobs
+    (GET /v1/failures shows one tenant's); one indexed query.
+    """
+    start = _ago(since, "--since")
+    with open_cli_store(ctx) as store:
+        groups = store.failure_groups(start, kind)
+    if as_json:
+        print(json.dumps({"since": iso(start), "groups": [_failure_fields(g) for g in groups]}, indent=2))
+    elif groups:
+        rows = [
+            [g.count, g.kind, iso(g.last_seen), iso(g.first_seen), g.example_job_id, g.error_group or "-"]
+            for g in groups
+        ]
+        print(_table(["COUNT", "KIND", "LAST SEEN", "FIRST SEEN", "EXAMPLE JOB", "ERROR"], rows, right=("COUNT",)))
+    else:
+        print(f"jobq: no failed jobs since {iso(start)}", file=sys.stderr)
+
+
+@app.command()
+def replay(
+    ctx: typer.Context,
+    ids: Annotated[
+        list[str] | None, typer.Option("--id", metavar="ID", help="A job to replay; repeat for more.")
+    ] = None,
+    kind: Annotated[str | None, typer.Option(metavar="K", help="Replay the failed jobs of this kind.")] = None,
+    error_like: Annotated[
+        str | None, typer.Option(metavar="TEXT", help="Only jobs whose error contains TEXT (any case).")
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option(metavar="DURATION", help="Only jobs that ended this recently (e.g. 24h).")
+    ] = None,
+    include_cancelled: Annotated[
+        bool, typer.Option(help="Cancelled jobs of the kind too (jobs named by --id are replayed either way).")
+    ] = False,
+    dry_run: Annotated[bool, typer.Option(help="List the jobs that would be replayed; change nothing.")] = False,
+) -> None:
+    """Put failed jobs back in the queue, attempts 0, recorded as yours (cli:USER).
+
+    --id or --kind, or both: every option given narrows the others
+    (POST /v1/jobs/replay takes the same filter). Prints how many; with
+    --dry-run, the ids one per line. Named jobs that were not replayed
+    (no such job, not failed or cancelled, or filtered out) exit 1.
+    """
+    named = tuple(dict.fromkeys(parse_job_id(text) for text in ids or ()))
+    if not named and kind is None:
+        raise InvalidInput("name the jobs (--id, one or more) or a kind (--kind): replaying every failed job needs one")
+    if error_like is not None and not error_like:
+        raise InvalidInput("--error-like must not be empty")
+    which = ReplayFilter(
+        ids=named,
+        kind=kind,
+        error_like=error_like,
+        since=_ago(since, "--since") if since is not None else None,
+        include_cancelled=include_cancelled,
+    )
+    with open_cli_store(ctx) as store:
+        replayed = store.replay(which, by=f"cli:{_cli_user()}", dry_run=dry_run)
+    if dry_run:
+        for job_id in replayed:
+            print(job_id)
+        print(f"jobq: would replay {_jobs(len(replayed))}; nothing was changed (dry run)", file=sys.stderr)
+    else:
+        print(f"replayed {_jobs(len(replayed))}")
+    missed = [str(job_id) for job_id in named if job_id not in set(replayed)]
+    if missed:
+        fail(f"{len(missed)} of {len(named)} ids not replayed (no such job, not failed or cancelled, or filtered out): "
+             + ", ".join(missed), EXIT_FAILED)  # fmt: skip
+
+
+@app.command("alert-check")
+def alert_check(
+    ctx: typer.Context,
+    max_failure_ratio: Annotated[
+        float, typer.Option(metavar="R", help="Alert when failed / (succeeded + failed) of a kind is over R (0..1).")
+    ],
+    min_jobs: Annotated[
+        int, typer.Option(min=1, metavar="N", help="Judge only kinds with at least N finished jobs in the window.")
+    ] = 10,
+    window: Annotated[str, typer.Option(metavar="DURATION", help="The window: jobs that finished this recently.")] = "1h",
+    kind: Annotated[str | None, typer.Option(metavar="K", help="Judge only this kind.")] = None,
+) -> None:
+    """Exit 1 when a kind's failure ratio is over R, else 0; one line why (cron).
+
+    Rates, not counts: each kind that finished at least --min-jobs jobs in
+    the window is judged on its own, so a busy healthy kind cannot hide a
+    broken one.
+    """
+    if not 0 <= max_failure_ratio <= 1:
+        raise InvalidInput(f"--max-failure-ratio must be from 0 to 1, not {max_failure_ratio}")
+    seconds = parse_duration(window, name="--window")
+    with open_cli_store(ctx) as store:
+        outcomes = store.outcomes(seconds, kind)
+    judged = [o for o in outcomes if o.succeeded + o.failed >= min_jobs]
+    over = sorted((o for o in judged if o.failure_ratio > max_failure_ratio), key=lambda o: -o.failure_ratio)
+    if over:
+        worst = over[0]
+        others = f"; {len(over) - 1} more kind(s) over it" if len(over) > 1 else ""
+        print(f"ALERT: {worst.kind} failed {worst.failed} of {worst.succeeded + worst.failed} jobs in the last "
+              f"{window} (ratio {worst.failure_ratio:.2f} > {max_failure_ratio:g}){others}")  # fmt: skip
+        raise typer.Exit(EXIT_FAILED)
+    if judged:
+        top = max(judged, key=lambda o: o.failure_ratio)
+        print(f"OK: highest failure ratio {top.failure_ratio:.2f} ({top.kind}, {top.failed} of "
+              f"{top.succeeded + top.failed}) in the last {window}, at most {max_failure_ratio:g}")  # fmt: skip
+    else:
+        finished = sum(o.succeeded + o.failed for o in outcomes)
+        print(f"OK: no kind finished {min_jobs} or more jobs in the last {window} ({finished} in all); nothing to judge")
+
+
+@app.command()
+def stats(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+) -> None:
+    """Queues, the last hour per kind, and live workers, as a table.
+
+    Per queue: queued, running, how long the oldest due job has waited, and
+    the live workers serving it; per kind: the last hour's successes,
+    failures and failure ratio; the workers alive.
+    """
+    from service.metrics import WINDOW_SECONDS, WORKER_ALIVE_SECONDS
+
+    with open_cli_store(ctx) as store:
+        queues = store.queue_stats()
+        outcomes = store.outcomes(WINDOW_SECONDS)
+        workers = store.list_workers(WORKER_ALIVE_SECONDS)
+    by_queue = {q.queue: q for q in queues}
+    names = sorted(set(by_queue) | {name for w in workers for name in w.queues})
+    per_queue = [
+        (name, by_queue.get(name) or QueueStats(name, 0, 0, None), sum(1 for w in workers if name in w.queues))
+        for name in names
+    ]
+    if as_json:
+        queue_fields = [{**dataclasses.asdict(q), "workers": n} for _, q, n in per_queue]
+        kind_fields = [{**dataclasses.asdict(o), "failure_ratio": round(o.failure_ratio, 4)} for o in outcomes]
+        report = {"queues": queue_fields, "kinds": kind_fields, "window_seconds": WINDOW_SECONDS,
+                  "workers_alive": len(workers)}  # fmt: skip
+        print(json.dumps(report, indent=2))
+        return
+    queue_rows = [[name, q.queued, q.running, _age(q.oldest_queued_age_seconds), n] for name, q, n in per_queue]
+    kind_rows = [[o.kind, o.succeeded, o.failed, f"{o.failure_ratio:.2f}"] for o in outcomes]
+    print(_table(["QUEUE", "QUEUED", "RUNNING", "OLDEST DUE", "WORKERS"], queue_rows,
+                 right=("QUEUED", "RUNNING", "OLDEST DUE", "WORKERS"), empty="(no queued or running jobs)"))
+    print()
+    print(_table(["KIND", "SUCCEEDED 1H", "FAILED 1H", "FAILURE RATIO"], kind_rows,
+                 right=("SUCCEEDED 1H", "FAILED 1H", "FAILURE RATIO"), empty="(no job finished in the last hour)"))
+    print()
+    print(f"workers alive: {len(workers)}")
+
+
+@app.command()
+def prune(
+    ctx: typer.Context,
+    older_than: Annotated[
+        str,
+        typer.Option(metavar="DURATION", help="Delete terminal jobs that finished longer ago than this; "
+                     "42d (six weeks) is the recommended retention."),
+    ],
+    dry_run: Annotated[bool, typer.Option(help="Count what would be deleted; delete nothing.")] = False,
+    force: Annotated[bool, typer.Option(help="Allow --older-than under a day (42m is rarely meant for 42d).")] = False,
+) -> None:
+    """Delete old finished jobs with their attempts, results and replays.
+
+    Succeeded, failed and cancelled jobs only, in small batches with short
+    locks: safe while workers and the API run; queued and running jobs are
+    never touched. From cron: jobq prune --older-than 42d
+    """
+    from service.maintenance.pruner import Pruner
+
+    seconds = parse_duration(older_than, name="--older-than")
+    if seconds < 86_400 and not force:
+        raise InvalidInput(f"--older-than {older_than} keeps less than a day of history; add --force if you mean it")
+    with open_cli_store(ctx) as store:
+        if dry_run:
+            count = store.count_prunable(seconds)
+            print(f"would delete {_jobs(count)} finished more than {older_than} ago (dry run; nothing was deleted)")
+            return
+        deleted = Pruner(store, seconds).run_until_done()
+    print(f"deleted {_jobs(deleted)} finished more than {older_than} ago")
+
+
+def _ago(text: str, option: str) -> datetime:
+    """The instant ``text`` (a duration) before now."""
+    return datetime.now(UTC) - timedelta(seconds=parse_duration(text, name=option))
+
+
+def _cli_user() -> str:
+    """Who runs the command, for the replay record."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no login name and no passwd entry (some containers)
+        return f"uid-{os.getuid()}"
+
+
+def _age(seconds: float | None) -> str:
+    return format_duration(seconds) if seconds is not None else "-"
+
+
+def _jobs(count: int) -> str:
+    return f"{count} job" if count == 1 else f"{count} jobs"
+
+
+def _failure_fields(group: FailureGroup) -> dict[str, Any]:
+    return {
+        "kind": group.kind,
+        "error_group": group.error_group,
+        "count": group.count,
+        "first_seen": iso(group.first_seen),
+        "last_seen": iso(group.last_seen),
+        "example_job_id": str(group.example_job_id),
+    }
+
+
+def _table(headers: list[str], rows: list[list[Any]], *, right: tuple[str, ...] = (), empty: str = "") -> str:
+    """Columns padded to their widest cell, numbers right-aligned."""
+    if not rows:
+        return empty
+    cells = [headers, *[[str(cell) for cell in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = []
+    for row in cells:
+        parts = [
+            cell.rjust(width) if header in right else cell.ljust(width)
+            for cell, width, header in zip(row, widths, headers, strict=True)
+        ]
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)
+
+
+# -- the REST API: serve, dev, tokens (service.api) --------------------------------------

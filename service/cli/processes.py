@@ -1,0 +1,198 @@
+"""The long-running processes: the worker, the REST API (serve) and the one-command trial (dev)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Annotated, Any
+
+import typer
+
+from service.cli.app import (
+    app,
+    cli_state,
+    migration_errors,
+    open_cli_store,
+    redact,
+)
+from service.config import Settings
+from service.errors import InvalidInput
+
+
+@app.command()
+def worker(
+    ctx: typer.Context,
+    app_ref: Annotated[
+        str,
+        typer.Option(
+            "--app",
+            metavar="MODULE[:ATTR]",
+            help="The App whose handlers to run (ATTR defaults to `app`), e.g. service.examples. "
+            "The current directory is importable.",
+        ),
+    ],
+    queues: Annotated[
+        str | None,
+        typer.Option(metavar="Q1,Q2", help="Comma-separated queues to claim from (default: the queues the app's handlers name)."),
+    ] = None,
+    concurrency: Annotated[
+        int, typer.Option(min=1, max=1000, metavar="N", help="Jobs run at once, one thread each; claims only for free slots.")
+    ] = 4,
+    lease_seconds: Annotated[
+        float | None,
+        typer.Option(
+            min=0.1, max=86_400, metavar="S",
+            help="Lease per job, renewed by heartbeats every S/3; a dead worker's jobs come back after about S. "
+            "(default: JOBQ_LEASE_SECONDS, 60)",
+        ),
+    ] = None,
+    grace_seconds: Annotated[
+        float,
+        typer.Option(
+            min=0, metavar="G",
+            help="On SIGTERM/SIGINT: stop claiming, let running jobs finish for G seconds, then hand them back "
+            "to the queue and exit 0. A second signal exits at once. Also how long a job told to stop "
+            "(cancelled, timed out) may take to return.",
+        ),
+    ] = 30.0,
+    poll_seconds: Annotated[
+        float,
+        typer.Option(min=0.05, metavar="P", help="Claim at least every P seconds (+-50% jitter) even without a "
+                     "LISTEN/NOTIFY wake-up; SQLite relies on this alone."),
+    ] = 2.0,
+    log_level: Annotated[
+        str, typer.Option(metavar="LEVEL", help="debug, info, warning or error. Logs are JSON lines on stderr.")
+    ] = "info",
+) -> None:
+    """Run jobs of the app's kinds until SIGTERM/SIGINT (see `Workers` in the README).
+
+    Uses at most JOBQ_POOL_SIZE + 1 database connections (3 by default), whatever --concurrency is.
+    """
+    import os
+
+    from service.retry import RetryPolicy
+    from service.worker import Worker, WorkerConfig, load_app
+    from service.worker.logs import configure_logging
+
+    if log_level.upper() not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
+        raise InvalidInput(f"--log-level must be debug, info, warning or error, not {log_level!r}")
+    settings = cli_state(ctx).settings()
+    config = WorkerConfig(
+        queues=tuple(q.strip() for q in queues.split(",")) if queues else None,
+        concurrency=concurrency,
+        lease_seconds=lease_seconds if lease_seconds is not None else settings.lease_seconds,
+        grace_seconds=grace_seconds,
+        poll_seconds=poll_seconds,
+        listen=settings.notify,
+    )
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # `--app myhandlers` finds ./myhandlers.py, as uvicorn does
+    handlers = load_app(app_ref)
+    configure_logging(log_level)
+    with open_cli_store(ctx) as store:
+        policy = RetryPolicy(settings.retry_base_seconds, settings.retry_cap_seconds)
+        Worker(store, handlers, config, retry_policy=policy).run()
+
+
+# -- operations: failures, replay, alerts, stats, retention (README: Operations) ---------------
+
+
+
+
+@app.command()
+def serve(
+    ctx: typer.Context,
+    host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0 in a container).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535)] = 8000,
+    log_level: Annotated[str, typer.Option(metavar="LEVEL", help="uvicorn's log level.")] = "info",
+) -> None:
+    """Run the REST API under uvicorn (OpenAPI at /openapi.json, docs at /docs)."""
+    import uvicorn
+
+    from service.api import create_app
+
+    uvicorn.run(create_app(cli_state(ctx).settings()), host=host, port=port, log_level=log_level)
+
+
+@app.command()
+def dev(
+    ctx: typer.Context,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535)] = 8000,
+) -> None:
+    """Try jobq in one command: the API (auth off) and a worker running the example handlers.
+
+    Migrates the database first (SQLite ./jobq.db unless JOBQ_DATABASE_URL says otherwise),
+    prints the URL and a curl line to paste; Ctrl-C stops both cleanly.
+    """
+    import uvicorn
+
+    from service.api import create_app
+    from service.store import migrate as migrations
+
+    settings = cli_state(ctx).settings().model_copy(update={"auth": False})
+    with migration_errors():
+        migrations.upgrade(settings.database_url)
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning"))
+    worker = _start_dev_worker(settings.database_url)
+    threading.Thread(target=_dev_announce, args=(server, worker, settings), daemon=True).start()
+    previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)  # uvicorn re-raises it when done
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        _stop_dev_worker(worker)
+    print("jobq dev: stopped", file=sys.stderr)
+
+
+def _start_dev_worker(database_url: str) -> subprocess.Popen[bytes]:
+    # Its own session: Ctrl-C reaches only `jobq dev`, which then stops the worker gracefully.
+    env = {**os.environ, "JOBQ_DATABASE_URL": database_url}
+    command = [sys.executable, "-m", "service", "worker", "--app", "service.examples", "--poll-seconds", "0.5"]
+    return subprocess.Popen(command, env=env, start_new_session=True)
+
+
+def _dev_announce(server: Any, worker: subprocess.Popen[bytes], settings: Settings) -> None:
+    while not server.started and not server.should_exit:
+        time.sleep(0.05)
+    if not server.started:
+        return
+    config = server.config
+    url = f"http://{config.host}:{config.port}"
+    example = json.dumps({"kind": "classify", "payload": {"items": ["great product", "arrived broken"]}})
+    print(
+        f"jobq dev: the API is at {url} (docs: {url}/docs); a worker runs service.examples;\n"
+        f"  database {redact(settings.database_url)}; auth is off (tenant 'default').\n"
+        f"Submit a job:\n\n"
+        f"  curl -si -X POST {url}/v1/jobs -H 'Content-Type: application/json' -d '{example}'\n\n"
+        f"then GET the URL in its Location header. Ctrl-C stops everything.",
+        flush=True,
+    )
+    code = worker.wait()
+    if not server.should_exit:
+        print(f"jobq dev: the worker exited (code {code}); stopping", file=sys.stderr)
+        server.should_exit = True
+
+
+def _stop_dev_worker(worker: subprocess.Popen[bytes]) -> None:
+    if worker.poll() is not None:
+        return
+    worker.send_signal(signal.SIGTERM)  # finish or hand back its jobs, then exit
+    try:
+        worker.wait(timeout=40)
+    except (KeyboardInterrupt, subprocess.TimeoutExpired):
+        worker.kill()  # a second Ctrl-C, or a worker that would not stop
+        worker.wait()
+
+
+def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+

@@ -1,0 +1,72 @@
+"""API tokens: create (shown once), revoke, list."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from typing import Annotated
+
+import typer
+
+from service.cli.app import (
+    app,
+    iso,
+    open_cli_store,
+)
+from service.errors import InvalidInput
+
+token_app = typer.Typer(help="API tokens: create (shown once), revoke, list.", no_args_is_help=True)
+app.add_typer(token_app, name="token")
+
+
+@token_app.command("create")
+def token_create(
+    ctx: typer.Context,
+    tenant: Annotated[str, typer.Option(metavar="NAME", help="The tenant whose jobs the token may see.")],
+    name: Annotated[str | None, typer.Option(metavar="TEXT", help="A note: who or what uses it.")] = None,
+) -> None:
+    """Create an API token and print it once on stdout; only its SHA-256 is stored."""
+    from service.api.auth import hash_token, new_token
+
+    if not tenant.strip() or len(tenant) > 200:
+        raise InvalidInput("--tenant must be a non-empty name of at most 200 characters")
+    token = new_token()
+    with open_cli_store(ctx) as store:
+        record = store.create_token(tenant, hash_token(token), name)
+    print(token)
+    print(
+        f"token {record.id} for tenant {tenant!r}: keep it now, it is not shown again "
+        f"(revoke: jobq token revoke {record.id})",
+        file=sys.stderr,
+    )
+
+
+@token_app.command("revoke")
+def token_revoke(
+    ctx: typer.Context,
+    token_id: Annotated[str, typer.Argument(metavar="TOKEN_ID", help="The id `jobq token create` printed.")],
+) -> None:
+    """Revoke a token: from now on it gets 401, like any unknown token."""
+    try:
+        parsed = uuid.UUID(token_id)
+    except ValueError:
+        raise InvalidInput(f"not a token id (expected a UUID): {token_id!r}") from None
+    with open_cli_store(ctx) as store:
+        record = store.revoke_token(parsed)
+    print(f"revoked token {record.id} of tenant {record.tenant!r}", file=sys.stderr)
+
+
+@token_app.command("list")
+def token_list(
+    ctx: typer.Context,
+    tenant: Annotated[str | None, typer.Option(metavar="NAME", help="Only this tenant's tokens.")] = None,
+) -> None:
+    """List tokens (never the tokens themselves): id, tenant, name, created, revoked."""
+    with open_cli_store(ctx) as store:
+        records = store.list_tokens(tenant)
+    for record in records:
+        revoked = iso(record.revoked_at) or "-"
+        print(f"{record.id}  {record.tenant}  {record.name or '-'}  created {iso(record.created_at)}  revoked {revoked}")
+
+
+# -- entry point ---------------------------------------------------------------------

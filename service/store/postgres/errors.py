@@ -1,0 +1,39 @@
+"""The one place where psycopg's errors become jobq's (service.errors)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+from psycopg import errors as pgerrors
+
+from service.errors import InvalidInput, StoreUnavailable
+
+RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})  # serialization failure, deadlock
+
+
+class Retryable(Exception):
+    """A deadlock or serialization failure: the statement may simply run again."""
+
+
+@contextmanager
+def translate_errors() -> Iterator[None]:
+    """The one place where psycopg's errors become jobq's."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        sqlstate = getattr(exc, "sqlstate", None)
+        if sqlstate in RETRYABLE_SQLSTATES:
+            raise Retryable(str(exc)) from exc
+        if isinstance(exc, pgerrors.UndefinedTable):
+            raise StoreUnavailable(f"the database schema is not migrated (run jobq migrate): {exc}") from exc
+        if isinstance(exc, pgerrors.CheckViolation):
+            constraint = exc.diag.constraint_name or "a check constraint"
+            raise InvalidInput(f"rejected by {constraint}") from exc
+        if isinstance(exc, pgerrors.DataError | pgerrors.IntegrityError):
+            raise InvalidInput(str(exc).splitlines()[0]) from exc
+        if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+            first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise StoreUnavailable(f"PostgreSQL unavailable: {first_line}") from exc
+        raise

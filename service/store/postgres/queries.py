@@ -1,0 +1,231 @@
+"""The PostgreSQL store's reads: statuses, lists, the dead-letter path, metrics,
+retention, workers and tokens. Each reads an index's window, never the whole history.
+"""
+
+from service.store.postgres.statements import STATUS_COLUMNS
+
+GET_JOB = """
+SELECT """ + STATUS_COLUMNS + """
+FROM jobs
+WHERE id = %(job_id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+"""
+
+# The result body is read only here, by its own request, never by a status poll.
+GET_RESULT = """
+SELECT j.state, r.body
+FROM jobs AS j LEFT JOIN job_results AS r ON r.id = j.result_id
+WHERE j.id = %(job_id)s AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
+"""
+
+# The payload alone, by primary key: only a submit that repeats an Idempotency-Key reads it.
+GET_PAYLOAD = """
+SELECT payload FROM jobs
+WHERE id = %(job_id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+"""
+
+# Keyset pagination on the time-ordered id through ix_jobs_tenant_id.
+LIST_JOBS = """
+SELECT """ + STATUS_COLUMNS + """
+FROM jobs
+WHERE tenant = %(tenant)s
+  AND (%(state)s::text IS NULL OR state = %(state)s)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(created_after)s::timestamptz IS NULL OR created_at > %(created_after)s::timestamptz)
+  AND (%(after_id)s::uuid IS NULL OR id < %(after_id)s::uuid)
+ORDER BY id DESC
+LIMIT %(limit)s
+"""
+
+# -- failure_groups --
+# One query for the dead-letter view: failed jobs in a window of ix_jobs_finished_at,
+# grouped by kind and the normalised error prefix written at failure time.
+FAILURE_GROUPS = """
+SELECT kind, error_group, count(*) AS count, min(finished_at) AS first_seen,
+       max(finished_at) AS last_seen, max(id::text)::uuid AS example_job_id
+FROM jobs
+WHERE finished_at >= %(since)s::timestamptz
+  AND state = 'failed'
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+  AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+GROUP BY kind, error_group
+ORDER BY count DESC, last_seen DESC
+"""
+
+# Final outcomes per kind within a window, for failure ratios and alerts.
+OUTCOMES = """
+SELECT kind,
+       count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
+       count(*) FILTER (WHERE state = 'failed') AS failed
+FROM jobs
+WHERE finished_at >= coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+GROUP BY kind
+ORDER BY kind
+"""
+
+LEASE_EXPIRIES = """
+SELECT count(*) AS expiries
+FROM job_attempts
+WHERE finished_at >= coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)
+  AND outcome = 'lease_expired'
+"""
+
+DURATION_BUCKETS = """
+SELECT kind,
+       width_bucket(extract(epoch FROM finished_at - started_at)::float8, %(bounds)s::float8[]) AS bucket,
+       count(*) AS count
+FROM jobs
+WHERE finished_at >= coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)
+  AND state IN ('succeeded', 'failed') AND started_at IS NOT NULL
+GROUP BY kind, bucket
+"""
+
+PICKUP_BUCKETS = """
+SELECT j.kind,
+       width_bucket(extract(epoch FROM a.started_at - a.due_at)::float8, %(bounds)s::float8[]) AS bucket,
+       count(*) AS count
+FROM job_attempts AS a JOIN jobs AS j ON j.id = a.job_id
+WHERE a.finished_at >= coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)
+GROUP BY j.kind, bucket
+"""
+
+# Active rows only (the two partial indexes), never history.
+QUEUE_STATS = """
+SELECT queue,
+       count(*) FILTER (WHERE state = 'queued') AS queued,
+       count(*) FILTER (WHERE state = 'running') AS running,
+       extract(epoch FROM coalesce(%(now)s::timestamptz, now())
+               - min(run_after) FILTER (WHERE state = 'queued'
+                                          AND run_after <= coalesce(%(now)s::timestamptz, now()))
+       )::float8 AS oldest_queued_age_seconds
+FROM jobs
+WHERE state IN ('queued', 'running')
+GROUP BY queue
+ORDER BY queue
+"""
+
+ACTIVE_COUNTS = """
+SELECT queue, kind, state, count(*) AS count
+FROM jobs
+WHERE state IN ('queued', 'running')
+GROUP BY queue, kind, state
+ORDER BY queue, kind, state
+"""
+
+# -- prune_finished --
+# Retention: terminal jobs finished before the cutoff, oldest first, a small batch
+# at a time; attempts, results and replays go with them (ON DELETE CASCADE).
+# SKIP LOCKED: pruning never waits on, or blocks, anything a worker holds.
+PRUNE_FINISHED = """
+WITH doomed AS (
+    SELECT id
+    FROM jobs
+    WHERE finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than)s)
+      AND state IN ('succeeded', 'failed', 'cancelled')
+    ORDER BY finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM jobs USING doomed WHERE jobs.id = doomed.id
+"""
+
+COUNT_PRUNABLE = """
+SELECT count(*) AS count
+FROM jobs
+WHERE finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than)s)
+  AND state IN ('succeeded', 'failed', 'cancelled')
+"""
+
+# -- health_stats --
+# For metrics (FAILURE-MODES.md, bloat): the statistics views only, never a table.
+# Dead tuples come from the cumulative statistics, which lag by a second or so.
+# The oldest transaction: any other client of this database holding one open
+# ("idle in transaction" included), which holds back what vacuum may remove.
+# Other roles' sessions show their xact_start only to pg_read_all_stats members.
+# The real clock, not a pinned one: xact_start is real time.
+HEALTH_STATS = """
+SELECT (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = to_regclass('jobs')) AS jobs_dead_tuples,
+       coalesce((SELECT greatest(0, extract(epoch FROM clock_timestamp() - min(xact_start)))::float8
+                 FROM pg_stat_activity
+                 WHERE datname = current_database() AND pid <> pg_backend_pid()
+                   AND backend_type = 'client backend' AND xact_start IS NOT NULL), 0) AS oldest_transaction_age_seconds
+"""
+
+# -- workers --
+REGISTER_WORKER = """
+INSERT INTO workers (id, host, pid, queues, kinds, concurrency, started_at, last_seen_at)
+VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(kinds)s::jsonb, %(concurrency)s,
+        coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()))
+ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at
+"""
+
+TOUCH_WORKER = """
+UPDATE workers SET last_seen_at = coalesce(%(now)s::timestamptz, now()) WHERE id = %(id)s
+"""
+
+DEREGISTER_WORKER = "DELETE FROM workers WHERE id = %(id)s"
+
+LIST_WORKERS = """
+SELECT id, host, pid, queues, kinds, concurrency, started_at, last_seen_at
+FROM workers
+WHERE %(within)s::float8 IS NULL
+   OR last_seen_at > coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(within)s::float8)
+ORDER BY started_at DESC, id
+"""
+
+# -- api tokens --
+CREATE_TOKEN = """
+INSERT INTO api_tokens (id, tenant, name, token_hash, created_at)
+VALUES (%(id)s, %(tenant)s, %(name)s, %(token_hash)s, coalesce(%(now)s::timestamptz, now()))
+RETURNING id, tenant, name, created_at, revoked_at
+"""
+
+TENANT_FOR_TOKEN = """
+SELECT tenant FROM api_tokens WHERE token_hash = %(token_hash)s AND revoked_at IS NULL
+"""
+
+# -- get_job_for_token --
+# A status poll is one query, not a token lookup and then a read: the token
+# (unique index on its hash) and the job (primary key) together. No row: the
+# token is unknown or revoked; a row whose job columns are NULL: no such job for
+# that tenant.
+GET_JOB_FOR_TOKEN = """
+SELECT t.tenant AS token_tenant, s.*
+FROM api_tokens AS t
+LEFT JOIN LATERAL (
+    SELECT """ + STATUS_COLUMNS + """
+    FROM jobs
+    WHERE id = %(job_id)s AND tenant = t.tenant
+) AS s ON true
+WHERE t.token_hash = %(token_hash)s AND t.revoked_at IS NULL
+"""
+
+# -- read_statuses --
+# Many status polls in one read (the API coalesces concurrent ones): each asked job
+# by primary key, only within the tenant given or the one its token names, so
+# another tenant's job, an unknown token and a revoked one all read as missing.
+# `ord` keeps the answers in the order asked.
+READ_STATUSES = """
+SELECT q.ord, s.*
+FROM unnest(%(ids)s::uuid[], %(tenants)s::text[], %(token_hashes)s::text[])
+     WITH ORDINALITY AS q(job_id, tenant, token_hash, ord)
+LEFT JOIN api_tokens AS t ON t.token_hash = q.token_hash AND t.revoked_at IS NULL
+JOIN LATERAL (
+    SELECT """ + STATUS_COLUMNS + """
+    FROM jobs
+    WHERE id = q.job_id AND tenant = coalesce(t.tenant, q.tenant)
+) AS s ON true
+"""
+
+REVOKE_TOKEN = """
+UPDATE api_tokens SET revoked_at = coalesce(revoked_at, coalesce(%(now)s::timestamptz, now()))
+WHERE id = %(id)s
+RETURNING id, tenant, name, created_at, revoked_at
+"""
+
+LIST_TOKENS = """
+SELECT id, tenant, name, created_at, revoked_at FROM api_tokens
+WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s
+ORDER BY created_at, id
+"""

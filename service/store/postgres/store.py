@@ -1,0 +1,602 @@
+"""The PostgreSQL store: psycopg 3, a small pool, SKIP LOCKED claims, LISTEN/NOTIFY.
+
+Every hot-path statement is a named constant below with the invariant it keeps.
+Each is a single statement (data-modifying CTEs), so claim, heartbeat, complete,
+fail and reap are one round trip each and never hold a transaction open while a
+handler runs. ``%(now)s`` is NULL in production, so ``coalesce`` picks the
+database clock; tests pass a pinned instant instead.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg.pq import ExecStatus
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from service.errors import (
+    InvalidInput,
+    InvalidTransition,
+    JobNotFound,
+    LeaseLost,
+    StoreUnavailable,
+    TokenNotFound,
+    Unauthorized,
+)
+from service.jobs import (
+    JSON,
+    LEASE_EXPIRED_GROUP,
+    ActiveCount,
+    ApiToken,
+    AttemptOutcome,
+    ClaimedJob,
+    Completion,
+    FailResult,
+    FailureGroup,
+    Heartbeat,
+    JobPage,
+    JobQuery,
+    JobState,
+    JobStatus,
+    KindOutcomes,
+    Lease,
+    NewJob,
+    QueueStats,
+    ReapResult,
+    ReplayFilter,
+    StatusRead,
+    WorkerInfo,
+    error_group,
+    new_job_id,
+    queued_status,
+    storable_json,
+    validate_new_job,
+)
+from service.retry import RetryPolicy
+from service.store.base import PRUNE_BATCH, REAP_BATCH, Clock, DatabaseHealth, Listener
+from service.store.encoding import (
+    bucket_counts,
+    check_lease_seconds,
+    check_page_size,
+    check_progress,
+    dump_batch,
+    dump_json,
+    storable_error,
+    substring_pattern,
+)
+from service.store.postgres.errors import Retryable, translate_errors
+from service.store.postgres.listener import PostgresListener, connection_defaults
+from service.store.postgres.queries import (
+    ACTIVE_COUNTS,
+    COUNT_PRUNABLE,
+    CREATE_TOKEN,
+    DEREGISTER_WORKER,
+    DURATION_BUCKETS,
+    FAILURE_GROUPS,
+    GET_JOB,
+    GET_JOB_FOR_TOKEN,
+    GET_PAYLOAD,
+    GET_RESULT,
+    HEALTH_STATS,
+    LEASE_EXPIRIES,
+    LIST_JOBS,
+    LIST_TOKENS,
+    LIST_WORKERS,
+    OUTCOMES,
+    PICKUP_BUCKETS,
+    PRUNE_FINISHED,
+    QUEUE_STATS,
+    READ_STATUSES,
+    REGISTER_WORKER,
+    REVOKE_TOKEN,
+    TENANT_FOR_TOKEN,
+    TOUCH_WORKER,
+)
+from service.store.postgres.statements import (
+    ACKNOWLEDGE_CANCEL,
+    CANCEL_JOB,
+    CLAIM_JOBS,
+    CLAIM_JOBS_ONE_QUEUE,
+    COMPLETE_JOBS,
+    ENQUEUE_JOBS,
+    FAIL_JOB,
+    READ_ATTEMPT_RECEIPT,
+    READ_BY_IDEMPOTENCY_KEYS,
+    REAP_EXPIRED,
+    RELEASE_JOB,
+    RENEW_LEASE,
+    REPLAY_JOBS,
+)
+from service.store.rows import Readers, api_token, claimed_job, job_status, worker_info
+
+_RETRIES = 5
+T = TypeVar("T")
+
+
+class PostgresStore:
+    """The queue on PostgreSQL. Holds a bounded pool; uses a connection only per statement."""
+
+    def __init__(
+        self,
+        database_url: str,
+        *,
+        pool_size: int = 2,
+        notify: bool = True,
+        retry_policy: RetryPolicy | None = None,
+        clock: Clock | None = None,
+        pool_timeout: float = 10.0,
+    ) -> None:
+        self.database_url = database_url
+        self.notify = notify
+        self.retry_policy = retry_policy or RetryPolicy()
+        self._clock = clock
+        self._pool = ConnectionPool(
+            database_url,
+            min_size=1,
+            max_size=pool_size,
+            kwargs={"autocommit": True, "row_factory": dict_row, **connection_defaults(database_url)},
+            timeout=pool_timeout,
+            open=True,
+            name="jobq",
+        )
+
+    # -- plumbing -------------------------------------------------------------------
+    def _params(self, **values: Any) -> dict[str, Any]:
+        values["now"] = self._clock() if self._clock else None
+        values["notify"] = self.notify
+        return values
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+        with translate_errors():
+            try:
+                with self._pool.connection() as conn:
+                    yield conn
+            except PoolTimeout as exc:
+                raise StoreUnavailable(f"no PostgreSQL connection: {self._why_unreachable()}") from exc
+
+    def _why_unreachable(self) -> str:
+        """The pool only says it timed out; one direct attempt tells the reason (refused, no such database…)."""
+        try:
+            with psycopg.connect(self.database_url, **connection_defaults(self.database_url)):
+                return "every pooled connection is busy"
+        except psycopg.Error as exc:
+            return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+    def _retrying(self, operation: Callable[[], T]) -> T:
+        """Retry deadlocks and serialization failures with jitter; nothing else."""
+        for attempt in range(_RETRIES):
+            try:
+                return operation()
+            except Retryable as exc:
+                if attempt == _RETRIES - 1:
+                    raise StoreUnavailable(f"gave up after {_RETRIES} tries: {exc}") from exc
+                time.sleep(random.uniform(0, 0.01 * 2**attempt))
+        raise AssertionError("unreachable")
+
+    def _fetchall(self, statement: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+        def run() -> list[dict[str, Any]]:
+            with self._connection() as conn:
+                cursor = conn.execute(statement, params)
+                # Asked of the result's status: cursor.description builds a Column per column each time.
+                result = cursor.pgresult
+                return cursor.fetchall() if result is not None and result.status == ExecStatus.TUPLES_OK else []
+
+        return self._retrying(run)
+
+    def _fetchone(self, statement: str, params: Mapping[str, Any]) -> dict[str, Any] | None:
+        rows = self._fetchall(statement, params)
+        return rows[0] if rows else None
+
+    def close(self) -> None:
+        self._pool.close()
+
+    # -- the dead-letter path, rates and retention ------------------------------------
+    def failure_groups(
+        self, since: datetime, kind: str | None = None, tenant: str | None = None
+    ) -> list[FailureGroup]:
+        rows = self._fetchall(FAILURE_GROUPS, self._params(since=since, kind=kind, tenant=tenant))
+        return [FailureGroup(**row) for row in rows]
+
+    def outcomes(self, window_seconds: float, kind: str | None = None) -> list[KindOutcomes]:
+        rows = self._fetchall(OUTCOMES, self._params(window=float(window_seconds), kind=kind))
+        return [KindOutcomes(**row) for row in rows]
+
+    def lease_expiries(self, window_seconds: float) -> int:
+        row = self._fetchone(LEASE_EXPIRIES, self._params(window=float(window_seconds)))
+        return int(row["expiries"]) if row else 0
+
+    def duration_buckets(self, window_seconds: float, bounds: Sequence[float]) -> dict[str, list[int]]:
+        return self._buckets(DURATION_BUCKETS, window_seconds, bounds)
+
+    def pickup_buckets(self, window_seconds: float, bounds: Sequence[float]) -> dict[str, list[int]]:
+        return self._buckets(PICKUP_BUCKETS, window_seconds, bounds)
+
+    def _buckets(self, statement: str, window_seconds: float, bounds: Sequence[float]) -> dict[str, list[int]]:
+        rows = self._fetchall(
+            statement, self._params(window=float(window_seconds), bounds=[float(b) for b in bounds])
+        )
+        return bucket_counts(rows, len(bounds))
+
+    def queue_stats(self) -> list[QueueStats]:
+        return [QueueStats(**row) for row in self._fetchall(QUEUE_STATS, self._params())]
+
+    def active_counts(self) -> list[ActiveCount]:
+        rows = self._fetchall(ACTIVE_COUNTS, self._params())
+        return [ActiveCount(row["queue"], row["kind"], JobState(row["state"]), row["count"]) for row in rows]
+
+    def prune(self, older_than_seconds: float, limit: int = PRUNE_BATCH) -> int:
+        params = self._params(older_than=float(older_than_seconds), limit=limit)
+
+        def run() -> int:
+            with self._connection() as conn:
+                return conn.execute(PRUNE_FINISHED, params).rowcount
+
+        return self._retrying(run)
+
+    def count_prunable(self, older_than_seconds: float) -> int:
+        row = self._fetchone(COUNT_PRUNABLE, self._params(older_than=float(older_than_seconds)))
+        return int(row["count"]) if row else 0
+
+    def health_stats(self) -> DatabaseHealth:
+        row = self._fetchone(HEALTH_STATS, {})
+        if row is None:
+            return DatabaseHealth(jobs_dead_tuples=None, oldest_transaction_age_seconds=None)
+        dead = row["jobs_dead_tuples"]
+        return DatabaseHealth(
+            jobs_dead_tuples=int(dead) if dead is not None else None,
+            oldest_transaction_age_seconds=float(row["oldest_transaction_age_seconds"]),
+        )
+
+    # -- wake-ups -------------------------------------------------------------------
+    def listen(self, channels: Sequence[str]) -> Listener:
+        return PostgresListener(self.database_url, channels)
+
+    # -- workers ----------------------------------------------------------------------
+    def register_worker(self, worker: WorkerInfo) -> None:
+        self._fetchall(
+            REGISTER_WORKER,
+            self._params(
+                id=worker.id,
+                host=worker.host,
+                pid=worker.pid,
+                queues=json.dumps(list(worker.queues)),
+                kinds=json.dumps(list(worker.kinds)),
+                concurrency=worker.concurrency,
+            ),
+        )
+
+    def touch_worker(self, worker_id: str) -> None:
+        self._fetchall(TOUCH_WORKER, self._params(id=worker_id))
+
+    def deregister_worker(self, worker_id: str) -> None:
+        self._fetchall(DEREGISTER_WORKER, self._params(id=worker_id))
+
+    def list_workers(self, seen_within_seconds: float | None = None) -> list[WorkerInfo]:
+        rows = self._fetchall(LIST_WORKERS, self._params(within=seen_within_seconds))
+        return [
+            worker_info(row, _READ)
+            for row in rows
+        ]
+
+    # -- API tokens -------------------------------------------------------------------
+    def create_token(self, tenant: str, token_hash: str, name: str | None = None) -> ApiToken:
+        if not tenant or not token_hash:
+            raise InvalidInput("a token needs a tenant and a hash")
+        row = self._fetchone(
+            CREATE_TOKEN, self._params(id=new_job_id(), tenant=tenant, name=name, token_hash=token_hash)
+        )
+        assert row is not None  # INSERT … RETURNING always returns the row
+        return api_token(row, _READ)
+
+    def tenant_for_token(self, token_hash: str) -> str | None:
+        row = self._fetchone(TENANT_FOR_TOKEN, self._params(token_hash=token_hash))
+        return row["tenant"] if row else None
+
+    def revoke_token(self, token_id: uuid.UUID) -> ApiToken:
+        row = self._fetchone(REVOKE_TOKEN, self._params(id=token_id))
+        if row is None:
+            raise TokenNotFound(token_id)
+        return api_token(row, _READ)
+
+    def list_tokens(self, tenant: str | None = None) -> list[ApiToken]:
+        return [api_token(row, _READ) for row in self._fetchall(LIST_TOKENS, self._params(tenant=tenant))]
+
+    # -- submitting -----------------------------------------------------------------
+    def enqueue(self, job: NewJob) -> JobStatus:
+        return self.enqueue_many([job])[0]
+
+    def enqueue_many(self, jobs: Sequence[NewJob]) -> list[JobStatus]:
+        if not jobs:
+            return []
+        for job in jobs:
+            validate_new_job(job)
+            storable_json(job.payload, "payload")
+        ids = [new_job_id() for _ in jobs]
+        batch = [
+            {
+                "id": str(job_id),
+                "tenant": job.tenant,
+                "queue": job.queue,
+                "kind": job.kind,
+                "payload": job.payload,
+                "priority": job.priority,
+                "max_attempts": job.max_attempts,
+                "delay": job.delay_seconds,
+                "run_after": job.run_after.isoformat() if job.run_after is not None else None,
+                "total": job.total,
+                "concurrency_key": job.concurrency_key,
+                "idempotency_key": job.idempotency_key,
+            }
+            for job_id, job in zip(ids, jobs, strict=True)
+        ]
+        params = self._params(batch=dump_batch(batch, [job.payload for job in jobs], "payload"),
+                              wake_queues=",".join(sorted({j.queue for j in jobs})))
+        # One autocommit statement inserts and wakes the workers. Only when an idempotency
+        # key was taken does a second one read the existing jobs (committed by then: the
+        # insert waited for any transaction that held the key).
+        inserted = {row["id"]: row for row in self._fetchall(ENQUEUE_JOBS, params)}
+        existing: dict[tuple[str, str], JobStatus] = {}
+        if len(inserted) < len(jobs):
+            keyed = [j for j in jobs if j.idempotency_key is not None]
+            rows = self._fetchall(
+                READ_BY_IDEMPOTENCY_KEYS,
+                self._params(tenants=[j.tenant for j in keyed], keys=[j.idempotency_key for j in keyed]),
+            )
+            existing = {(row["tenant"], row["idempotency_key"]): _status(row) for row in rows}
+        statuses = []
+        for job_id, job in zip(ids, jobs, strict=True):
+            row = inserted.get(job_id)
+            if row is None:
+                statuses.append(existing[(job.tenant, job.idempotency_key)])  # type: ignore[index]
+            else:
+                statuses.append(queued_status(job, job_id, run_after=row["run_after"], created_at=row["created_at"]))
+        return statuses
+
+    # -- the worker's hot path ------------------------------------------------------
+    def claim(
+        self,
+        worker: str,
+        queues: Sequence[str],
+        limit: int,
+        lease_seconds: float,
+        kinds: Sequence[str] | None = None,
+    ) -> list[ClaimedJob]:
+        if limit < 1:
+            raise InvalidInput("claim limit must be at least 1")
+        if not worker:
+            raise InvalidInput("worker must be a non-empty string")
+        check_lease_seconds(lease_seconds)
+        queues = list(queues)
+        rows = self._fetchall(
+            CLAIM_JOBS_ONE_QUEUE if len(queues) == 1 else CLAIM_JOBS,
+            self._params(
+                worker=worker,
+                queue=queues[0] if len(queues) == 1 else None,
+                queues=queues,
+                limit=limit,
+                lease_seconds=float(lease_seconds),
+                kinds=list(kinds) if kinds is not None else None,
+            ),
+        )
+        return [claimed_job(row, worker, _READ) for row in rows]
+
+    def heartbeat(
+        self,
+        lease: Lease,
+        lease_seconds: float,
+        done: int | None = None,
+        total: int | None = None,
+        checkpoint: JSON | None = None,
+    ) -> Heartbeat:
+        check_lease_seconds(lease_seconds)
+        check_progress(done, total)
+        row = self._fetchone(
+            RENEW_LEASE,
+            self._params(
+                **_fence(lease),
+                lease_seconds=float(lease_seconds),
+                done=done,
+                total=total,
+                checkpoint=None if checkpoint is None else dump_json(checkpoint, "checkpoint"),
+            ),
+        )
+        if row is None:
+            return Heartbeat(held=False, cancel_requested=False)
+        return Heartbeat(held=True, cancel_requested=row["cancel_requested"])
+
+    def complete(self, lease: Lease, result: JSON, done: int | None = None, total: int | None = None) -> None:
+        if self.complete_many([Completion(lease, result, done, total)]):
+            raise LeaseLost(lease.job_id, lease.attempt)
+
+    def complete_many(self, finished: Sequence[Completion]) -> list[Lease]:
+        if not finished:
+            return []
+        for item in finished:
+            check_progress(item.done, item.total)
+        finished = sorted(finished, key=lambda item: item.lease.job_id)  # rows lock in id order
+        batch = json.dumps([
+            {
+                "job_id": str(item.lease.job_id),
+                "claim": item.lease.claim,
+                "attempt": item.lease.attempt,
+                "owner": item.lease.owner,
+                "result_id": str(new_job_id()),
+                "body": dump_json(item.result, "result"),  # JSON text in a JSON string: a null result stays JSON null
+                "done": item.done,
+                "total": item.total,
+            }
+            for item in finished
+        ])
+        rows = self._fetchall(COMPLETE_JOBS, self._params(batch=batch))
+        written = {row["id"] for row in rows}
+        return [
+            item.lease
+            for item in finished
+            if item.lease.job_id not in written and self._receipt(item.lease, AttemptOutcome.SUCCEEDED) is None
+        ]
+
+    def fail(self, lease: Lease, error: str, retryable: bool) -> FailResult:
+        if not isinstance(error, str) or not error.strip():
+            raise InvalidInput("error must be a non-empty string")
+        error = storable_error(error)
+        row = self._fetchone(
+            FAIL_JOB,
+            self._params(
+                **_fence(lease),
+                error=error,
+                error_group=error_group(error),
+                retryable=retryable,
+                delay=self.retry_policy.delay(lease.attempt),
+            ),
+        )
+        if row is None:
+            row = self._require_receipt(lease, AttemptOutcome.FAILED)
+        return FailResult(state=JobState(row["state"]), run_after=row["run_after"] if row["state"] == "queued" else None)
+
+    def release(self, lease: Lease) -> None:
+        row = self._fetchone(RELEASE_JOB, self._params(**_fence(lease)))
+        if row is None or row["released"] == 0:
+            self._require_receipt(lease, AttemptOutcome.RELEASED, AttemptOutcome.CANCELLED)
+
+    def acknowledge_cancel(self, lease: Lease) -> None:
+        row = self._fetchone(ACKNOWLEDGE_CANCEL, self._params(**_fence(lease)))
+        if row is None or row["stopped"] == 0:
+            self._require_receipt(lease, AttemptOutcome.CANCELLED)
+
+    def _receipt(self, lease: Lease, *outcomes: AttemptOutcome) -> dict[str, Any] | None:
+        """The fenced write matched nothing: did it land earlier (a retried call)? Else the lease is lost."""
+        row = self._fetchone(READ_ATTEMPT_RECEIPT, self._params(**_fence(lease)))
+        return row if row is not None and row["outcome"] in outcomes else None
+
+    def _require_receipt(self, lease: Lease, *outcomes: AttemptOutcome) -> dict[str, Any]:
+        row = self._receipt(lease, *outcomes)
+        if row is None:
+            raise LeaseLost(lease.job_id, lease.attempt)
+        return row
+
+    def reap(self, limit: int = REAP_BATCH) -> ReapResult:
+        rows = self._fetchall(
+            REAP_EXPIRED,
+            self._params(
+                limit=limit,
+                lease_expired=LEASE_EXPIRED_GROUP,
+                retry_base=self.retry_policy.base_seconds,
+                retry_cap=self.retry_policy.cap_seconds,
+            ),
+        )
+        counts = {row["state"]: row["jobs"] for row in rows}
+        return ReapResult(
+            requeued=counts.get("queued", 0),
+            failed=counts.get("failed", 0),
+            cancelled=counts.get("cancelled", 0),
+        )
+
+    # -- operators and the API ------------------------------------------------------
+    def cancel(self, job_id: uuid.UUID, tenant: str | None = None) -> JobStatus:
+        row = self._fetchone(CANCEL_JOB, self._params(job_id=job_id, tenant=tenant))
+        if row is not None:
+            return _status(row)
+        current = self.get(job_id, tenant)
+        raise InvalidTransition(f"job {job_id} is already {current.state.value}", current.state.value)
+
+    def replay(self, which: ReplayFilter, by: str, dry_run: bool = False) -> list[uuid.UUID]:
+        params = self._params(**_replay_params(which), by=by)
+
+        def run() -> list[uuid.UUID]:
+            with self._connection() as conn:
+                with conn.transaction(force_rollback=dry_run):
+                    return [row["id"] for row in conn.execute(REPLAY_JOBS, params).fetchall()]
+
+        return self._retrying(run)
+
+    def get(self, job_id: uuid.UUID, tenant: str | None = None, token_hash: str | None = None) -> JobStatus:
+        if token_hash is not None:
+            found = self._fetchone(GET_JOB_FOR_TOKEN, self._params(job_id=job_id, token_hash=token_hash))
+            if found is None:
+                raise Unauthorized("unknown or revoked token")
+            if found["id"] is None:
+                raise JobNotFound(job_id)
+            return _status(found)
+        row = self._fetchone(GET_JOB, self._params(job_id=job_id, tenant=tenant))
+        if row is None:
+            raise JobNotFound(job_id)
+        return _status(row)
+
+    def read_statuses(self, reads: Sequence[StatusRead]) -> list[JobStatus | None]:
+        if not reads:
+            return []
+        rows = self._fetchall(READ_STATUSES, self._params(
+            ids=[r.job_id for r in reads],
+            tenants=[r.tenant for r in reads],
+            token_hashes=[r.token_hash for r in reads],
+        ))
+        found: list[JobStatus | None] = [None] * len(reads)
+        for row in rows:
+            found[row["ord"] - 1] = _status(row)
+        return found
+
+    def get_result(self, job_id: uuid.UUID, tenant: str | None = None) -> JSON:
+        row = self._fetchone(GET_RESULT, self._params(job_id=job_id, tenant=tenant))
+        if row is None:
+            raise JobNotFound(job_id)
+        if row["state"] != JobState.SUCCEEDED:
+            raise InvalidTransition(f"job {job_id} has no result: it is {row['state']}", row["state"])
+        return row["body"]
+
+    def get_payload(self, job_id: uuid.UUID, tenant: str | None = None) -> JSON:
+        row = self._fetchone(GET_PAYLOAD, self._params(job_id=job_id, tenant=tenant))
+        if row is None:
+            raise JobNotFound(job_id)
+        return row["payload"]
+
+    def list_jobs(self, query: JobQuery) -> JobPage:
+        check_page_size(query.limit)
+        rows = self._fetchall(
+            LIST_JOBS,
+            self._params(
+                tenant=query.tenant,
+                state=query.state.value if query.state else None,
+                kind=query.kind,
+                queue=query.queue,
+                created_after=query.created_after,
+                after_id=query.after_id,
+                limit=query.limit + 1,
+            ),
+        )
+        items = [_status(row) for row in rows[: query.limit]]
+        more = len(rows) > query.limit
+        return JobPage(items=items, next_after_id=items[-1].id if more else None)
+
+
+def _fence(lease: Lease) -> dict[str, Any]:
+    return {"job_id": lease.job_id, "claim": lease.claim, "attempt": lease.attempt, "owner": lease.owner}
+
+
+def _replay_params(which: ReplayFilter) -> dict[str, Any]:
+    states = ["failed", "cancelled"] if which.include_cancelled or which.ids else ["failed"]
+    return {
+        "states": states,
+        "tenant": which.tenant,
+        "ids": list(which.ids),
+        "kind": which.kind,
+        "error_like": substring_pattern(which.error_like),
+        "since": which.since,
+    }
+
+
+# psycopg returns times, ids, arrays and JSON typed already.
+_READ = Readers(time=lambda value: value, ident=lambda value: value, names=tuple, json=lambda value: value)
+
+
+def _status(row: Mapping[str, Any]) -> JobStatus:
+    return job_status(row, _READ)

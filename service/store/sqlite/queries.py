@@ -1,0 +1,166 @@
+"""The SQLite store's reads: statuses, lists, the dead-letter path, metrics,
+retention, workers and tokens.
+"""
+
+from service.store.sqlite.statements import STATUS_COLUMNS
+
+GET_JOB = """
+SELECT """ + STATUS_COLUMNS + """
+FROM jobs WHERE id = :job_id AND (:tenant IS NULL OR tenant = :tenant)
+"""
+
+GET_RESULT = """
+SELECT j.state, r.body
+FROM jobs AS j LEFT JOIN job_results AS r ON r.id = j.result_id
+WHERE j.id = :job_id AND (:tenant IS NULL OR j.tenant = :tenant)
+"""
+
+GET_PAYLOAD = """
+SELECT payload FROM jobs WHERE id = :job_id AND (:tenant IS NULL OR tenant = :tenant)
+"""
+
+LIST_JOBS = """
+SELECT """ + STATUS_COLUMNS + """
+FROM jobs
+WHERE tenant = :tenant
+  AND (:state IS NULL OR state = :state)
+  AND (:kind IS NULL OR kind = :kind)
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:created_after IS NULL OR created_at > :created_after)
+  AND (:after_id IS NULL OR id < :after_id)
+ORDER BY id DESC
+LIMIT :limit
+"""
+
+# -- failure_groups --
+# One query for the dead-letter view over a window of ix_jobs_finished_at.
+FAILURE_GROUPS = """
+SELECT kind, error_group, count(*) AS count, min(finished_at) AS first_seen,
+       max(finished_at) AS last_seen, max(id) AS example_job_id
+FROM jobs
+WHERE finished_at >= :since
+  AND state = 'failed'
+  AND (:kind IS NULL OR kind = :kind)
+  AND (:tenant IS NULL OR tenant = :tenant)
+GROUP BY kind, error_group
+ORDER BY count DESC, last_seen DESC
+"""
+
+OUTCOMES = """
+SELECT kind,
+       count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
+       count(*) FILTER (WHERE state = 'failed') AS failed
+FROM jobs
+WHERE finished_at >= strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :window || ' seconds')
+  AND (:kind IS NULL OR kind = :kind)
+GROUP BY kind
+ORDER BY kind
+"""
+
+LEASE_EXPIRIES = """
+SELECT count(*) AS expiries
+FROM job_attempts
+WHERE finished_at >= strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :window || ' seconds')
+  AND outcome = 'lease_expired'
+"""
+
+# width_bucket is registered on the connection (see SqliteStore.__init__) to match PostgreSQL's.
+DURATION_BUCKETS = """
+SELECT kind,
+       width_bucket((julianday(finished_at) - julianday(started_at)) * 86400.0, :bounds) AS bucket,
+       count(*) AS count
+FROM jobs
+WHERE finished_at >= strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :window || ' seconds')
+  AND state IN ('succeeded', 'failed') AND started_at IS NOT NULL
+GROUP BY kind, bucket
+"""
+
+PICKUP_BUCKETS = """
+SELECT j.kind,
+       width_bucket((julianday(a.started_at) - julianday(a.due_at)) * 86400.0, :bounds) AS bucket,
+       count(*) AS count
+FROM job_attempts AS a JOIN jobs AS j ON j.id = a.job_id
+WHERE a.finished_at >= strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :window || ' seconds')
+GROUP BY j.kind, bucket
+"""
+
+QUEUE_STATS = """
+SELECT queue,
+       count(*) FILTER (WHERE state = 'queued') AS queued,
+       count(*) FILTER (WHERE state = 'running') AS running,
+       (julianday(:now) - julianday(min(run_after) FILTER (WHERE state = 'queued' AND run_after <= :now)))
+           * 86400.0 AS oldest_queued_age_seconds
+FROM jobs
+WHERE state IN ('queued', 'running')
+GROUP BY queue
+ORDER BY queue
+"""
+
+ACTIVE_COUNTS = """
+SELECT queue, kind, state, count(*) AS count
+FROM jobs
+WHERE state IN ('queued', 'running')
+GROUP BY queue, kind, state
+ORDER BY queue, kind, state
+"""
+
+# -- prune_finished --
+# Retention in small batches, oldest first; attempts, results and replays go with
+# their job (ON DELETE CASCADE, with foreign_keys on).
+PRUNE_FINISHED = """
+DELETE FROM jobs
+WHERE id IN (
+    SELECT id FROM jobs
+    WHERE finished_at < strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :older_than || ' seconds')
+      AND state IN ('succeeded', 'failed', 'cancelled')
+    ORDER BY finished_at
+    LIMIT :limit
+)
+"""
+
+COUNT_PRUNABLE = """
+SELECT count(*) AS count
+FROM jobs
+WHERE finished_at < strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :older_than || ' seconds')
+  AND state IN ('succeeded', 'failed', 'cancelled')
+"""
+
+# -- workers --
+REGISTER_WORKER = """
+INSERT INTO workers (id, host, pid, queues, kinds, concurrency, started_at, last_seen_at)
+VALUES (:id, :host, :pid, :queues, :kinds, :concurrency, :now, :now)
+ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at
+"""
+
+TOUCH_WORKER = "UPDATE workers SET last_seen_at = :now WHERE id = :id"
+
+DEREGISTER_WORKER = "DELETE FROM workers WHERE id = :id"
+
+LIST_WORKERS = """
+SELECT id, host, pid, queues, kinds, concurrency, started_at, last_seen_at
+FROM workers
+WHERE :within IS NULL
+   OR last_seen_at > strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :within || ' seconds')
+ORDER BY started_at DESC, id
+"""
+
+# -- api tokens --
+CREATE_TOKEN = """
+INSERT INTO api_tokens (id, tenant, name, token_hash, created_at)
+VALUES (:id, :tenant, :name, :token_hash, :now)
+RETURNING id, tenant, name, created_at, revoked_at
+"""
+
+TENANT_FOR_TOKEN = "SELECT tenant FROM api_tokens WHERE token_hash = :token_hash AND revoked_at IS NULL"
+
+REVOKE_TOKEN = """
+UPDATE api_tokens SET revoked_at = coalesce(revoked_at, :now)
+WHERE id = :id
+RETURNING id, tenant, name, created_at, revoked_at
+"""
+
+LIST_TOKENS = """
+SELECT id, tenant, name, created_at, revoked_at FROM api_tokens
+WHERE :tenant IS NULL OR tenant = :tenant
+ORDER BY created_at, id
+"""
