@@ -9,6 +9,8 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from service.payloads import MAX_LEASE_SECONDS
+
 DEFAULT_DATABASE_URL = "sqlite:///./jobq.db"
 
 
@@ -27,7 +29,7 @@ class Settings(BaseSettings):
     pool_size: int = Field(
         default=2, ge=1, le=64, description="Database connections per process (PostgreSQL)."
     )
-    lease_seconds: float = Field(default=60.0, gt=0, le=86_400)
+    lease_seconds: float = Field(default=60.0, gt=0, le=MAX_LEASE_SECONDS)
     retry_base_seconds: float = Field(default=2.0, ge=0)
     retry_cap_seconds: float = Field(default=600.0, ge=0)
     # -- the REST API (jobq serve) ---------------------------------------------------

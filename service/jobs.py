@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import math
 import os
 import re
 import threading
@@ -17,9 +16,6 @@ from service.errors import InvalidInput
 
 JSON = Any
 """A value that round-trips through JSON."""
-
-MAX_PRIORITY = 1_000
-MAX_ATTEMPTS_LIMIT = 100
 
 
 class JobState(enum.StrEnum):
@@ -79,7 +75,7 @@ new_job_id = _TimeOrderedIds().next
 
 @dataclass(frozen=True)
 class NewJob:
-    """A job to enqueue. Validated by :func:`validate_new_job` in the store."""
+    """A job to enqueue. Validated by :func:`service.payloads.validate_new_job` in the store."""
 
     kind: str
     payload: dict[str, JSON] = field(default_factory=dict)
@@ -225,6 +221,11 @@ class ReapResult:
         return self.requeued + self.failed + self.cancelled
 
 
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 200
+"""Jobs one page of a listing holds at most: the API's limit and the store's."""
+
+
 @dataclass(frozen=True)
 class JobQuery:
     """Filters for listing one tenant's jobs, newest first, with keyset pagination."""
@@ -234,7 +235,7 @@ class JobQuery:
     kind: str | None = None
     queue: str | None = None
     created_after: datetime | None = None
-    limit: int = 50
+    limit: int = DEFAULT_PAGE_SIZE
     after_id: uuid.UUID | None = None  # the last id of the previous page
 
 
@@ -254,32 +255,6 @@ class ReplayFilter:
     error_like: str | None = None
     since: datetime | None = None
     include_cancelled: bool = False
-
-
-def storable_text(value: str, what: str = "text") -> str:
-    """Text both databases can hold: PostgreSQL refuses NUL and lone surrogates, so both stores do."""
-    if "\x00" in value:
-        raise InvalidInput(f"{what} must not contain the NUL character (\\u0000)")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidInput(f"{what} must be valid Unicode (it holds a lone surrogate)") from None
-    return value
-
-
-def storable_json(value: JSON, what: str) -> JSON:
-    """Every string in a JSON value, keys too, is storable text; walked without recursion."""
-    pending: list[Any] = [value]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, str):
-            storable_text(item, what)
-        elif isinstance(item, dict):
-            pending.extend(item.keys())
-            pending.extend(item.values())
-        elif isinstance(item, list | tuple):
-            pending.extend(item)
-    return value
 
 
 def queued_status(job: NewJob, job_id: uuid.UUID, run_after: datetime, created_at: datetime) -> JobStatus:
@@ -312,39 +287,6 @@ def queued_status(job: NewJob, job_id: uuid.UUID, run_after: datetime, created_a
     )
 
 
-def validate_new_job(job: NewJob) -> None:
-    """Reject a job that must not be stored; raise InvalidInput naming the field."""
-    if not isinstance(job.kind, str) or not job.kind.strip():
-        raise InvalidInput("kind must be a non-empty string")
-    if len(job.kind) > 200:
-        raise InvalidInput("kind must be at most 200 characters")
-    if not isinstance(job.payload, dict):
-        raise InvalidInput(f"payload must be a JSON object, not {type(job.payload).__name__}")
-    storable_text(job.kind, "kind")
-    for name in ("queue", "tenant"):
-        value = getattr(job, name)
-        if not isinstance(value, str) or not value.strip() or len(value) > 200:
-            raise InvalidInput(f"{name} must be a non-empty string of at most 200 characters")
-        storable_text(value, name)
-    if not _is_int(job.priority) or not 0 <= job.priority <= MAX_PRIORITY:
-        raise InvalidInput(f"priority must be an integer from 0 to {MAX_PRIORITY}")
-    if not _is_int(job.max_attempts) or not 1 <= job.max_attempts <= MAX_ATTEMPTS_LIMIT:
-        raise InvalidInput(f"max_attempts must be an integer from 1 to {MAX_ATTEMPTS_LIMIT}")
-    if job.total is not None and (not _is_int(job.total) or job.total < 0):
-        raise InvalidInput("total must be a non-negative integer")
-    if (not isinstance(job.delay_seconds, int | float) or isinstance(job.delay_seconds, bool)
-            or not 0 <= job.delay_seconds < math.inf):
-        raise InvalidInput("delay_seconds must be a non-negative number")
-    if job.run_after is not None and job.run_after.tzinfo is None:
-        raise InvalidInput("run_after must carry a time zone")
-    for name in ("idempotency_key", "concurrency_key"):
-        value = getattr(job, name)
-        if value is not None and (not isinstance(value, str) or not value or len(value) > 255):
-            raise InvalidInput(f"{name} must be a non-empty string of at most 255 characters")
-        if value is not None:
-            storable_text(value, name)
-
-
 ERROR_GROUP_LENGTH = 80
 LEASE_EXPIRED_GROUP = "lease expired"
 _MASKS = (
@@ -368,10 +310,6 @@ def error_group(error: str) -> str:
     for pattern, mask in _MASKS:
         line = pattern.sub(mask, line)
     return line[:ERROR_GROUP_LENGTH]
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)

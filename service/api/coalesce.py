@@ -14,9 +14,7 @@ import asyncio
 from starlette.concurrency import run_in_threadpool
 
 from service.jobs import JobStatus, StatusRead
-from service.store.base import Store
-
-MAX_BATCH = 200  # polls per read: bounds one statement's parameters and one answer's wait
+from service.store.base import STATUS_READ_BATCH, Store
 
 
 class CoalescedStatusReads:
@@ -39,7 +37,7 @@ class CoalescedStatusReads:
         batch: list[tuple[StatusRead, asyncio.Future[JobStatus | None]]] = []
         try:
             while self._waiting:
-                batch, self._waiting = self._waiting[:MAX_BATCH], self._waiting[MAX_BATCH:]
+                batch, self._waiting = self._waiting[:STATUS_READ_BATCH], self._waiting[STATUS_READ_BATCH:]
                 try:
                     found = await run_in_threadpool(self._store.read_statuses, [request for request, _ in batch])
                 except Exception:  # noqa: BLE001 - each poll falls back to the route, which reports the error

@@ -36,8 +36,6 @@ from service.api.dependencies import (
 from service.api.polling import MAX_WAIT_SECONDS, change_tag, poll_after_seconds
 from service.api.problems import problem_responses
 from service.api.schemas import (
-    DEFAULT_PAGE_SIZE,
-    MAX_PAGE_SIZE,
     BatchOut,
     BatchSubmit,
     HealthOut,
@@ -54,7 +52,7 @@ from service.errors import (
     StoreUnavailable,
     Unauthorized,
 )
-from service.jobs import JobQuery, JobState, JobStatus, NewJob
+from service.jobs import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, JobQuery, JobState, JobStatus, NewJob
 from service.store import Store
 
 router = APIRouter(prefix="/v1", tags=["jobs"], dependencies=[Depends(no_unknown_query_parameters)])

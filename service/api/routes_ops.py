@@ -32,7 +32,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.api.dependencies import NowDep, StoreDep, TenantDep, blocking, no_unknown_query_parameters
 from service.api.problems import problem_responses
-from service.api.schemas import MAX_BATCH_JOBS, Name, job_url, storable_text
+from service.api.schemas import MAX_BATCH_JOBS, Name, job_url, storable_field
 from service.durations import DURATION_PATTERN, parse_duration
 from service.jobs import FailureGroup, ReplayFilter
 from service.metrics import CONTENT_TYPE, MetricsCache
@@ -48,7 +48,7 @@ Duration = Annotated[
         examples=["24h"],
     ),
 ]
-Text = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(storable_text)]
+Text = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(storable_field)]
 JobIds = Annotated[
     list[Annotated[uuid.UUID, Field(strict=False)]],  # a UUID arrives as a JSON string
     Field(min_length=1, max_length=MAX_BATCH_JOBS),

@@ -3,12 +3,13 @@
 Request models forbid unknown fields and are strict about types (``"5"`` is not
 an integer, ``true`` is not a number), so a client cannot set state, attempts
 or tenant, and a typo is a 422 rather than a silently ignored field. Bounds
-come from the domain (:mod:`service.jobs`) so the API and the store agree.
+and text rules come from the domain (:mod:`service.payloads`): the models publish
+the bounds in the schema and call the domain's checks, so the API and the store
+agree (the checks raise InvalidInput, a ValueError, which pydantic turns into a 422).
 """
 
 from __future__ import annotations
 
-import math
 import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any, overload
@@ -19,16 +20,23 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    ValidationInfo,
     field_validator,
 )
 
-from service.jobs import MAX_ATTEMPTS_LIMIT, MAX_PRIORITY, JobState, JobStatus, NewJob
+from service.jobs import JobState, JobStatus, NewJob
+from service.payloads import (
+    MAX_ATTEMPTS_LIMIT,
+    MAX_DELAY_SECONDS,
+    MAX_KEY_LENGTH,
+    MAX_NAME_LENGTH,
+    MAX_PRIORITY,
+    MAX_TOTAL,
+    storable_json,
+    storable_text,
+)
 
 MAX_BATCH_JOBS = 1_000
-MAX_PAGE_SIZE = 200
-DEFAULT_PAGE_SIZE = 50
-MAX_DELAY_SECONDS = 366 * 86_400
-MAX_TOTAL = 2_147_483_647  # a PostgreSQL integer
 # "Holds a character that is not blank", for names: blank as service.jobs.validate_new_job sees
 # it (str.strip, str.isspace). Spelled out because the three regex engines that read this
 # pattern disagree on \s: JSON Schema's (ECMA-262, what clients and schemathesis go by) counts
@@ -37,33 +45,9 @@ MAX_TOTAL = 2_147_483_647  # a PostgreSQL integer
 NOT_BLANK = r"[^\t\n\v\f\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
 
 
-
-def storable_text(value: str) -> str:
-    """Text both databases can hold: no NUL character, no lone surrogate."""
-    if "\x00" in value:
-        raise ValueError("must not contain the NUL character (\\u0000)")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("must be valid Unicode (it holds a lone surrogate)") from None
-    return value
-
-
-def storable_json(value: dict[str, Any]) -> dict[str, Any]:
-    """Every string in a JSON value (keys too) must be storable text; walked without recursion."""
-    pending: list[Any] = [value]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, str):
-            storable_text(item)
-        elif isinstance(item, dict):
-            pending.extend(item.keys())
-            pending.extend(item.values())
-        elif isinstance(item, list):
-            pending.extend(item)
-        elif isinstance(item, float) and not math.isfinite(item):
-            raise ValueError("must not hold NaN or Infinity (they are not JSON)")
-    return value
+def storable_field(value: str, info: ValidationInfo) -> str:
+    """The domain's text rule, naming the field it refuses."""
+    return storable_text(value, info.field_name or "text")
 
 
 def whole_number(value: Any) -> Any:
@@ -74,8 +58,10 @@ def whole_number(value: Any) -> Any:
 
 
 Int = Annotated[int, BeforeValidator(whole_number)]
-Name = Annotated[str, Field(min_length=1, max_length=200, pattern=NOT_BLANK), AfterValidator(storable_text)]
-Key = Annotated[str, Field(min_length=1, max_length=255), AfterValidator(storable_text)]
+Name = Annotated[
+    str, Field(min_length=1, max_length=MAX_NAME_LENGTH, pattern=NOT_BLANK), AfterValidator(storable_field)
+]
+Key = Annotated[str, Field(min_length=1, max_length=MAX_KEY_LENGTH), AfterValidator(storable_field)]
 
 
 class _Request(BaseModel):
@@ -110,7 +96,7 @@ class JobSubmit(_Request):
     @field_validator("payload")
     @classmethod
     def _storable_payload(cls, payload: dict[str, Any]) -> dict[str, Any]:
-        return storable_json(payload)
+        return storable_json(payload, "payload")  # type: ignore[no-any-return]
 
     def to_new_job(self, tenant: str, idempotency_key: str | None) -> NewJob:
         return NewJob(

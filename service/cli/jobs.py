@@ -18,11 +18,8 @@ from service.cli.app import (
     parse_payload,
     redact,
 )
-from service.jobs import (
-    JobStatus,
-    NewJob,
-    validate_new_job,
-)
+from service.jobs import JobStatus, NewJob
+from service.payloads import validate_new_job
 
 
 def status_fields(status: JobStatus) -> dict[str, Any]:

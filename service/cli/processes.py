@@ -22,6 +22,7 @@ from service.cli.app import (
 )
 from service.config import Settings
 from service.errors import InvalidInput
+from service.payloads import MAX_LEASE_SECONDS
 
 
 @app.command()
@@ -46,7 +47,7 @@ def worker(
     lease_seconds: Annotated[
         float | None,
         typer.Option(
-            min=0.1, max=86_400, metavar="S",
+            min=0.1, max=MAX_LEASE_SECONDS, metavar="S",
             help="Lease per job, renewed by heartbeats every S/3; a dead worker's jobs come back after about S. "
             "(default: JOBQ_LEASE_SECONDS, 60)",
         ),

@@ -48,6 +48,15 @@ REAP_BATCH = 500
 PRUNE_BATCH = 1_000
 """Jobs one prune statement deletes at most: short transactions, short locks."""
 
+COMPLETE_BATCH = 500
+"""Results one ``complete_many`` call should carry at most (the worker's finisher batches
+by it): the rows one statement locks and writes at once."""
+
+STATUS_READ_BATCH = 200
+"""Status polls one ``read_statuses`` call should carry at most (the API coalesces polls
+into it). Smaller than COMPLETE_BATCH because a batched poll waits for the whole read:
+it bounds one answer's wait, and one statement's parameters."""
+
 JOBS_QUEUED = "jobq_jobs"
 """Channel: jobs were enqueued (payload: the comma-separated queues). Wakes idle workers."""
 

@@ -26,7 +26,7 @@ from typing import TypeVar
 
 from service.errors import InvalidInput
 from service.jobs import JSON, ClaimedJob
-from service.store.encoding import check_progress, dump_json
+from service.payloads import check_progress, dump_json
 
 T = TypeVar("T")
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from service.errors import InvalidInput, PermanentError
 from service.jobs import JSON
-from service.store.encoding import dump_json
+from service.payloads import dump_json
 from service.worker.context import JobContext, JobStopped, StopReason
 from service.worker.registry import HandlerSpec
 

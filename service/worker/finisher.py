@@ -27,13 +27,9 @@ from typing import Any
 
 from service.errors import InvalidInput
 from service.jobs import JSON
-from service.store.base import Store
+from service.store.base import COMPLETE_BATCH, Store
 from service.worker.logs import job_event, log_event
 from service.worker.running import RunningJob
-
-MAX_BATCH = 500
-"""Results one statement writes at most."""
-
 
 @dataclass(frozen=True)
 class Success:
@@ -77,7 +73,7 @@ class Finisher:
                     return
                 continue
             batch = [first]
-            while len(batch) < MAX_BATCH:
+            while len(batch) < COMPLETE_BATCH:
                 try:
                     batch.append(self._queue.get_nowait())
                 except queue.Empty:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from service.errors import InvalidInput
-from service.jobs import MAX_ATTEMPTS_LIMIT
+from service.payloads import MAX_ATTEMPTS_LIMIT, check_lease_seconds
 
 if TYPE_CHECKING:
     from service.worker.context import JobContext
@@ -104,8 +104,8 @@ class App:
             raise InvalidInput(f"the queue of {kind!r} must be a non-empty string")
         if max_attempts is not None and not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT:
             raise InvalidInput(f"max_attempts of {kind!r} must be from 1 to {MAX_ATTEMPTS_LIMIT}")
-        if lease_seconds is not None and not 0 < lease_seconds <= 86_400:
-            raise InvalidInput(f"lease_seconds of {kind!r} must be in (0, 86400]")
+        if lease_seconds is not None:
+            check_lease_seconds(lease_seconds, f"lease_seconds of {kind!r}")
         if timeout is not None and not timeout > 0:
             raise InvalidInput(f"timeout of {kind!r} must be positive")
         spec = HandlerSpec(kind, fn, queue, max_attempts, lease_seconds, timeout)

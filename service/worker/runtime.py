@@ -39,6 +39,7 @@ from typing import TypeVar
 from service.errors import InvalidInput, LeaseLost, StoreUnavailable
 from service.jobs import ClaimedJob, JobState, Lease, WorkerInfo
 from service.maintenance.reaper import Reaper
+from service.payloads import check_lease_seconds
 from service.retry import RetryPolicy
 from service.store.base import JOBS_QUEUED, Listener, Store
 from service.worker.backoff import Backoff, jittered
@@ -86,8 +87,7 @@ class WorkerConfig:
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise InvalidInput("concurrency must be at least 1")
-        if not 0 < self.lease_seconds <= 86_400:
-            raise InvalidInput("lease seconds must be in (0, 86400]")
+        check_lease_seconds(self.lease_seconds, "lease seconds")
         if self.grace_seconds < 0:
             raise InvalidInput("grace seconds must not be negative")
         if self.poll_seconds <= 0:

@@ -9,7 +9,8 @@ from datetime import datetime
 import pytest
 
 from service.errors import InvalidInput, JobNotFound, LeaseLost
-from service.jobs import JobQuery, Lease, ReplayFilter
+from service.jobs import MAX_PAGE_SIZE, JobQuery, Lease, ReplayFilter
+from service.payloads import MAX_DELAY_SECONDS, MAX_TOTAL
 from tests.conftest import Database
 from tests.store.builders import claim_one, new_job
 
@@ -25,6 +26,7 @@ BAD_JOBS = [
     ({"payload": "a string"}, "payload must be a JSON object"),
     ({"payload": {"when": datetime(2030, 1, 1)}}, "payload is not JSON-serialisable"),
     ({"payload": {"x": float("nan")}}, "payload is not JSON-serialisable"),
+    ({"payload": {"x": [float("-inf")]}}, "payload is not JSON-serialisable"),
     ({"kind": ""}, "kind must be a non-empty string"),
     ({"kind": "   "}, "kind must be a non-empty string"),
     ({"kind": "k" * 201}, "kind must be at most 200 characters"),
@@ -34,6 +36,8 @@ BAD_JOBS = [
     ({"queue": ""}, "queue must be a non-empty string"),
     ({"tenant": ""}, "tenant must be a non-empty string"),
     ({"total": -1}, "total must be a non-negative integer"),
+    ({"total": MAX_TOTAL + 1}, "total must be a non-negative integer"),  # the API's bound, the store's too
+    ({"delay_seconds": MAX_DELAY_SECONDS + 1}, "delay_seconds must be a non-negative number"),
     ({"delay_seconds": -5}, "delay_seconds must be a non-negative number"),
     ({"delay_seconds": float("inf")}, "delay_seconds must be a non-negative number"),
     ({"delay_seconds": float("nan")}, "delay_seconds must be a non-negative number"),
@@ -71,6 +75,8 @@ def test_progress_beyond_the_total_is_rejected_and_nothing_is_written(store, db:
         store.heartbeat(job.lease, 30, done=11)  # beyond the total already stored
     with pytest.raises(InvalidInput, match="done must be a non-negative integer"):
         store.heartbeat(job.lease, 30, done=-1)
+    with pytest.raises(InvalidInput, match="total must be a non-negative integer"):
+        store.heartbeat(job.lease, 30, total=MAX_TOTAL + 1)  # more than the column holds
 
     assert db.job(job.id) == before
 
@@ -155,12 +161,13 @@ def test_a_lease_on_an_unknown_job_holds_nothing(store, db: Database):
     assert _counts(db) == dict.fromkeys(TABLES, 0)
 
 
-@pytest.mark.parametrize("limit", [0, -1])
-def test_a_page_size_below_one_is_rejected(store, limit):
+@pytest.mark.parametrize("limit", [0, -1, MAX_PAGE_SIZE + 1])
+def test_a_page_size_outside_one_to_the_api_limit_is_rejected(store, limit):
     store.enqueue_many([new_job(), new_job()])
 
-    with pytest.raises(InvalidInput):
+    with pytest.raises(InvalidInput, match=f"a page holds 1 to {MAX_PAGE_SIZE} jobs"):
         store.list_jobs(JobQuery(limit=limit))
+    assert len(store.list_jobs(JobQuery(limit=MAX_PAGE_SIZE)).items) == 2
 
 
 def test_json_with_a_nul_character_is_rejected_alike_by_both_stores(store, db: Database):

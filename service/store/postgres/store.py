@@ -58,21 +58,20 @@ from service.jobs import (
     error_group,
     new_job_id,
     queued_status,
-    storable_json,
-    validate_new_job,
 )
-from service.retry import RetryPolicy
-from service.store.base import PRUNE_BATCH, REAP_BATCH, Clock, DatabaseHealth, Listener
-from service.store.encoding import (
-    bucket_counts,
+from service.payloads import (
     check_lease_seconds,
     check_page_size,
     check_progress,
     dump_batch,
     dump_json,
     storable_error,
-    substring_pattern,
+    storable_json,
+    validate_new_job,
 )
+from service.retry import RetryPolicy
+from service.store.base import PRUNE_BATCH, REAP_BATCH, Clock, DatabaseHealth, Listener
+from service.store.encoding import bucket_counts, substring_pattern
 from service.store.postgres.errors import Retryable, translate_errors
 from service.store.postgres.listener import PostgresListener, connection_defaults
 from service.store.postgres.queries import (

@@ -57,19 +57,18 @@ from service.jobs import (
     WorkerInfo,
     error_group,
     new_job_id,
-    validate_new_job,
 )
-from service.retry import RetryPolicy
-from service.store.base import PRUNE_BATCH, REAP_BATCH, Clock, DatabaseHealth, Listener
-from service.store.encoding import (
-    bucket_counts,
+from service.payloads import (
     check_lease_seconds,
     check_page_size,
     check_progress,
     dump_json,
     storable_error,
-    substring_pattern,
+    validate_new_job,
 )
+from service.retry import RetryPolicy
+from service.store.base import PRUNE_BATCH, REAP_BATCH, Clock, DatabaseHealth, Listener
+from service.store.encoding import bucket_counts, substring_pattern
 from service.store.rows import Readers, api_token, claimed_job, job_status, worker_info
 from service.store.sqlite.errors import translate_errors
 from service.store.sqlite.listener import SilentListener

@@ -1,0 +1,146 @@
+"""What a job may hold: text and JSON both databases can store, and the bounds of its numbers.
+
+One home for these rules. The stores call them before writing, the worker before
+handing a result or checkpoint on, and the API's request models call the same
+functions, so a value is refused alike wherever it comes in (the API's models turn
+the InvalidInput raised here into their 422s; InvalidInput is a ValueError, which
+is what pydantic collects). No I/O here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from service.errors import InvalidInput
+from service.jobs import JSON, MAX_PAGE_SIZE, NewJob
+
+MAX_NAME_LENGTH = 200
+"""kind, queue, tenant."""
+MAX_KEY_LENGTH = 255
+"""Idempotency and concurrency keys."""
+MAX_PRIORITY = 1_000
+MAX_ATTEMPTS_LIMIT = 100
+MAX_TOTAL = 2_147_483_647
+"""Items a job may count (done and total): a PostgreSQL integer."""
+MAX_DELAY_SECONDS = 366 * 86_400
+MAX_LEASE_SECONDS = 86_400
+
+# Built once: json.dumps with any option builds a new encoder per call, which costs
+# more than encoding a small value.
+_COMPACT = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
+def is_int(value: object) -> bool:
+    """An int that is not a bool (True is an int to Python, not to a schema)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def storable_text(value: str, what: str = "text") -> str:
+    """Text both databases can hold: PostgreSQL refuses NUL and lone surrogates, so both stores do."""
+    if "\x00" in value:
+        raise InvalidInput(f"{what} must not contain the NUL character (\\u0000)")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{what} must be valid Unicode (it holds a lone surrogate)") from None
+    return value
+
+
+def storable_json(value: JSON, what: str) -> JSON:
+    """Every string in a JSON value, keys too, is storable text, and no number is NaN or
+    infinite (Python's json module reads and writes them; JSON has none). Walked without
+    recursion, so a deeply nested value cannot overflow the stack."""
+    pending: list[Any] = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            storable_text(item, what)
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise InvalidInput(f"{what} is not JSON-serialisable: it holds NaN or Infinity, which JSON has not")
+    return value
+
+
+def dump_json(value: JSON, what: str) -> str:
+    """JSON text for a payload, checkpoint or result; InvalidInput if it is not JSON
+    or holds text one of the databases cannot store."""
+    storable_json(value, what)
+    try:
+        return _COMPACT.encode(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"{what} is not JSON-serialisable: {exc}") from exc
+
+
+def dump_batch(rows: Sequence[Mapping[str, Any]], values: Sequence[JSON], what: str) -> str:
+    """One JSON document for a batch of rows that carry JSON ``values`` (already found
+    storable); InvalidInput naming ``what`` and the reason if one of them is not JSON."""
+    try:
+        return _COMPACT.encode(rows)
+    except (TypeError, ValueError) as exc:
+        for value in values:
+            dump_json(value, what)  # raises for the first culprit, with its own reason
+        raise InvalidInput(f"{what} is not JSON-serialisable: {exc}") from exc
+
+
+def storable_error(error: str) -> str:
+    """An error message as both databases can store it: a handler's text is not ours to refuse."""
+    return error.replace("\x00", "\\0").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def check_progress(done: int | None, total: int | None) -> None:
+    for name, value in (("done", done), ("total", total)):
+        if value is not None and (not is_int(value) or not 0 <= value <= MAX_TOTAL):
+            raise InvalidInput(f"{name} must be a non-negative integer (at most {MAX_TOTAL})")
+    if done is not None and total is not None and total > 0 and done > total:
+        raise InvalidInput(f"done ({done}) cannot exceed total ({total})")
+
+
+def check_lease_seconds(lease_seconds: float, what: str = "lease_seconds") -> None:
+    if (not isinstance(lease_seconds, int | float) or isinstance(lease_seconds, bool)
+            or not 0 < lease_seconds <= MAX_LEASE_SECONDS):
+        raise InvalidInput(f"{what} must be a number in (0, {MAX_LEASE_SECONDS}]")
+
+
+def check_page_size(limit: int) -> None:
+    if not is_int(limit) or not 1 <= limit <= MAX_PAGE_SIZE:
+        raise InvalidInput(f"a page holds 1 to {MAX_PAGE_SIZE} jobs, not {limit!r}")
+
+
+def validate_new_job(job: NewJob) -> None:
+    """Reject a job that must not be stored; raise InvalidInput naming the field."""
+    if not isinstance(job.kind, str) or not job.kind.strip():
+        raise InvalidInput("kind must be a non-empty string")
+    if len(job.kind) > MAX_NAME_LENGTH:
+        raise InvalidInput(f"kind must be at most {MAX_NAME_LENGTH} characters")
+    if not isinstance(job.payload, dict):
+        raise InvalidInput(f"payload must be a JSON object, not {type(job.payload).__name__}")
+    storable_text(job.kind, "kind")
+    for name in ("queue", "tenant"):
+        value = getattr(job, name)
+        if not isinstance(value, str) or not value.strip() or len(value) > MAX_NAME_LENGTH:
+            raise InvalidInput(f"{name} must be a non-empty string of at most {MAX_NAME_LENGTH} characters")
+        storable_text(value, name)
+    if not is_int(job.priority) or not 0 <= job.priority <= MAX_PRIORITY:
+        raise InvalidInput(f"priority must be an integer from 0 to {MAX_PRIORITY}")
+    if not is_int(job.max_attempts) or not 1 <= job.max_attempts <= MAX_ATTEMPTS_LIMIT:
+        raise InvalidInput(f"max_attempts must be an integer from 1 to {MAX_ATTEMPTS_LIMIT}")
+    if job.total is not None and (not is_int(job.total) or not 0 <= job.total <= MAX_TOTAL):
+        raise InvalidInput(f"total must be a non-negative integer (at most {MAX_TOTAL})")
+    if (not isinstance(job.delay_seconds, int | float) or isinstance(job.delay_seconds, bool)
+            or not 0 <= job.delay_seconds <= MAX_DELAY_SECONDS):
+        raise InvalidInput(f"delay_seconds must be a non-negative number of seconds (at most {MAX_DELAY_SECONDS})")
+    if job.run_after is not None and job.run_after.tzinfo is None:
+        raise InvalidInput("run_after must carry a time zone")
+    for name in ("idempotency_key", "concurrency_key"):
+        value = getattr(job, name)
+        if value is not None and (not isinstance(value, str) or not value or len(value) > MAX_KEY_LENGTH):
+            raise InvalidInput(f"{name} must be a non-empty string of at most {MAX_KEY_LENGTH} characters")
+        if value is not None:
+            storable_text(value, name)
