@@ -1,6 +1,11 @@
-"""The retry policy: when a failed attempt runs again. Pure; no I/O.
+"""The retry decision: whether a failed attempt runs again, and when. Pure; no I/O.
 
-Exponential backoff with full jitter (the delay is uniform in
+This is the one place the decision is made. The worker asks :meth:`RetryPolicy.decide`
+when a handler fails, the reaper asks :meth:`RetryPolicy.delays_by_attempt` before it
+reclaims expired leases (an expired lease is a retryable failure), and the stores
+persist what they are told: they hold no policy.
+
+Backoff is exponential with full jitter (the delay is uniform in
 ``[0, min(cap, base * 2 ** (attempt - 1))]``), so jobs that failed together do
 not retry together.
 """
@@ -9,6 +14,23 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+
+from service.payloads import MAX_ATTEMPTS_LIMIT
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Queue the job again, due ``delay_seconds`` from now (by the database clock)."""
+
+    delay_seconds: float
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    """Fail the job: its attempts are spent, or its error is permanent."""
+
+
+Decision = Retry | GiveUp
 
 
 @dataclass(frozen=True)
@@ -25,5 +47,16 @@ class RetryPolicy:
         """A jittered delay in seconds before the next attempt."""
         return (rng or random).uniform(0.0, self.ceiling(attempt))
 
-    def should_retry(self, attempt: int, max_attempts: int, retryable: bool) -> bool:
-        return retryable and attempt < max_attempts
+    def decide(
+        self, attempt: int, max_attempts: int, retryable: bool, rng: random.Random | None = None
+    ) -> Decision:
+        """After attempt ``attempt`` (1-based) of ``max_attempts`` failed: retry with backoff, or give up."""
+        if retryable and attempt < max_attempts:
+            return Retry(self.delay(attempt, rng))
+        return GiveUp()
+
+    def delays_by_attempt(self, rng: random.Random | None = None) -> list[float]:
+        """The reaper's decision, made before it knows which jobs expired: element ``a - 1``
+        is the delay for a job whose attempt ``a`` lost its lease, if attempts remain
+        (``decide`` with ``retryable=True``). Drawn anew for every reap batch."""
+        return [self.delay(attempt, rng) for attempt in range(1, MAX_ATTEMPTS_LIMIT + 1)]

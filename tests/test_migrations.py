@@ -9,11 +9,17 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from alembic import command
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, pool
 
-from service.store.migrate import alembic_config, downgrade, is_at_head, sqlalchemy_url, upgrade
+from alembic import command
+from service.store.migrate import (
+    alembic_config,
+    downgrade,
+    is_at_head,
+    sqlalchemy_url,
+    upgrade,
+)
 from service.store.schema import metadata
 from tests.conftest import Database, PostgresServer, sqlite_url_for
 

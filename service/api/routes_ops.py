@@ -26,11 +26,24 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 from pydantic.json_schema import SkipJsonSchema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.api.dependencies import NowDep, StoreDep, TenantDep, blocking, no_unknown_query_parameters
+from service.api.dependencies import (
+    NowDep,
+    StoreDep,
+    TenantDep,
+    blocking,
+    no_unknown_query_parameters,
+)
 from service.api.problems import problem_responses
 from service.api.schemas import MAX_BATCH_JOBS, Name, job_url, storable_field
 from service.durations import DURATION_PATTERN, parse_duration

@@ -17,14 +17,18 @@ from collections.abc import Callable
 from service.errors import StoreUnavailable
 from service.jobs import ReapResult
 from service.maintenance.loop import run_every
+from service.retry import RetryPolicy
 from service.store.base import REAP_BATCH, Store
 
 logger = logging.getLogger("jobq.maintenance")
 
 
 class Reaper:
-    def __init__(self, store: Store, *, batch: int = REAP_BATCH, max_batches: int = 20) -> None:
+    def __init__(
+        self, store: Store, policy: RetryPolicy | None = None, *, batch: int = REAP_BATCH, max_batches: int = 20
+    ) -> None:
         self.store = store
+        self.policy = policy or RetryPolicy()
         self.batch = batch
         self.max_batches = max_batches
 
@@ -32,7 +36,7 @@ class Reaper:
         """Reap until a batch comes back short (or ``max_batches``); the sum of what was done."""
         requeued = failed = cancelled = 0
         for _ in range(self.max_batches):
-            result = self.store.reap(self.batch)
+            result = self.store.reap(self.policy.delays_by_attempt(), self.batch)
             requeued += result.requeued
             failed += result.failed
             cancelled += result.cancelled

@@ -4,24 +4,20 @@ from __future__ import annotations
 
 from service.config import Settings
 from service.errors import InvalidInput
-from service.retry import RetryPolicy
 from service.store.base import Clock, Store
 
 
 def open_store(settings: Settings, *, clock: Clock | None = None) -> Store:
     """A PostgreSQL store for ``postgresql://`` URLs, a SQLite store for ``sqlite:///path``."""
     url = settings.database_url
-    policy = RetryPolicy(settings.retry_base_seconds, settings.retry_cap_seconds)
     if url.startswith(("postgresql://", "postgres://")):
         from service.store.postgres import PostgresStore
 
-        return PostgresStore(
-            url, pool_size=settings.pool_size, notify=settings.notify, retry_policy=policy, clock=clock
-        )
+        return PostgresStore(url, pool_size=settings.pool_size, notify=settings.notify, clock=clock)
     if url.startswith("sqlite:///"):
         from service.store.sqlite import SqliteStore
 
-        return SqliteStore(url, retry_policy=policy, clock=clock)
+        return SqliteStore(url, clock=clock)
     raise InvalidInput(f"JOBQ_DATABASE_URL must start with postgresql:// or sqlite:///, not {url.split(':')[0]!r}")
 
 

@@ -39,6 +39,7 @@ from service.jobs import (
     StatusRead,
     WorkerInfo,
 )
+from service.retry import Decision
 
 Clock = Callable[[], datetime]
 
@@ -130,8 +131,9 @@ class Store(Protocol):
         """Complete many jobs in one round trip; returns the leases that were lost (nothing written for them)."""
         ...
 
-    def fail(self, lease: Lease, error: str, retryable: bool) -> FailResult:
-        """Queue the job again with backoff while attempts remain, else fail it. Raises LeaseLost."""
+    def fail(self, lease: Lease, error: str, decision: Decision) -> FailResult:
+        """Persist a failed attempt as decided (service.retry): queued again after the
+        decision's delay, or failed; cancelled if its cancellation was requested. Raises LeaseLost."""
         ...
 
     def release(self, lease: Lease) -> None:
@@ -142,8 +144,13 @@ class Store(Protocol):
         """The worker stopped a job whose cancellation was requested: mark it cancelled."""
         ...
 
-    def reap(self, limit: int = REAP_BATCH) -> ReapResult:
-        """Requeue (or fail) running jobs whose lease expired. Safe on every worker at once."""
+    def reap(self, delays: Sequence[float], limit: int = REAP_BATCH) -> ReapResult:
+        """Requeue (or fail) running jobs whose lease expired. Safe on every worker at once.
+
+        ``delays`` is the retry decision for an expired lease, made before the store
+        knows which jobs expired (``RetryPolicy.delays_by_attempt``): a job whose
+        attempt ``a`` expired, with attempts left, is due ``delays[a - 1]`` seconds later.
+        """
         ...
 
     # -- operators and the API ----------------------------------------------------

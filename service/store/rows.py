@@ -13,7 +13,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from service.jobs import JSON, ApiToken, ClaimedJob, JobState, JobStatus, Lease, WorkerInfo
+from service.jobs import (
+    JSON,
+    ApiToken,
+    ClaimedJob,
+    JobState,
+    JobStatus,
+    Lease,
+    WorkerInfo,
+)
 
 
 @dataclass(frozen=True)

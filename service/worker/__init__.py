@@ -25,7 +25,12 @@ transaction mode, set ``JOBQ_NOTIFY=false`` (no listener; polling alone).
 
 from service.worker.context import JobContext, JobStopped, StopReason
 from service.worker.registry import App, HandlerSpec, load_app
-from service.worker.runtime import Worker, WorkerConfig, connections_per_process, make_worker_id
+from service.worker.runtime import (
+    Worker,
+    WorkerConfig,
+    connections_per_process,
+    make_worker_id,
+)
 
 __all__ = [
     "App",

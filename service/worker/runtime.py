@@ -147,7 +147,7 @@ class Worker:
             tick_seconds=min(0.1, self.config.lease_seconds / 10),
             clock=clock,
         )
-        self.reaper = Reaper(store)
+        self.reaper = Reaper(store, self.retry_policy)
         self.finisher = Finisher(store, self.id, persist=self._persist, refused=self._refused,
                                  done=self._free_slot)
         self._job_threads = JobThreads(self._run_job)
@@ -339,9 +339,10 @@ class Worker:
 
     def _fail(self, running: RunningJob, error: str, retryable: bool, duration: float) -> None:
         job = running.job
-        if running.spec.max_attempts is not None:
-            retryable = self.retry_policy.should_retry(job.attempt, running.spec.max_attempts, retryable)
-        result = self._persist(lambda: self.store.fail(job.lease, error, retryable))
+        # The handler's max_attempts is a ceiling on the job's own.
+        ceiling = min(job.max_attempts, running.spec.max_attempts or job.max_attempts)
+        decision = self.retry_policy.decide(job.attempt, ceiling, retryable)
+        result = self._persist(lambda: self.store.fail(job.lease, error, decision))
         event = {
             JobState.QUEUED: "job.retrying",
             JobState.FAILED: "job.failed",

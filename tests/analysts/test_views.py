@@ -12,12 +12,12 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from alembic import command
 
+from alembic import command
 from service.jobs import JobState, ReplayFilter
 from service.store.migrate import alembic_config, downgrade, upgrade
 from tests.conftest import Database, FakeClock
-from tests.store.builders import claim_one, new_job
+from tests.store.builders import claim_one, fail_job, new_job, reap
 
 JOB_HISTORY_COLUMNS = [
     "job_id", "tenant", "queue", "kind", "state", "attempts", "max_attempts", "claims", "priority", "done", "total",
@@ -93,13 +93,13 @@ def test_retries_then_a_permanent_failure(store, db: Database, clock: FakeClock)
     clock.advance(1)
     first = claim_one(store, "worker-a")
     clock.advance(3)
-    retry = store.fail(first.lease, "TimeoutError: upstream did not answer in 30 s", retryable=True)
+    retry = fail_job(store, first, "TimeoutError: upstream did not answer in 30 s", retryable=True)
     assert retry.state is JobState.QUEUED and retry.run_after is not None
     clock.set(retry.run_after)
     clock.advance(2)  # due, then two seconds until a worker is free
     second = claim_one(store, "worker-b")
     clock.advance(4)
-    store.fail(second.lease, "ValueError: bad input 17", retryable=False)
+    fail_job(store, second, "ValueError: bad input 17", retryable=False)
 
     row = history(db, job.id)
     assert (row["state"], row["attempts"], row["claims"]) == ("failed", 2, 2)
@@ -127,7 +127,7 @@ def test_a_reclaimed_attempt_shows_as_lease_expired(store, db: Database, clock: 
     job = store.enqueue(new_job(max_attempts=2))
     claim_one(store, "worker-dead", lease_seconds=LEASE)
     clock.advance(LEASE + 1)
-    assert store.reap().requeued == 1
+    assert reap(store).requeued == 1
     status = store.get(job.id)
     clock.set(status.run_after)
     again = claim_one(store, "worker-b")
@@ -186,7 +186,7 @@ def test_a_replayed_job_counts_its_replays_and_keeps_its_first_wait(store, db: D
     job = store.enqueue(new_job(max_attempts=1))
     clock.advance(7)
     first = claim_one(store)
-    store.fail(first.lease, "KeyError: 'segment_3'", retryable=False)
+    fail_job(store, first, "KeyError: 'segment_3'", retryable=False)
     clock.advance(60)
     replayed_at = clock.now()
     assert store.replay(ReplayFilter(ids=(job.id,)), by="ops") == [job.id]
@@ -210,7 +210,7 @@ def test_every_job_is_one_row_of_job_history(store, db: Database, clock: FakeClo
         store.enqueue(new_job())
     for worker in ("worker-a", "worker-b"):
         job = claim_one(store, worker)
-        store.fail(job.lease, "boom", retryable=True)
+        fail_job(store, job, "boom", retryable=True)
     store.replay(ReplayFilter(ids=()), by="nobody", dry_run=True)
 
     assert db.count("job_history") == db.count("jobs") == 3

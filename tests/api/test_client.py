@@ -26,6 +26,7 @@ from service.errors import (
 from service.jobs import JobState
 from service.store import Store
 from tests.api.conftest import LiveApi
+from tests.store.builders import fail_job
 
 
 def test_submit_get_list_cancel_return_typed_values(api: LiveApi) -> None:
@@ -78,8 +79,7 @@ def test_errors_are_the_named_exceptions(api: LiveApi, owner_store: Store) -> No
         with pytest.raises(TimeoutError):
             jobq.wait(job.id, timeout=0.3)
 
-        lease = owner_store.claim("w", ["default"], 1, 60)[0].lease
-        owner_store.fail(lease, "ValueError: row 7 is not a date", retryable=False)
+        fail_job(owner_store, owner_store.claim("w", ["default"], 1, 60)[0], "ValueError: row 7 is not a date", retryable=False)
         with pytest.raises(JobFailed) as failed:
             jobq.wait(job.id, timeout=5)
         assert failed.value.error == "ValueError: row 7 is not a date"

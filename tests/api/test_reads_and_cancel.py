@@ -9,10 +9,12 @@ from typing import Any
 from unittest import mock
 
 from service.api.routes import decode_cursor, encode_cursor
+from service.retry import RetryPolicy
 from service.store import Store
 from tests.api.conftest import LiveApi
 from tests.api.problems import assert_problem
 from tests.conftest import Database, FakeClock
+from tests.store.builders import fail_job
 
 STATUS_FIELDS = {
     "job_id", "kind", "queue", "state", "done", "total", "attempts", "max_attempts", "error", "stale",
@@ -39,14 +41,15 @@ def test_status_has_the_documented_fields_and_reads_no_result_body(api: LiveApi,
 
 
 def test_error_shows_only_for_a_failed_job(api: LiveApi, make_store: Callable[..., Store], store_url: str) -> None:
-    owner_store = make_store(store_url, retry_base_seconds=0.0, retry_cap_seconds=0.0)  # retry at once
+    owner_store = make_store(store_url)
+    at_once = RetryPolicy(base_seconds=0.0, cap_seconds=0.0)
     http = api.http(api.token())
     job_id = http.post("/v1/jobs", json={"kind": "x", "max_attempts": 2}).json()["job_id"]
-    lease = owner_store.claim("w", ["default"], 1, 60)[0].lease
-    owner_store.fail(lease, "Traceback: boom", retryable=True)  # back to queued, error kept for the record
+    claimed = owner_store.claim("w", ["default"], 1, 60)[0]
+    fail_job(owner_store, claimed, "Traceback: boom", retryable=True, policy=at_once)  # back to queued, error kept for the record
     queued = http.get(f"/v1/jobs/{job_id}").json()
     assert queued["state"] == "queued" and queued["error"] is None and queued["attempts"] == 1
-    owner_store.fail(owner_store.claim("w", ["default"], 1, 60)[0].lease, "Traceback: boom again", retryable=True)
+    fail_job(owner_store, owner_store.claim("w", ["default"], 1, 60)[0], "Traceback: boom again", retryable=True)
     failed = http.get(f"/v1/jobs/{job_id}").json()
     assert failed["state"] == "failed" and failed["error"] == "Traceback: boom again"
     assert failed["poll_after_seconds"] is None and failed["result_url"] is None

@@ -24,6 +24,7 @@ from service.api.fast_poll import StatusPollFastPath
 from service.config import Settings
 from service.jobs import NewJob
 from tests.conftest import FakeClock
+from tests.store.builders import fail_job
 
 
 @dataclass
@@ -100,7 +101,7 @@ async def _plain_polls(store_url: str, clock: FakeClock, auth: bool, answered: l
         )
         claimed = {c.id: c for c in store.claim("w", ["default"], 3, 30)}
         store.complete(claimed[done.id].lease, {"ok": True})
-        store.fail(claimed[failed.id].lease, "ValueError: boom", retryable=False)
+        fail_job(store, claimed[failed.id], "ValueError: boom", retryable=False)
         clock.advance(60)  # the running job's lease expired: stale, and the poll hint moved to 5 s
         ids = [queued.id, running.id, done.id, failed.id]
         assert claimed.keys() >= {running.id, done.id, failed.id}

@@ -25,6 +25,7 @@ import pytest
 from service.jobs import NewJob
 from service.store import Store
 from tests.conftest import Database, FakeClock, PostgresServer, sqlite_url_for
+from tests.store.builders import fail_job
 
 JOBQ_SCRIPT = Path(sys.executable).with_name("jobq")  # the venv's console script, next to its python
 JOBQ = [str(JOBQ_SCRIPT)] if JOBQ_SCRIPT.exists() else [sys.executable, "-m", "service"]
@@ -202,7 +203,7 @@ def test_status_of_a_failed_job_shows_its_error(run: Run, make_store: Callable[.
     store = make_store(store_url)
     [claimed] = store.claim("worker-a", ["default"], 1, 30.0)
     store.heartbeat(claimed.lease, 30.0, done=2)
-    store.fail(claimed.lease, "ValueError: bad image\n  at line 3", retryable=False)
+    fail_job(store, claimed, "ValueError: bad image\n  at line 3", retryable=False)
 
     status = json.loads(run("status", str(job_id), "--json").stdout)
     assert (status["state"], status["done"], status["total"], status["attempts"]) == ("failed", 2, 4, 1)
@@ -219,7 +220,7 @@ def test_status_of_a_job_waiting_to_retry_shows_no_error_like_the_api(
     job_id = enqueue(run, "resize")
     store = make_store(store_url)
     [claimed] = store.claim("worker-a", ["default"], 1, 30.0)
-    store.fail(claimed.lease, "TimeoutError", retryable=True)
+    fail_job(store, claimed, "TimeoutError", retryable=True)
     status = json.loads(run("status", str(job_id), "--json").stdout)
     assert (status["state"], status["attempts"], status["error"]) == ("queued", 1, None)
 

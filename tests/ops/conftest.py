@@ -27,6 +27,7 @@ from service.store import Store
 from tests.api.conftest import LiveApi, start_api  # noqa: F401  (fixture)
 from tests.cli.test_cli import jobq
 from tests.conftest import Database
+from tests.store.builders import fail_job
 from tests.worker.harness import WorkerProcess
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
@@ -105,7 +106,7 @@ def fail_jobs(store: Store, kind: str, errors: list[str], *, queue: str = "defau
     )
     claimed = {c.id: c for c in claim_all(store, kind, queue)}
     for job, error in zip(jobs, errors, strict=True):
-        store.fail(claimed[job.id].lease, error, retryable=False)
+        fail_job(store, claimed[job.id], error, retryable=False)
     return jobs
 
 

@@ -18,6 +18,7 @@ from service.store import Store
 from tests.api.conftest import LiveApi
 from tests.conftest import Database
 from tests.ops.conftest import backdate, claim_all, db_time, fail_jobs, succeed_jobs
+from tests.store.builders import reap
 
 Families = dict[str, list[Sample]]
 
@@ -47,7 +48,7 @@ def seed(store: Store, db: Database) -> None:
     store.enqueue(NewJob(kind="poison", queue="fast", max_attempts=1))
     store.claim("doomed", ["fast"], 1, 0.05, kinds=["poison"])
     time.sleep(0.2)
-    assert store.reap().failed == 1
+    assert reap(store).failed == 1
     store.register_worker(WorkerInfo("w1", "host", 1, ("default",), ("resize",), 2))
 
 

@@ -14,7 +14,15 @@ from service.maintenance.pruner import Pruner
 from service.store import Store
 from tests.cli.test_cli import EXIT_USAGE, assert_one_line_error
 from tests.conftest import Database
-from tests.ops.conftest import Run, backdate, cancel_job, claim_all, fail_jobs, succeed_jobs
+from tests.ops.conftest import (
+    Run,
+    backdate,
+    cancel_job,
+    claim_all,
+    fail_jobs,
+    succeed_jobs,
+)
+from tests.store.builders import fail_job
 from tests.worker.harness import WorkerProcess, wait_until
 
 DAY = 86_400
@@ -33,7 +41,7 @@ def test_prune_deletes_old_terminal_jobs_with_their_rows_and_nothing_else(cli: R
     cancelled = cancel_job(live, "resize")
     [replayed] = fail_jobs(live, "ocr", ["first"])  # failed, replayed, failed again: a replay record
     live.replay(ReplayFilter(ids=(replayed.id,)), by="test")
-    live.fail(claim_all(live, "ocr")[0].lease, "second", retryable=False)
+    fail_job(live, claim_all(live, "ocr")[0], "second", retryable=False)
     old = [str(job.id) for job in (done, failed, cancelled, replayed)]
     backdate(db, 50, "state IN ('succeeded', 'failed', 'cancelled')")
     young = [str(j.id) for j in (*succeed_jobs(live, "resize", 1), *fail_jobs(live, "resize", ["young"]))]

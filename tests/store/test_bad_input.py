@@ -11,8 +11,9 @@ import pytest
 from service.errors import InvalidInput, JobNotFound, LeaseLost
 from service.jobs import MAX_PAGE_SIZE, JobQuery, Lease, ReplayFilter
 from service.payloads import MAX_DELAY_SECONDS, MAX_TOTAL
+from service.retry import GiveUp, Retry
 from tests.conftest import Database
-from tests.store.builders import claim_one, new_job
+from tests.store.builders import claim_one, fail_job, new_job
 
 TABLES = ("jobs", "job_attempts", "job_results", "job_replays")
 
@@ -110,7 +111,7 @@ def test_a_failure_without_an_error_is_rejected(store, db: Database):
 
     for error in ("", "   "):
         with pytest.raises(InvalidInput, match="error must be a non-empty string"):
-            store.fail(job.lease, error, retryable=False)
+            fail_job(store, job, error, retryable=False)
 
     assert (_counts(db), db.job(job.id)) == before
 
@@ -155,7 +156,7 @@ def test_a_lease_on_an_unknown_job_holds_nothing(store, db: Database):
     with pytest.raises(LeaseLost):
         store.complete(lease, {})
     with pytest.raises(LeaseLost):
-        store.fail(lease, "boom", retryable=True)
+        store.fail(lease, "boom", GiveUp())
     with pytest.raises(LeaseLost):
         store.release(lease)
     assert _counts(db) == dict.fromkeys(TABLES, 0)
@@ -195,3 +196,19 @@ def test_json_round_trips_exactly(store):
     store.heartbeat(job.lease, 30, checkpoint=payload)
     store.complete(job.lease, payload)
     assert store.get_result(job.id) == payload
+
+
+@pytest.mark.parametrize("decision", [True, "retry", Retry(-1.0), Retry(float("nan")), Retry(float("inf"))])
+def test_a_failure_without_a_sound_retry_decision_is_refused_and_changes_nothing(store, db: Database, decision):
+    store.enqueue(new_job())
+    job = claim_one(store)
+    before = db.job(job.id)
+    with pytest.raises(InvalidInput):
+        store.fail(job.lease, "boom", decision)
+    assert db.job(job.id) == before
+
+
+@pytest.mark.parametrize("delays", [[], [1.0] * 3, [-1.0] * 100, [float("nan")] * 100])
+def test_reap_refuses_delays_that_are_not_one_sound_delay_per_attempt(store, delays):
+    with pytest.raises(InvalidInput):
+        store.reap(delays)

@@ -10,7 +10,7 @@ import pytest
 from service.errors import InvalidTransition, JobNotFound
 from service.jobs import JobState, ReplayFilter
 from tests.conftest import Database, FakeClock
-from tests.store.builders import claim_one, new_job
+from tests.store.builders import claim_one, fail_job, new_job
 
 # -- cancel -------------------------------------------------------------------------------
 
@@ -50,7 +50,7 @@ def test_a_failure_after_a_cancel_request_ends_cancelled(store):
     job = claim_one(store)
     store.cancel(job.id)
 
-    result = store.fail(job.lease, "interrupted", retryable=True)
+    result = fail_job(store, job, "interrupted", retryable=True)
 
     assert result.state is JobState.CANCELLED
     assert store.get(job.id).state is JobState.CANCELLED
@@ -66,7 +66,7 @@ def test_cancelling_a_finished_job_is_an_invalid_transition(store, db: Database,
         if end == "succeeded":
             store.complete(job.lease, 1)
         else:
-            store.fail(job.lease, "boom", retryable=False)
+            fail_job(store, job, "boom", retryable=False)
     before = db.job(queued.id)
 
     with pytest.raises(InvalidTransition) as raised:
@@ -97,7 +97,7 @@ def test_cancelling_an_unknown_job_is_not_found(store):
 def _failed_job(store, kind: str = "resize", error: str = "boom", **fields):
     store.enqueue(new_job(kind, max_attempts=1, **fields))
     job = claim_one(store, kinds=[kind])
-    store.fail(job.lease, error, retryable=False)
+    fail_job(store, job, error, retryable=False)
     return job
 
 

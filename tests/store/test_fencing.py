@@ -13,8 +13,9 @@ import pytest
 
 from service.errors import LeaseLost
 from service.jobs import Heartbeat, JobState, Lease, ReplayFilter
+from service.retry import GiveUp, Retry
 from tests.conftest import Database, FakeClock
-from tests.store.builders import claim_one, new_job
+from tests.store.builders import claim_one, fail_job, new_job, reap
 
 
 @pytest.fixture
@@ -22,7 +23,7 @@ def zombie_and_owner(store, clock: FakeClock):
     store.enqueue(new_job(total=100, max_attempts=5))
     zombie = claim_one(store, "worker-a", lease_seconds=10)
     clock.advance(11)
-    assert store.reap().requeued == 1
+    assert reap(store).requeued == 1
     clock.advance(3600)
     owner = claim_one(store, "worker-b", lease_seconds=60)
     store.heartbeat(owner.lease, 60, done=30, checkpoint={"from": "B"})
@@ -66,7 +67,7 @@ def test_a_zombie_cannot_fail_a_job_another_worker_holds(store, db, zombie_and_o
     before = _snapshot(db, owner.id)
 
     with pytest.raises(LeaseLost):
-        store.fail(zombie.lease, "error from A", retryable=retryable)
+        fail_job(store, zombie, "error from A", retryable=retryable)
 
     assert _snapshot(db, owner.id) == before
 
@@ -98,8 +99,8 @@ def test_after_the_zombie_tried_everything_the_job_is_the_owners(store, db, zomb
     assert store.heartbeat(zombie.lease, 600, done=99, checkpoint={"from": "A"}).held is False
     for write in (
         lambda: store.complete(zombie.lease, {"from": "A"}),
-        lambda: store.fail(zombie.lease, "error from A", retryable=True),
-        lambda: store.fail(zombie.lease, "error from A", retryable=False),
+        lambda: fail_job(store, zombie, "error from A", retryable=True),
+        lambda: fail_job(store, zombie, "error from A", retryable=False),
         lambda: store.release(zombie.lease),
     ):
         with pytest.raises(LeaseLost):
@@ -126,7 +127,7 @@ def test_a_zombie_cannot_write_once_the_job_has_finished(store, db, zombie_and_o
     with pytest.raises(LeaseLost):
         store.complete(zombie.lease, {"from": "A"})
     with pytest.raises(LeaseLost):
-        store.fail(zombie.lease, "late", retryable=False)
+        fail_job(store, zombie, "late", retryable=False)
     assert _snapshot(db, owner.id) == before
 
 
@@ -134,7 +135,7 @@ def test_a_reaped_lease_is_lost_even_before_anyone_reclaims_the_job(store, db: D
     store.enqueue(new_job())
     job = claim_one(store, "worker-a", lease_seconds=10)
     clock.advance(11)
-    store.reap()
+    reap(store)
     before = _snapshot(db, job.id)
 
     assert store.heartbeat(job.lease, 10).held is False
@@ -162,7 +163,7 @@ def test_a_token_from_before_a_replay_never_matches_the_new_claim(store, db: Dat
     store.enqueue(new_job(max_attempts=1))
     hung = claim_one(store, "worker-a", lease_seconds=10)
     clock.advance(11)
-    assert store.reap().failed == 1
+    assert reap(store).failed == 1
     store.replay(ReplayFilter(ids=(hung.id,)), by="operator")
     fresh = claim_one(store, "worker-a", lease_seconds=60)
     before = _snapshot(db, fresh.id)
@@ -176,8 +177,8 @@ def test_a_token_from_before_a_replay_never_matches_the_new_claim(store, db: Dat
 WRITES = {
     "heartbeat": lambda store, lease: store.heartbeat(lease, 600, done=9, checkpoint={"from": "old"}),
     "complete": lambda store, lease: store.complete(lease, {"from": "old"}),
-    "fail-retryable": lambda store, lease: store.fail(lease, "old", retryable=True),
-    "fail-permanent": lambda store, lease: store.fail(lease, "old", retryable=False),
+    "fail-retryable": lambda store, lease: store.fail(lease, "old", Retry(0.0)),
+    "fail-permanent": lambda store, lease: store.fail(lease, "old", GiveUp()),
     "release": lambda store, lease: store.release(lease),
     "acknowledge-cancel": lambda store, lease: store.acknowledge_cancel(lease),
 }
@@ -228,7 +229,7 @@ def test_the_same_worker_claiming_again_does_not_revive_its_old_token(store, db:
         store.enqueue(new_job(kind=write, max_attempts=3, total=10))
         old = claim_one(store, "worker-a", kinds=[write], lease_seconds=10)
         clock.advance(11)
-        store.reap()
+        reap(store)
         clock.advance(3600)
         new = claim_one(store, "worker-a", kinds=[write], lease_seconds=60)
         store.cancel(new.id)

@@ -11,7 +11,7 @@ from service.errors import InvalidInput, InvalidTransition, JobNotFound
 from service.jobs import Completion, FailResult, JobState
 from service.retry import RetryPolicy
 from tests.conftest import Database, FakeClock
-from tests.store.builders import claim_one, new_job
+from tests.store.builders import claim_one, fail_job, new_job
 
 # -- complete -------------------------------------------------------------------------------
 
@@ -130,11 +130,11 @@ def test_a_retryable_failure_queues_the_job_again_within_the_backoff_ceiling(
     make_store, store_url, db: Database, clock: FakeClock
 ):
     policy = RetryPolicy(base_seconds=10, cap_seconds=15)
-    store = make_store(store_url, clock=clock, retry_base_seconds=10, retry_cap_seconds=15)
+    store = make_store(store_url, clock=clock)
     store.enqueue(new_job(max_attempts=3))
     first = claim_one(store)
 
-    result = store.fail(first.lease, "Traceback: TimeoutError", retryable=True)
+    result = fail_job(store, first, "Traceback: TimeoutError", retryable=True, policy=policy)
 
     assert result.state is JobState.QUEUED
     assert clock.now() <= result.run_after <= clock.now() + timedelta(seconds=policy.ceiling(1))
@@ -149,16 +149,17 @@ def test_a_retryable_failure_queues_the_job_again_within_the_backoff_ceiling(
     clock.advance(policy.ceiling(1))
     second = claim_one(store)
     assert second.attempt == 2
-    result = store.fail(second.lease, "again", retryable=True)
+    result = fail_job(store, second, "again", retryable=True, policy=policy)
     assert clock.now() <= result.run_after <= clock.now() + timedelta(seconds=policy.ceiling(2))
 
 
 def test_retry_delays_are_jittered(make_store, store_url, clock: FakeClock):
-    store = make_store(store_url, clock=clock, retry_base_seconds=100, retry_cap_seconds=100)
+    store = make_store(store_url, clock=clock)
+    policy = RetryPolicy(base_seconds=100, cap_seconds=100)
     store.enqueue_many([new_job(payload={"i": i}) for i in range(8)])
     delays = set()
     for job in store.claim("worker-a", ["default"], 8, 30):
-        delays.add(store.fail(job.lease, "boom", retryable=True).run_after)
+        delays.add(fail_job(store, job, "boom", retryable=True, policy=policy).run_after)
 
     assert len(delays) > 1  # jobs that failed together do not retry together
 
@@ -167,7 +168,7 @@ def test_a_permanent_failure_fails_the_job_with_its_error(store, db: Database, c
     store.enqueue(new_job(max_attempts=5))
     job = claim_one(store)
 
-    result = store.fail(job.lease, "PermanentError: unsupported format", retryable=False)
+    result = fail_job(store, job, "PermanentError: unsupported format", retryable=False)
 
     assert result == FailResult(state=JobState.FAILED, run_after=None)
     status = store.get(job.id)
@@ -180,12 +181,12 @@ def test_a_permanent_failure_fails_the_job_with_its_error(store, db: Database, c
 
 def test_a_failure_on_the_last_attempt_fails_the_job(store, clock: FakeClock):
     store.enqueue(new_job(max_attempts=2))
-    store.fail(claim_one(store).lease, "first", retryable=True)
+    fail_job(store, claim_one(store), "first", retryable=True)
     clock.advance(3600)
     last = claim_one(store)
     assert last.attempt == 2
 
-    result = store.fail(last.lease, "second", retryable=True)
+    result = fail_job(store, last, "second", retryable=True)
 
     assert result.state is JobState.FAILED
     status = store.get(last.id)
@@ -195,10 +196,10 @@ def test_a_failure_on_the_last_attempt_fails_the_job(store, clock: FakeClock):
 def test_failing_twice_with_the_same_lease_is_a_no_op(store, db: Database):
     store.enqueue(new_job(max_attempts=1))
     job = claim_one(store)
-    store.fail(job.lease, "boom", retryable=True)
+    fail_job(store, job, "boom", retryable=True)
     before = db.job(job.id)
 
-    again = store.fail(job.lease, "boom", retryable=True)
+    again = fail_job(store, job, "boom", retryable=True)
 
     assert again.state is JobState.FAILED
     assert db.job(job.id) == before
@@ -228,7 +229,7 @@ def test_release_queues_the_job_at_once_without_charging_the_attempt(store, db: 
 
 def test_release_on_a_later_attempt_gives_back_only_that_attempt(store, clock: FakeClock):
     store.enqueue(new_job(max_attempts=3))
-    store.fail(claim_one(store).lease, "boom", retryable=True)
+    fail_job(store, claim_one(store), "boom", retryable=True)
     clock.advance(3600)
     second = claim_one(store)
 

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from service.jobs import Heartbeat
 from tests.conftest import Database, FakeClock
-from tests.store.builders import claim_one, new_job
+from tests.store.builders import claim_one, new_job, reap
 
 
 def test_heartbeat_extends_the_lease_from_the_store_clock(store, clock: FakeClock):
@@ -22,7 +22,7 @@ def test_heartbeat_extends_the_lease_from_the_store_clock(store, clock: FakeCloc
     assert status.lease_expires_at == clock.now() + timedelta(seconds=30)
     assert status.updated_at == clock.now()
     clock.advance(29)
-    assert store.reap().total == 0
+    assert reap(store).total == 0
     assert store.get(job.id).stale is False
 
 
@@ -77,7 +77,7 @@ def test_a_reclaimed_job_resumes_from_its_checkpoint(store, clock: FakeClock):
     first = claim_one(store, "worker-a", lease_seconds=10)
     store.heartbeat(first.lease, 10, done=40, checkpoint={"next_item": 40})
     clock.advance(11)
-    store.reap()
+    reap(store)
     clock.advance(3600)  # past any retry backoff
 
     second = claim_one(store, "worker-b")
@@ -94,7 +94,7 @@ def test_any_json_value_is_a_checkpoint(store, clock: FakeClock):
     for job, checkpoint in zip(first, checkpoints, strict=True):
         store.heartbeat(job.lease, 10, checkpoint=checkpoint)
     clock.advance(11)
-    store.reap()
+    reap(store)
     clock.advance(3600)
 
     resumed = {job.id: job.checkpoint for job in store.claim("worker-b", ["default"], len(checkpoints), 30)}

@@ -8,7 +8,7 @@ from datetime import timedelta
 from service.jobs import JobState, ReapResult
 from service.retry import RetryPolicy
 from tests.conftest import Database, FakeClock
-from tests.store.builders import claim_one, new_job
+from tests.store.builders import claim_one, new_job, reap
 
 
 def test_a_live_lease_is_not_reaped(store, clock: FakeClock):
@@ -16,19 +16,19 @@ def test_a_live_lease_is_not_reaped(store, clock: FakeClock):
     job = claim_one(store, lease_seconds=30)
     clock.advance(30)  # expiry is strict: a lease that ends now is still held
 
-    assert store.reap() == ReapResult()
+    assert reap(store) == ReapResult()
     assert store.get(job.id).state is JobState.RUNNING
 
 
 def test_an_expired_lease_with_attempts_left_goes_back_to_the_queue(
     make_store, store_url, db: Database, clock: FakeClock
 ):
-    store = make_store(store_url, clock=clock, retry_base_seconds=4, retry_cap_seconds=60)
+    store = make_store(store_url, clock=clock)
     store.enqueue(new_job(max_attempts=3))
     job = claim_one(store, "worker-a", lease_seconds=30)
     clock.advance(31)
 
-    assert store.reap() == ReapResult(requeued=1)
+    assert reap(store, RetryPolicy(4, 60)) == ReapResult(requeued=1)
 
     status = store.get(job.id)
     assert (status.state, status.attempts) == (JobState.QUEUED, 1)
@@ -45,7 +45,7 @@ def test_an_expired_lease_is_reclaimed_by_another_worker(store, db: Database, cl
     store.enqueue(new_job())
     first = claim_one(store, "worker-a", lease_seconds=30)
     clock.advance(31)
-    store.reap()
+    reap(store)
     clock.advance(3600)
 
     second = claim_one(store, "worker-b")
@@ -61,12 +61,12 @@ def test_an_expired_lease_on_the_last_attempt_fails_the_job_saying_so(store, db:
     store.enqueue(new_job(max_attempts=2))
     claim_one(store, "worker-a", lease_seconds=10)
     clock.advance(11)
-    store.reap()
+    reap(store)
     clock.advance(3600)
     last = claim_one(store, "worker-b", lease_seconds=10)
     clock.advance(11)
 
-    assert store.reap() == ReapResult(failed=1)
+    assert reap(store) == ReapResult(failed=1)
 
     status = store.get(last.id)
     assert (status.state, status.attempts) == (JobState.FAILED, 2)
@@ -83,7 +83,7 @@ def test_reaping_a_job_whose_cancel_was_requested_cancels_it(store, db: Database
     store.cancel(job.id)
     clock.advance(11)
 
-    assert store.reap() == ReapResult(cancelled=1)
+    assert reap(store) == ReapResult(cancelled=1)
     assert store.get(job.id).state is JobState.CANCELLED
     assert [a["outcome"] for a in db.attempts(job.id)] == ["lease_expired"]
 
@@ -93,8 +93,8 @@ def test_reaping_twice_reaps_once(store, db: Database, clock: FakeClock):
     store.claim("worker-a", ["default"], 3, 10)
     clock.advance(11)
 
-    assert store.reap().requeued == 3
-    assert store.reap() == ReapResult()
+    assert reap(store).requeued == 3
+    assert reap(store) == ReapResult()
     assert db.count("job_attempts", "outcome = 'lease_expired'") == 3
 
 
@@ -103,10 +103,10 @@ def test_reap_takes_at_most_its_limit_per_call(store, clock: FakeClock):
     store.claim("worker-a", ["default"], 5, 10)
     clock.advance(11)
 
-    assert store.reap(limit=2).total == 2
-    assert store.reap(limit=2).total == 2
-    assert store.reap(limit=2).total == 1
-    assert store.reap(limit=2).total == 0
+    assert reap(store, limit=2).total == 2
+    assert reap(store, limit=2).total == 2
+    assert reap(store, limit=2).total == 1
+    assert reap(store, limit=2).total == 0
 
 
 def test_reap_leaves_queued_and_finished_jobs_alone(store, db: Database, clock: FakeClock):
@@ -116,7 +116,7 @@ def test_reap_leaves_queued_and_finished_jobs_alone(store, db: Database, clock: 
     before = db.rows("SELECT * FROM jobs ORDER BY id")
     clock.advance(3600)
 
-    assert store.reap() == ReapResult()
+    assert reap(store) == ReapResult()
     assert db.rows("SELECT * FROM jobs ORDER BY id") == before
 
 
@@ -128,7 +128,7 @@ def test_reapers_running_at_once_reap_each_job_once(make_store, store_url, db: D
     clock.advance(11)
 
     with ThreadPoolExecutor(4) as pool:
-        results = list(pool.map(lambda s: [s.reap(limit=7) for _ in range(8)], stores))
+        results = list(pool.map(lambda s: [reap(s, limit=7) for _ in range(8)], stores))
 
     assert sum(r.total for rounds in results for r in rounds) == 40
     assert db.count("jobs", "state = 'queued'") == 40

@@ -38,7 +38,9 @@ from hypothesis.stateful import (
 
 from service.errors import InvalidTransition, LeaseLost
 from service.jobs import JobState, Lease, NewJob, ReplayFilter
+from service.retry import GiveUp, Retry, RetryPolicy
 from tests.conftest import Database, FakeClock
+from tests.store.builders import reap
 
 TABLES_CHILD_FIRST = ("job_replays", "job_attempts", "job_results", "jobs")
 QUEUES = ("a", "b")
@@ -216,10 +218,11 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
         def fail(self, which, retryable):
             lease = self.choose_lease(which)
             if not self.is_current(lease):
-                self.stale_write(lease, lambda: store.fail(lease, "stale error", retryable))
+                self.stale_write(lease, lambda: store.fail(lease, "stale error", Retry(0.0) if retryable else GiveUp()))
                 return
             row = self.rows()[str(lease.job_id)]
-            result = store.fail(lease, f"error on attempt {lease.attempt}", retryable)
+            decision = RetryPolicy().decide(lease.attempt, row["max_attempts"], retryable)
+            result = store.fail(lease, f"error on attempt {lease.attempt}", decision)
             if row["cancel_requested"]:
                 expected = JobState.CANCELLED
             elif retryable and row["attempts"] < row["max_attempts"]:
@@ -262,7 +265,7 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
                 r["id"]: r for r in self.rows().values()
                 if r["state"] == "running" and r["lease_expires_at"] < now
             }
-            result = store.reap()
+            result = reap(store)
             assert result.total == len(expired)
             after = self.rows()
             for job_id, before in expired.items():

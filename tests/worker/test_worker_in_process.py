@@ -17,6 +17,7 @@ import pytest
 from service.errors import PermanentError, StoreUnavailable
 from service.jobs import NewJob
 from service.maintenance import Reaper
+from service.retry import RetryPolicy
 from service.store import Store
 from service.worker import App, JobContext, StopReason, Worker, WorkerConfig
 from tests.conftest import Database, FakeClock
@@ -26,7 +27,7 @@ from tests.worker.harness import wait_until
 @contextmanager
 def running_worker(store: Store, app: App, **options: Any) -> Iterator[Worker]:
     settings: dict[str, Any] = {"poll_seconds": 0.1, "lease_seconds": 3.0, "grace_seconds": 1.0, **options}
-    worker = Worker(store, app, WorkerConfig(**settings))
+    worker = Worker(store, app, WorkerConfig(**settings), retry_policy=RetryPolicy(base_seconds=0.01))
     thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False}, daemon=True)
     thread.start()
     assert worker.started.wait(10), "the worker did not start"
@@ -40,8 +41,8 @@ def running_worker(store: Store, app: App, **options: Any) -> Iterator[Worker]:
 
 @pytest.fixture
 def live_store(make_store: Callable[..., Store], store_url: str) -> Store:
-    """A store on the real clock (workers need time to pass), with short retry delays."""
-    return make_store(store_url, retry_base_seconds=0.01)
+    """A store on the real clock (workers need time to pass); running_worker retries after 10 ms at most."""
+    return make_store(store_url)
 
 
 def state(db: Database, job_id: object) -> str:
@@ -304,7 +305,7 @@ def test_reaper_loop_survives_outages() -> None:
     errors: list[StoreUnavailable] = []
 
     class Down:
-        def reap(self, limit: int) -> Any:
+        def reap(self, delays: list[float], limit: int) -> Any:
             calls.append(limit)
             raise StoreUnavailable("down")
 

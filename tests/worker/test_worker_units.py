@@ -13,9 +13,24 @@ import pytest
 
 from service.errors import InvalidInput, PermanentError
 from service.jobs import ClaimedJob, Lease
-from service.worker import App, JobContext, JobStopped, StopReason, WorkerConfig, load_app, make_worker_id
+from service.worker import (
+    App,
+    JobContext,
+    JobStopped,
+    StopReason,
+    WorkerConfig,
+    load_app,
+    make_worker_id,
+)
 from service.worker.backoff import Backoff, jittered
-from service.worker.executor import MAX_ERROR_CHARS, Failed, Stopped, Succeeded, execute, format_error
+from service.worker.executor import (
+    MAX_ERROR_CHARS,
+    Failed,
+    Stopped,
+    Succeeded,
+    execute,
+    format_error,
+)
 
 
 def claimed(kind: str = "k", payload: dict | None = None, checkpoint: object = None, attempt: int = 1) -> ClaimedJob:

@@ -206,9 +206,9 @@ SELECT id FROM finished
 
 # -- fail_job --
 # Invariant 1: fenced like COMPLETE_JOBS. Invariant 3: the error is stored on the
-# job and on its attempt. A retry goes back to queued with a jittered run_after
-# (the delay comes from service.retry); spent attempts or a permanent error fail
-# the job; a job whose cancellation was requested ends cancelled instead.
+# job and on its attempt. The caller brings the retry decision (service.retry):
+# %(retry)s queues the job again, due %(delay)s seconds from now; otherwise it
+# fails. A job whose cancellation was requested ends cancelled either way.
 FAIL_JOB = """
 WITH n AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS ts
@@ -216,7 +216,7 @@ WITH n AS (
 decision AS (
     SELECT id,
            CASE WHEN cancel_requested THEN 'cancelled'
-                WHEN %(retryable)s AND attempts < max_attempts THEN 'queued'
+                WHEN %(retry)s THEN 'queued'
                 ELSE 'failed' END AS next_state
     FROM jobs
     WHERE id = %(job_id)s
@@ -321,7 +321,10 @@ WHERE a.job_id = %(job_id)s AND a.claim = %(claim)s AND a.worker = %(owner)s
 # double-reaping, rows lock in id order, and a batch is bounded. Attempts were
 # charged at claim, so a job that kills its worker every time fails after
 # max_attempts with an error that says the lease expired (invariant 3).
-# Expiry is compared with the database clock, never a worker's.
+# Expiry is compared with the database clock, never a worker's. An expired
+# lease is a retryable failure: while attempts remain (the retry budget, as in
+# service.retry.decide) the job is due after %(delays)s[attempts], the delays the
+# caller drew for each attempt number; the backoff itself is decided in Python.
 REAP_EXPIRED = """
 WITH n AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS ts
@@ -348,8 +351,7 @@ reaped AS (
                           || ' stopped heartbeating: crashed, killed or cut off)' END,
         error_group = CASE WHEN e.cancel_requested THEN j.error_group ELSE %(lease_expired)s END,
         run_after = CASE WHEN NOT e.cancel_requested AND e.attempts < e.max_attempts
-                         THEN n.ts + make_interval(secs => random() * least(
-                              %(retry_cap)s, %(retry_base)s * power(2, e.attempts - 1)))
+                         THEN n.ts + make_interval(secs => (%(delays)s::float8[])[e.attempts])
                          ELSE j.run_after END,
         lease_owner = CASE WHEN NOT e.cancel_requested AND e.attempts < e.max_attempts
                            THEN NULL ELSE j.lease_owner END,

@@ -69,9 +69,14 @@ from service.payloads import (
     storable_json,
     validate_new_job,
 )
-from service.retry import RetryPolicy
+from service.retry import Decision
 from service.store.base import PRUNE_BATCH, REAP_BATCH, Clock, DatabaseHealth, Listener
-from service.store.encoding import bucket_counts, substring_pattern
+from service.store.encoding import (
+    bucket_counts,
+    check_reap_delays,
+    retry_params,
+    substring_pattern,
+)
 from service.store.postgres.errors import Retryable, translate_errors
 from service.store.postgres.listener import PostgresListener, connection_defaults
 from service.store.postgres.queries import (
@@ -130,13 +135,11 @@ class PostgresStore:
         *,
         pool_size: int = 2,
         notify: bool = True,
-        retry_policy: RetryPolicy | None = None,
         clock: Clock | None = None,
         pool_timeout: float = 10.0,
     ) -> None:
         self.database_url = database_url
         self.notify = notify
-        self.retry_policy = retry_policy or RetryPolicy()
         self._clock = clock
         self._pool = ConnectionPool(
             database_url,
@@ -444,18 +447,19 @@ class PostgresStore:
             if item.lease.job_id not in written and self._receipt(item.lease, AttemptOutcome.SUCCEEDED) is None
         ]
 
-    def fail(self, lease: Lease, error: str, retryable: bool) -> FailResult:
+    def fail(self, lease: Lease, error: str, decision: Decision) -> FailResult:
         if not isinstance(error, str) or not error.strip():
             raise InvalidInput("error must be a non-empty string")
         error = storable_error(error)
+        retry, delay = retry_params(decision)
         row = self._fetchone(
             FAIL_JOB,
             self._params(
                 **_fence(lease),
                 error=error,
                 error_group=error_group(error),
-                retryable=retryable,
-                delay=self.retry_policy.delay(lease.attempt),
+                retry=retry,
+                delay=delay,
             ),
         )
         if row is None:
@@ -483,15 +487,10 @@ class PostgresStore:
             raise LeaseLost(lease.job_id, lease.attempt)
         return row
 
-    def reap(self, limit: int = REAP_BATCH) -> ReapResult:
+    def reap(self, delays: Sequence[float], limit: int = REAP_BATCH) -> ReapResult:
         rows = self._fetchall(
             REAP_EXPIRED,
-            self._params(
-                limit=limit,
-                lease_expired=LEASE_EXPIRED_GROUP,
-                retry_base=self.retry_policy.base_seconds,
-                retry_cap=self.retry_policy.cap_seconds,
-            ),
+            self._params(limit=limit, lease_expired=LEASE_EXPIRED_GROUP, delays=check_reap_delays(delays)),
         )
         counts = {row["state"]: row["jobs"] for row in rows}
         return ReapResult(

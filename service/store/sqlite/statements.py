@@ -103,27 +103,26 @@ INSERT INTO job_results (id, job_id, body, created_at) VALUES (:result_id, :job_
 
 # -- fail_job --
 # Invariant 1: fenced. Invariant 3: the error goes on the job and on its attempt.
-# The next state was decided by service.retry from the row read under the lock.
+# The caller brings the retry decision (service.retry): :retry queues the job
+# again, due :delay seconds from now; otherwise it fails. A job whose
+# cancellation was requested ends cancelled either way. Every SET expression
+# reads the row as it was, so the CASEs all see the same cancel_requested.
+# The reaper writes expired jobs through this statement too, fenced on the token
+# it read under the write lock, with a NULL error to keep a cancelled job's own.
 FAIL_JOB = """
 UPDATE jobs
-SET state = :next_state,
-    error = :error,
-    error_group = :error_group,
-    run_after = CASE WHEN :next_state = 'queued'
+SET state = CASE WHEN cancel_requested THEN 'cancelled' WHEN :retry THEN 'queued' ELSE 'failed' END,
+    error = coalesce(:error, error),
+    error_group = coalesce(:error_group, error_group),
+    run_after = CASE WHEN NOT cancel_requested AND :retry
                      THEN strftime('%Y-%m-%d %H:%M:%f', :now, :delay || ' seconds') ELSE run_after END,
-    lease_owner = CASE WHEN :next_state = 'queued' THEN NULL ELSE lease_owner END,
+    lease_owner = CASE WHEN NOT cancel_requested AND :retry THEN NULL ELSE lease_owner END,
     lease_expires_at = NULL,
-    finished_at = CASE WHEN :next_state = 'queued' THEN NULL ELSE :now END,
+    finished_at = CASE WHEN NOT cancel_requested AND :retry THEN NULL ELSE :now END,
     updated_at = :now
 WHERE id = :job_id AND claims = :claim AND attempts = :attempt AND lease_owner = :owner
   AND state = 'running'
 RETURNING state, run_after
-"""
-
-READ_FENCED = """
-SELECT attempts, max_attempts, cancel_requested FROM jobs
-WHERE id = :job_id AND claims = :claim AND attempts = :attempt AND lease_owner = :owner
-  AND state = 'running'
 """
 
 # -- release_job --
@@ -169,27 +168,13 @@ WHERE a.job_id = :job_id AND a.claim = :claim AND a.worker = :owner
 # Invariant 2: running jobs past their lease, compared with the store's clock,
 # in id order and in bounded batches. Idempotent: a second reaper finds nothing.
 REAP_EXPIRED = """
-SELECT j.id, j.attempts, j.claims, j.max_attempts, j.lease_owner, j.cancel_requested, j.error, j.error_group,
+SELECT j.id, j.attempts, j.claims, j.max_attempts, j.lease_owner, j.cancel_requested,
        (SELECT count(*) FROM job_attempts AS a
         WHERE a.job_id = j.id AND a.outcome = 'lease_expired') + 1 AS expiries
 FROM jobs AS j
 WHERE j.state = 'running' AND j.lease_expires_at < :now
 ORDER BY j.id
 LIMIT :limit
-"""
-
-REAP_JOB = """
-UPDATE jobs
-SET state = :next_state,
-    error = :error,
-    error_group = :error_group,
-    run_after = CASE WHEN :next_state = 'queued'
-                     THEN strftime('%Y-%m-%d %H:%M:%f', :now, :delay || ' seconds') ELSE run_after END,
-    lease_owner = CASE WHEN :next_state = 'queued' THEN NULL ELSE lease_owner END,
-    lease_expires_at = NULL,
-    finished_at = CASE WHEN :next_state = 'queued' THEN NULL ELSE :now END,
-    updated_at = :now
-WHERE id = :job_id AND state = 'running'
 """
 
 CANCEL_JOB = """

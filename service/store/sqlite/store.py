@@ -66,9 +66,14 @@ from service.payloads import (
     storable_error,
     validate_new_job,
 )
-from service.retry import RetryPolicy
+from service.retry import Decision
 from service.store.base import PRUNE_BATCH, REAP_BATCH, Clock, DatabaseHealth, Listener
-from service.store.encoding import bucket_counts, substring_pattern
+from service.store.encoding import (
+    bucket_counts,
+    check_reap_delays,
+    retry_params,
+    substring_pattern,
+)
 from service.store.rows import Readers, api_token, claimed_job, job_status, worker_info
 from service.store.sqlite.errors import translate_errors
 from service.store.sqlite.listener import SilentListener
@@ -108,9 +113,7 @@ from service.store.sqlite.statements import (
     OPEN_ATTEMPT,
     READ_ATTEMPT_RECEIPT,
     READ_BY_IDEMPOTENCY_KEYS,
-    READ_FENCED,
     REAP_EXPIRED,
-    REAP_JOB,
     RECORD_REPLAY,
     RELEASE_JOB,
     RENEW_LEASE,
@@ -129,14 +132,12 @@ class SqliteStore:
         self,
         database_url: str,
         *,
-        retry_policy: RetryPolicy | None = None,
         clock: Clock | None = None,
     ) -> None:
         if not database_url.startswith("sqlite:///"):
             raise InvalidInput("a SQLite URL looks like sqlite:///path/to/file.db")
         self.database_url = database_url
         self.path = database_url[len("sqlite:///") :]
-        self.retry_policy = retry_policy or RetryPolicy()
         self._clock = clock
         self._lock = threading.Lock()
         with translate_errors():
@@ -454,33 +455,21 @@ class SqliteStore:
                 _close_attempt(conn, lease, now, AttemptOutcome.SUCCEEDED)
         return lost
 
-    def fail(self, lease: Lease, error: str, retryable: bool) -> FailResult:
+    def fail(self, lease: Lease, error: str, decision: Decision) -> FailResult:
         if not isinstance(error, str) or not error.strip():
             raise InvalidInput("error must be a non-empty string")
         error = storable_error(error)
+        retry, delay = retry_params(decision)
         with self._write() as (conn, now):
-            current = conn.execute(READ_FENCED, _fence(lease)).fetchone()
-            if current is None:
-                receipt = _require_receipt(conn, lease, AttemptOutcome.FAILED)
-                return _fail_result(receipt["state"], receipt["run_after"])
-            if current["cancel_requested"]:
-                next_state = JobState.CANCELLED
-            elif self.retry_policy.should_retry(current["attempts"], current["max_attempts"], retryable):
-                next_state = JobState.QUEUED
-            else:
-                next_state = JobState.FAILED
             row = conn.execute(
                 FAIL_JOB,
-                {
-                    **_fence(lease),
-                    "now": now,
-                    "next_state": next_state.value,
-                    "error": error,
-                    "error_group": error_group(error),
-                    "delay": self.retry_policy.delay(lease.attempt),
-                },
+                {**_fence(lease), "now": now, "retry": retry, "delay": delay,
+                 "error": error, "error_group": error_group(error)},
             ).fetchone()
-            _close_attempt(conn, lease, now, AttemptOutcome.FAILED, error)
+            if row is None:
+                row = _require_receipt(conn, lease, AttemptOutcome.FAILED)
+            else:
+                _close_attempt(conn, lease, now, AttemptOutcome.FAILED, error)
         return _fail_result(row["state"], row["run_after"])
 
     def release(self, lease: Lease) -> None:
@@ -501,43 +490,25 @@ class SqliteStore:
             _close_attempt(conn, lease, now, AttemptOutcome.CANCELLED)
 
 
-    def reap(self, limit: int = REAP_BATCH) -> ReapResult:
+    def reap(self, delays: Sequence[float], limit: int = REAP_BATCH) -> ReapResult:
+        delays = check_reap_delays(delays)
         counts = {JobState.QUEUED: 0, JobState.FAILED: 0, JobState.CANCELLED: 0}
         with self._write() as (conn, now):
             for job in conn.execute(REAP_EXPIRED, {"now": now, "limit": limit}).fetchall():
-                if job["cancel_requested"]:
-                    next_state, error, group = JobState.CANCELLED, job["error"], job["error_group"]
-                else:
-                    group = LEASE_EXPIRED_GROUP
-                    retry = job["attempts"] < job["max_attempts"]
-                    next_state = JobState.QUEUED if retry else JobState.FAILED
-                    error = (
-                        f"lease expired {job['expiries']} time(s); last on attempt {job['attempts']}"
-                        f" of {job['max_attempts']} (worker {job['lease_owner']}"
-                        " stopped heartbeating: crashed, killed or cut off)"
-                    )
-                conn.execute(
-                    REAP_JOB,
-                    {
-                        "job_id": job["id"],
-                        "now": now,
-                        "next_state": next_state.value,
-                        "error": error,
-                        "error_group": group,
-                        "delay": self.retry_policy.delay(job["attempts"]),
-                    },
+                lease = Lease(uuid.UUID(job["id"]), job["lease_owner"], job["attempts"], job["claims"])
+                error = None if job["cancel_requested"] else (
+                    f"lease expired {job['expiries']} time(s); last on attempt {job['attempts']}"
+                    f" of {job['max_attempts']} (worker {job['lease_owner']}"
+                    " stopped heartbeating: crashed, killed or cut off)"
                 )
-                conn.execute(
-                    CLOSE_ATTEMPT,
-                    {
-                        "job_id": job["id"],
-                        "claim": job["claims"],
-                        "now": now,
-                        "outcome": AttemptOutcome.LEASE_EXPIRED.value,
-                        "error": "lease expired",
-                    },
-                )
-                counts[next_state] += 1
+                retry = job["attempts"] < job["max_attempts"]  # the retry budget, as retry.decide keeps it
+                row = conn.execute(
+                    FAIL_JOB,
+                    {**_fence(lease), "now": now, "retry": retry, "delay": delays[job["attempts"] - 1],
+                     "error": error, "error_group": None if error is None else LEASE_EXPIRED_GROUP},
+                ).fetchone()
+                _close_attempt(conn, lease, now, AttemptOutcome.LEASE_EXPIRED, "lease expired")
+                counts[JobState(row["state"])] += 1
         return ReapResult(
             requeued=counts[JobState.QUEUED],
             failed=counts[JobState.FAILED],
