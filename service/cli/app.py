@@ -157,19 +157,6 @@ def iso(moment: datetime | None) -> str | None:
 
 
 
-@contextmanager
-def migration_errors() -> Iterator[None]:
-    """Alembic talks to the database through SQLAlchemy, outside the store's
-    translation; a connection failure there is the store being unavailable."""
-    import sqlalchemy.exc
-
-    try:
-        yield
-    except sqlalchemy.exc.OperationalError as exc:
-        message = str(exc.orig if exc.orig is not None else exc).strip().splitlines()
-        raise StoreUnavailable(f"database unavailable: {message[0] if message else type(exc).__name__}") from exc
-
-
 def redact(url: str) -> str:
     """The URL without its password, for messages."""
     scheme, sep, rest = url.partition("://")

@@ -12,7 +12,6 @@ import typer
 from service.cli.app import (
     app,
     cli_state,
-    migration_errors,
     open_cli_store,
     parse_job_id,
     parse_payload,
@@ -67,8 +66,7 @@ def migrate(ctx: typer.Context) -> None:
     from service.store import migrate as migrations
 
     url = cli_state(ctx).settings().database_url
-    with migration_errors():
-        migrations.upgrade(url)
+    migrations.upgrade(url)
     print(f"jobq: schema is at the newest migration ({redact(url)})", file=sys.stderr)
 
 

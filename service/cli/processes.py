@@ -16,7 +16,6 @@ import typer
 from service.cli.app import (
     app,
     cli_state,
-    migration_errors,
     open_cli_store,
     redact,
 )
@@ -137,8 +136,7 @@ def dev(
     from service.store import migrate as migrations
 
     settings = cli_state(ctx).settings().model_copy(update={"auth": False})
-    with migration_errors():
-        migrations.upgrade(settings.database_url)
+    migrations.upgrade(settings.database_url)
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning"))
     worker = _start_dev_worker(settings.database_url)
     threading.Thread(target=_dev_announce, args=(server, worker, settings), daemon=True).start()
