@@ -1,4 +1,4 @@
-"""``python -m bench NAME [options]``: enqueue, drain, pickup, poll, scale, cost."""
+"""``python -m bench NAME [options]``: enqueue, drain, pickup, poll, scale, cost, claim."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 from bench.common import common_arguments
 
-NAMES = ("enqueue", "drain", "pickup", "poll", "scale", "cost")
+NAMES = ("enqueue", "drain", "pickup", "poll", "scale", "cost", "claim")
 
 
 def main(argv: list[str] | None = None) -> int:

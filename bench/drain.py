@@ -9,6 +9,12 @@ process start-up is not measured. The rate is the job count over the span
 between the first attempt's ``started_at`` and the last job's ``finished_at``
 (both the database clock). Every run checks that all its jobs succeeded.
 
+``--tenants N`` spreads the jobs over N tenants (round robin); with ``--limit L``
+every tenant is limited to L running jobs (``tenant:* --concurrency L``) and each
+case runs twice in the same run, unlimited first, so the limited rate is read
+against its reference (``vs_unlimited``); ``--weighted`` gives every other tenant
+weight 3.
+
 ``--pgbench-seconds`` also measures pgbench's TPC-B-like write transactions
 with 1 and 8 clients in the same run: PostgreSQL's commit rate on this machine,
 against which the queue's figures can be read.
@@ -37,6 +43,7 @@ from bench.common import (
 )
 from service.config import Settings
 from service.jobs import NewJob
+from service.limits import Limit
 from service.store import open_store
 
 
@@ -50,6 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pgbench-seconds", type=float, default=10.0,
                         help="seconds of pgbench with 1 and with 8 clients as a reference (0: skip)")
     parser.add_argument("--timeout", type=float, default=300.0, help="give up on a run after this many seconds")
+    parser.add_argument("--tenants", type=int, default=1, help="spread the jobs over this many tenants")
+    parser.add_argument("--limit", type=int, default=None, help="tenant:* concurrency (each case also runs unlimited)")
+    parser.add_argument("--weighted", action="store_true", help="every other tenant has weight 3")
 
 
 def run(args: argparse.Namespace) -> Report:
@@ -57,15 +67,24 @@ def run(args: argparse.Namespace) -> Report:
     cases = [tuple(int(x) for x in case.strip().split("x")) for case in args.cases.split(",") if case.strip()]
     with bench_database(args, "drain") as url, tempfile.TemporaryDirectory(prefix="jobq-bench-") as logs:
         for processes, concurrency in cases:
-            runs = [_drain_once(args, url, processes, concurrency, Path(logs) / f"{processes}x{concurrency}-{attempt}")
-                    for attempt in range(args.repeat)]
-            rates = [r[0] for r in runs]
-            report.add(f"{processes} process(es) x concurrency {concurrency}", processes=processes,
-                       concurrency=concurrency, jobs=args.jobs, jobs_per_s=median(rates),
-                       runs=[round(r) for r in rates],
-                       worker_cpu_us_per_job=median([r[1] for r in runs]),
-                       postgres_cpu_us_per_job=median([r[2] for r in runs]),
-                       all_succeeded=True, load=load_average())
+            reference = None
+            for limit in ([None, args.limit] if args.limit is not None else [None]):
+                runs = [_drain_once(args, url, processes, concurrency, limit,
+                                    Path(logs) / f"{processes}x{concurrency}-{limit}-{attempt}")
+                        for attempt in range(args.repeat)]
+                rates = [r[0] for r in runs]
+                rate = median(rates)
+                reference = reference or rate
+                tenants = f", {args.tenants} tenants" if args.tenants > 1 else ""
+                limited = f", each limited to {limit}" if limit is not None else ""
+                weighted = ", weighted" if args.weighted else ""
+                report.add(f"{processes} process(es) x concurrency {concurrency}{tenants}{limited}{weighted}",
+                           processes=processes, concurrency=concurrency, jobs=args.jobs, tenants=args.tenants,
+                           limit=limit, jobs_per_s=rate, vs_unlimited=rate / reference,
+                           runs=[round(r) for r in rates],
+                           worker_cpu_us_per_job=median([r[1] for r in runs]),
+                           postgres_cpu_us_per_job=median([r[2] for r in runs]),
+                           all_succeeded=True, load=load_average())
     if args.pgbench_seconds > 0:
         for clients in (1, 8):
             report.add(f"pgbench tpcb-like, {clients} client(s)", clients=clients,
@@ -73,7 +92,7 @@ def run(args: argparse.Namespace) -> Report:
     return report
 
 
-def _drain_once(args: argparse.Namespace, url: str, processes: int, concurrency: int,
+def _drain_once(args: argparse.Namespace, url: str, processes: int, concurrency: int, limit: int | None,
                 log_prefix: Path) -> tuple[float, float, float]:
     """(jobs/s, worker CPU µs per job, PostgreSQL backend CPU µs per job)."""
     reset_jobs(url)
@@ -92,7 +111,13 @@ def _drain_once(args: argparse.Namespace, url: str, processes: int, concurrency:
         worker_cpu = sum(cpu_seconds(w.proc.pid) for w in workers)
         store = open_store(Settings(database_url=url))
         try:
-            store.enqueue_many([NewJob(kind="noop") for _ in range(args.jobs)])  # one statement, one wake-up
+            if limit is not None:
+                store.set_limit(Limit("tenant:*", concurrency=limit))
+            if args.weighted:
+                for tenant in range(0, args.tenants, 2):
+                    store.set_limit(Limit(f"tenant:t{tenant}", weight=3))
+            # one statement, one wake-up
+            store.enqueue_many([NewJob(kind="noop", tenant=f"t{n % args.tenants}") for n in range(args.jobs)])
         finally:
             store.close()
         wait_for(lambda: not scalar(url, "SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('queued', 'running'))"),

@@ -6,7 +6,8 @@
      ├── Unauthorized            no valid API token: missing, unknown or revoked (HTTP 401)
      ├── NotFound
      │    ├── JobNotFound        no such job for this tenant (another tenant's job is "not found" too)
-     │    └── TokenNotFound      no such API token
+     │    ├── TokenNotFound      no such API token
+     │    └── LimitNotFound      no limit is set on that scope
      ├── InvalidTransition       the job's state does not allow it (cancel a finished job, read a result too early)
      ├── IdempotencyConflict     the idempotency key was used for a different job
      ├── LeaseLost               the fencing token no longer holds the job: the write changed nothing
@@ -44,6 +45,12 @@ class TokenNotFound(NotFound):
     def __init__(self, token_id: object) -> None:
         super().__init__(f"API token {token_id} not found")
         self.token_id = token_id
+
+
+class LimitNotFound(NotFound):
+    def __init__(self, scope: str) -> None:
+        super().__init__(f"no limit is set on {scope}")
+        self.scope = scope
 
 
 class InvalidTransition(JobqError):

@@ -28,6 +28,7 @@ from service.api.limits import BodySizeLimit
 from service.api.polling import NotifyWatcher, PollingWatcher, Watcher
 from service.api.problems import Problem, problem_handler
 from service.api.routes import health, router
+from service.api.routes_limits import limits_router
 from service.api.routes_ops import ops
 from service.config import Settings, load_settings
 from service.errors import JobqError
@@ -116,6 +117,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     # A plain GET /v1/jobs/{id} that succeeds is answered before FastAPI's machinery (see fast_poll).
     app.fast_poll = StatusPollFastPath(app.state)
     app.include_router(ops)  # first: its literal /v1/jobs/replay wins over /v1/jobs/{job_id}
+    app.include_router(limits_router)
     app.include_router(router)
     app.include_router(health)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

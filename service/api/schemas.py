@@ -90,7 +90,10 @@ class JobSubmit(_Request):
         default=None, description="Items the job will do, if known (for progress)."
     )
     concurrency_key: Key | None = Field(
-        default=None, description="Jobs sharing a key are limited together (e.g. one customer)."
+        default=None,
+        description="The job's key scope, key:NAME. With a limit set on it (`jobq limits set key:NAME "
+        "--concurrency N`), at most N jobs with this key run at once across the whole fleet; "
+        "without one, the key only groups jobs (and `jobq explain` names it).",
     )
 
     @field_validator("payload")
@@ -136,7 +139,14 @@ class JobOut(BaseModel):
     total: int | None = Field(description="Items in all, when known.")
     attempts: int = Field(description="Attempts started so far (the running one included).")
     max_attempts: int
-    error: str | None = Field(description="Why the job failed; only when state is failed.")
+    error: str | None = Field(
+        description="Why the job failed (state failed), or why its last attempt did while it waits "
+        "for a retry (state queued, attempts above 0)."
+    )
+    run_after: datetime | None = Field(
+        description="When a queued job is due, if it was scheduled for later (a delay, or a retry "
+        "backoff); `jobq explain` / GET /v1/jobs/{job_id}/explain say what else holds it."
+    )
     stale: bool = Field(description="Running, but its lease expired: its worker is gone or stuck.")
     cancel_requested: bool
     created_at: datetime
@@ -159,7 +169,11 @@ class JobOut(BaseModel):
             total=status.total,
             attempts=status.attempts,
             max_attempts=status.max_attempts,
-            error=status.error if status.state is JobState.FAILED else None,
+            error=status.error if status.state in (JobState.FAILED, JobState.QUEUED) else None,
+            # Scheduled later than its last change (enqueue or retry): the database set it in
+            # the future, and a status is read without a clock of its own to compare.
+            run_after=_utc(status.run_after)
+            if status.state is JobState.QUEUED and status.run_after > status.updated_at else None,
             stale=status.stale,
             cancel_requested=status.cancel_requested,
             created_at=_utc(status.created_at),

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+from service.explain import JobFacts
+from service.limits import Limit, ScopeUsage
 from service.jobs import (
     JSON,
     ActiveCount,
@@ -187,6 +189,33 @@ class Store(Protocol):
 
     def list_jobs(self, query: JobQuery) -> JobPage:
         """One tenant's jobs, newest first, keyset-paginated."""
+        ...
+
+    def explain_facts(self, job_id: uuid.UUID, tenant: str | None = None, *,
+                      workers_seen_within: float) -> JobFacts:
+        """What ``service.explain.explain`` words about one job, read now in a few queries:
+        the status, the last attempt, the job's scope counters (and, for a full scope, the
+        running jobs in it that ``tenant`` may see), the workers seen within the window,
+        and the due jobs of its tenant ahead of it. Raises JobNotFound."""
+        ...
+
+    # -- limits and fair shares (service.limits) -------------------------------------
+    def set_limit(self, limit: Limit) -> None:
+        """Set the scope's limit, replacing what was set on it; in force from the next claim.
+        The scope's counters are recounted from the running jobs in the same transaction."""
+        ...
+
+    def delete_limit(self, scope: str) -> None:
+        """Remove the scope's limit (its counters go with it). Raises LimitNotFound."""
+        ...
+
+    def list_limits(self, tenant: str | None = None) -> list[Limit]:
+        """Every limit set, by scope; with ``tenant``, only tenant:TENANT and tenant:*."""
+        ...
+
+    def scope_usage(self, scopes: Sequence[str] | None = None) -> list[ScopeUsage]:
+        """The counters of limited scopes (all, or those named): the limit in force and the
+        jobs running in each, exact."""
         ...
 
     # -- the dead-letter path, rates and retention (indexed time windows only) ---

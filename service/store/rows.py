@@ -8,11 +8,12 @@ dataclass is mapped in one place, and the two stores cannot drift apart.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from service.explain import JobFacts, LastAttempt, ScopeRunning
 from service.jobs import (
     JSON,
     ApiToken,
@@ -22,6 +23,7 @@ from service.jobs import (
     Lease,
     WorkerInfo,
 )
+from service.limits import Limit, ScopeUsage
 
 
 @dataclass(frozen=True)
@@ -101,4 +103,56 @@ def worker_info(row: Mapping[str, Any], read: Readers) -> WorkerInfo:
         concurrency=row["concurrency"],
         started_at=read.time(row["started_at"]),
         last_seen_at=read.time(row["last_seen_at"]),
+    )
+
+
+def limit_row(row: Mapping[str, Any]) -> Limit:
+    return Limit(
+        scope=row["scope"],
+        concurrency=row["concurrency"],
+        rate=row["rate"],
+        per_seconds=None if row["per_seconds"] is None else float(row["per_seconds"]),
+        weight=None if row["weight"] is None else float(row["weight"]),
+    )
+
+
+def scope_usage_row(row: Mapping[str, Any], read: Readers) -> ScopeUsage:
+    return ScopeUsage(
+        scope=row["scope"],
+        running=row["running"],
+        concurrency=row["concurrency"],
+        rate=row["rate"],
+        per_seconds=None if row["per_seconds"] is None else float(row["per_seconds"]),
+        window_start=_maybe(read.time, row["window_start"]),
+        window_starts=row["window_starts"],
+    )
+
+
+def job_facts(status: JobStatus, facts: Mapping[str, Any], now: datetime, read: Readers,
+              usage: Sequence[ScopeUsage], running_ids: Callable[[str], list[Any]],
+              workers: Sequence[WorkerInfo]) -> JobFacts:
+    """The facts explain words (service.explain), from what one store read.
+    ``running_ids(scope)`` reads the running jobs of a full scope the caller may see."""
+    scopes = tuple(
+        ScopeRunning(u, tuple(read.ident(i) for i in running_ids(u.scope))
+                     if u.concurrency is not None and u.running >= u.concurrency else ())
+        for u in usage
+    )
+    last = None
+    if facts["attempt"] is not None:
+        last = LastAttempt(
+            attempt=facts["attempt"], worker=facts["worker"], started_at=read.time(facts["attempt_started_at"]),
+            finished_at=_maybe(read.time, facts["attempt_finished_at"]), outcome=facts["outcome"],
+            error=facts["attempt_error"],
+        )
+    tenant_scope = f"tenant:{status.tenant}"
+    return JobFacts(
+        status=status,
+        now=now,
+        last_attempt=last,
+        scopes=scopes,
+        tenant_counter_missing=bool(facts["every_tenant_limited"]) and all(u.scope != tenant_scope for u in usage),
+        live_workers=tuple(workers),
+        lease_worker=next((w for w in workers if w.id == status.lease_owner), None),
+        ahead_in_tenant=int(facts["ahead"]),
     )

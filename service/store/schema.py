@@ -83,19 +83,23 @@ jobs = sa.Table(
     sa.CheckConstraint("done >= 0 AND (total IS NULL OR total >= 0)", name="progress_non_negative"),
     sa.CheckConstraint("priority >= 0", name="priority_non_negative"),
     sa.CheckConstraint("attempts >= 0 AND max_attempts >= 1 AND attempts <= max_attempts", name="attempts"),
-    # The claim reads only this index: queued rows, in claim order. History never enters it.
+    # The claim reads only this index: queued rows, per queue and tenant in claim order
+    # (the fair claim walks it tenant by tenant, a loose index scan). History never enters it.
     sa.Index(
         "ix_jobs_claimable",
         "queue",
+        "tenant",
         sa.text("priority DESC"),
         "run_after",
         "id",
         postgresql_where=sa.text("state = 'queued'"),
         sqlite_where=sa.text("state = 'queued'"),
     ),
-    # Running jobs only: the reaper's scan and per-key concurrency counts. Bounded by fleet size.
+    # Running jobs only: the reaper's scan and the fair claim's running jobs per tenant.
+    # Bounded by fleet size.
     sa.Index(
         "ix_jobs_running",
+        "tenant",
         "concurrency_key",
         postgresql_where=sa.text("state = 'running'"),
         sqlite_where=sa.text("state = 'running'"),
@@ -185,4 +189,41 @@ api_tokens = sa.Table(
     sa.Column("token_hash", sa.Text, nullable=False, unique=True),
     sa.Column("created_at", Timestamp, nullable=False),
     sa.Column("revoked_at", Timestamp, nullable=True),
+)
+
+# Fleet-wide limits (service.limits): what operators set, one row per scope.
+limits = sa.Table(
+    "limits",
+    metadata,
+    sa.Column("scope", sa.Text, primary_key=True),
+    sa.Column("concurrency", sa.Integer, nullable=True),
+    sa.Column("rate", sa.Integer, nullable=True),
+    sa.Column("per_seconds", sa.Float, nullable=True),
+    sa.Column("weight", sa.Float, nullable=True),  # NULL: not set here (a tenant inherits tenant:*, else 1)
+    sa.Column("updated_at", Timestamp, nullable=False),
+    sa.CheckConstraint("concurrency IS NULL OR concurrency >= 0", name="concurrency"),
+    sa.CheckConstraint("(rate IS NULL) = (per_seconds IS NULL) AND (rate IS NULL OR (rate >= 1 AND per_seconds > 0))",
+                       name="rate"),
+    sa.CheckConstraint("weight IS NULL OR weight > 0", name="weight"),
+)
+
+# The live state of each limited scope: a tenant:* limit gives every tenant a row of its own.
+# ``running`` is exact (claims add, every statement that ends a run subtracts, in that same
+# statement); the claim locks the rows of the scopes it takes from (service/store/postgres/
+# statements.py, CLAIM_JOBS, says why that is safe). The limit is copied here from ``limits``
+# (the tenant's own, else tenant:*), so the claim reads one row per scope. A rate limit
+# counts starts per window of ``per_seconds`` aligned to the epoch: ``window_starts`` since
+# ``window_start``.
+scope_counters = sa.Table(
+    "scope_counters",
+    metadata,
+    sa.Column("scope", sa.Text, primary_key=True),
+    sa.Column("running", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("concurrency", sa.Integer, nullable=True),
+    sa.Column("rate", sa.Integer, nullable=True),
+    sa.Column("per_seconds", sa.Float, nullable=True),
+    sa.Column("window_start", Timestamp, nullable=True),
+    sa.Column("window_starts", sa.Integer, nullable=False, server_default="0"),
+    # A slot given back twice would show here at once, not as a limit that lets one too many run.
+    sa.CheckConstraint("running >= 0", name="running_non_negative"),
 )

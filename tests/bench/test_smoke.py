@@ -21,19 +21,23 @@ TINY = {
     "poll": ["--clients", "2", "--seconds", "0.5", "--jobs", "5", "--auth", "on"],
     "scale": ["--history", "500", "--churn", "300", "--trials", "5", "--queued", "20"],
     "cost": ["--jobs", "30", "--concurrency", "2", "--enqueue", "batch", "--connection-jobs", "4"],
+    "claim": ["--queued", "200", "--tenants", "1,20", "--claims", "5", "--limit", "3"],
+    "drain_limited": ["--jobs", "60", "--cases", "1x4", "--pgbench-seconds", "0", "--tenants", "10", "--limit", "2",
+                      "--weighted"],
 }
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", [*NAMES, "drain_limited"])
 def test_bench_runs_at_a_tiny_size(name: str, postgres_server: PostgresServer, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main([name, "--database-url", postgres_server.admin_url, "--repeat", "1", "--settle-seconds", "0",
+    bench = name.removesuffix("_limited")
+    code = main([bench, "--database-url", postgres_server.admin_url, "--repeat", "1", "--settle-seconds", "0",
                  *TINY[name]])
     assert code == 0
     out = capsys.readouterr().out
     lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    assert lines and all(line["bench"] == name for line in lines)
-    assert f"== {name} ==" in out  # the readable table follows the JSON lines
+    assert lines and all(line["bench"] == bench for line in lines)
+    assert f"== {bench} ==" in out  # the readable table follows the JSON lines
 
 
 def test_every_bench_has_a_smoke_run() -> None:
-    assert set(TINY) == set(NAMES)
+    assert set(TINY) == {*NAMES, "drain_limited"}

@@ -31,7 +31,7 @@ JOBQ_SCRIPT = Path(sys.executable).with_name("jobq")  # the venv's console scrip
 JOBQ = [str(JOBQ_SCRIPT)] if JOBQ_SCRIPT.exists() else [sys.executable, "-m", "service"]
 
 STATUS_FIELDS = [
-    "job_id", "kind", "queue", "state", "done", "total", "attempts", "max_attempts", "error",
+    "job_id", "kind", "queue", "state", "done", "total", "attempts", "max_attempts", "error", "run_after",
     "stale", "cancel_requested", "created_at", "started_at", "finished_at", "updated_at",
 ]  # fmt: skip
 
@@ -214,7 +214,7 @@ def test_status_of_a_failed_job_shows_its_error(run: Run, make_store: Callable[.
     assert shown.endswith("error:\n  ValueError: bad image\n    at line 3\n")
 
 
-def test_status_of_a_job_waiting_to_retry_shows_no_error_like_the_api(
+def test_status_of_a_job_waiting_to_retry_shows_its_last_error_and_when_it_is_due(
     run: Run, make_store: Callable[..., Store], store_url: str
 ) -> None:
     job_id = enqueue(run, "resize")
@@ -222,7 +222,10 @@ def test_status_of_a_job_waiting_to_retry_shows_no_error_like_the_api(
     [claimed] = store.claim("worker-a", ["default"], 1, 30.0)
     fail_job(store, claimed, "TimeoutError", retryable=True)
     status = json.loads(run("status", str(job_id), "--json").stdout)
-    assert (status["state"], status["attempts"], status["error"]) == ("queued", 1, None)
+    assert (status["state"], status["attempts"], status["error"]) == ("queued", 1, "TimeoutError")
+    retry = store.get(job_id)
+    expected = retry.run_after.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    assert status["run_after"] == (expected if retry.run_after > retry.updated_at else None)
 
 
 def test_status_of_a_running_job_with_an_expired_lease_is_stale(

@@ -13,8 +13,14 @@ read back and checked:
    its error);
 5. a terminal job changes only through replay, and each replay is recorded;
 
-and attempts stay within max_attempts, results exist exactly for succeeded jobs,
-and a claim takes the first due jobs in claim order.
+and attempts stay within max_attempts, results exist exactly for succeeded jobs.
+
+Limits come and go among the steps (tenant:*, tenant:NAME, key:, queue:, kind:
+concurrency limits, set and deleted): every scope counter always equals the
+running jobs it counts, and no claim ever puts a scope over its limit (a limit
+lowered below what runs stops nothing, but nothing of the scope starts until it
+is under). A claim takes only due jobs, and each tenant's in its own claim order;
+with no limit set it takes as many as it may (work-conserving).
 """
 
 from __future__ import annotations
@@ -36,13 +42,17 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from service.errors import InvalidTransition, LeaseLost
+from service.errors import InvalidTransition, LeaseLost, LimitNotFound
 from service.jobs import JobState, Lease, NewJob, ReplayFilter
+from service.limits import Limit
 from service.retry import GiveUp, Retry, RetryPolicy
 from tests.conftest import Database, FakeClock
 from tests.store.builders import reap
 
-TABLES_CHILD_FIRST = ("job_replays", "job_attempts", "job_results", "jobs")
+TABLES_CHILD_FIRST = ("job_replays", "job_attempts", "job_results", "jobs", "scope_counters", "limits")
+TENANTS = ("t1", "t2")
+SCOPES = ("tenant:*", "tenant:t1", "key:g1", "key:g2", "queue:a", "kind:k")
+SCOPE_COLUMN = {"tenant": "tenant", "kind": "kind", "queue": "queue", "key": "concurrency_key"}
 QUEUES = ("a", "b")
 WORKERS = ("w1", "w2")  # few workers: the same worker often reclaims a job it lost
 # Shrinking a failing sequence against a real database can take minutes (Hypothesis
@@ -92,7 +102,7 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
         )
         def some_jobs_are_waiting(self, jobs):
             for priority, max_attempts, queue in jobs:
-                self.enqueue(priority, max_attempts, 0, queue, None, None)
+                self.enqueue(priority, max_attempts, 0, queue, None, None, TENANTS[priority % 2], None)
 
         # -- helpers ------------------------------------------------------------------
         def rows(self) -> dict[str, dict[str, Any]]:
@@ -145,8 +155,10 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
             queue=st.sampled_from(QUEUES),
             total=st.sampled_from([None, 10]),
             key=st.sampled_from([None, None, None, "k1", "k2"]),
+            tenant=st.sampled_from(TENANTS),
+            group=st.sampled_from([None, "g1", "g2"]),
         )
-        def enqueue(self, priority, max_attempts, delay, queue, total, key):
+        def enqueue(self, priority, max_attempts, delay, queue, total, key, tenant="t1", group=None):
             before = {r["id"] for r in self.rows().values()}
             status = store.enqueue(
                 NewJob(
@@ -158,6 +170,8 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
                     delay_seconds=delay,
                     total=total,
                     idempotency_key=key,
+                    tenant=tenant,
+                    concurrency_key=group,
                 )
             )
             if str(status.id) in before:
@@ -181,9 +195,23 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
                  if r["state"] == "queued" and r["queue"] in queues and r["run_after"] <= now),
                 key=lambda r: (-r["priority"], r["run_after"], r["id"]),
             )
+            counters_before = {u.scope: u.running for u in store.scope_usage()}
             claimed = store.claim(worker, list(queues), limit, lease_seconds)
 
-            assert {str(c.id) for c in claimed} == {r["id"] for r in due[:limit]}, "not the first due jobs"
+            taken = {str(c.id) for c in claimed}
+            assert taken <= {r["id"] for r in due}, "a claim took a job that is not due"
+            for tenant in TENANTS:
+                line = [r["id"] for r in due if r["tenant"] == tenant]
+                mine = [i for i in line if i in taken]
+                if not store.list_limits():
+                    assert mine == line[: len(mine)], f"tenant {tenant}'s jobs not taken in its own order"
+            if not store.list_limits():
+                assert len(claimed) == min(limit, len(due)), "free slots left idle with due jobs and no limits"
+            for usage in store.scope_usage():
+                if usage.concurrency is not None and usage.running > usage.concurrency:
+                    assert usage.running <= counters_before.get(usage.scope, 0), (
+                        f"the claim put {usage.scope} over its limit: {usage.running} of {usage.concurrency}"
+                    )
             after = self.rows()
             for job in claimed:
                 row = after[str(job.id)]
@@ -257,6 +285,18 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
                 return  # a worker acknowledges only a cancel it was told about
             store.acknowledge_cancel(lease)
             assert db.job(lease.job_id)["state"] == "cancelled"
+
+        # -- limits -------------------------------------------------------------------------
+        @rule(scope=st.sampled_from(SCOPES), concurrency=st.integers(0, 2))
+        def set_limit(self, scope, concurrency):
+            store.set_limit(Limit(scope, concurrency=concurrency))
+
+        @rule(scope=st.sampled_from(SCOPES))
+        def delete_limit(self, scope):
+            try:
+                store.delete_limit(scope)
+            except LimitNotFound:
+                assert scope not in {limit.scope for limit in store.list_limits()}
 
         # -- maintenance and operators ----------------------------------------------------
         def reap(self):
@@ -405,6 +445,22 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
             }
             self.replayed_now = set()
             assert db.count("job_replays") == self.model.replays
+
+        @invariant()
+        def every_counter_equals_the_running_jobs_it_counts(self):
+            limited = {limit.scope: limit for limit in store.list_limits()}
+            for usage in store.scope_usage():
+                kind, _, name = usage.scope.partition(":")
+                actual = db.count("jobs", f"state = 'running' AND {SCOPE_COLUMN[kind]} = %(name)s", name=name)
+                assert usage.running == actual, f"{usage.scope} counts {usage.running}, {actual} run: a slot leaked"
+                own = limited.get(usage.scope)
+                default = limited.get("tenant:*") if kind == "tenant" else None
+                expected = own.concurrency if own and own.concurrency is not None else (
+                    default.concurrency if default else None)
+                assert usage.concurrency == expected, f"{usage.scope} holds limit {usage.concurrency}, not {expected}"
+            for scope, limit in limited.items():
+                if scope != "tenant:*" and limit.concurrency is not None:
+                    assert scope in {u.scope for u in store.scope_usage()}, f"{scope} is limited but has no counter"
 
         @invariant()
         def stale_reads_true_exactly_when_a_running_lease_is_past_due(self):

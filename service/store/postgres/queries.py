@@ -229,3 +229,49 @@ SELECT id, tenant, name, created_at, revoked_at FROM api_tokens
 WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s
 ORDER BY created_at, id
 """
+
+# -- limits --
+# A tenant's own scopes: its tenant:NAME limit and the tenant:* default that applies to it.
+LIST_LIMITS = """
+SELECT scope, concurrency, rate, per_seconds, weight FROM limits
+WHERE %(tenant)s::text IS NULL OR scope IN ('tenant:' || %(tenant)s, 'tenant:*')
+ORDER BY scope
+"""
+
+SCOPE_USAGE = """
+SELECT scope, running, concurrency, rate, per_seconds, window_start, window_starts FROM scope_counters
+WHERE %(scopes)s::text[] IS NULL OR scope = ANY(%(scopes)s::text[])
+ORDER BY scope
+"""
+
+# -- explain_facts --
+# What explain needs besides the status, in one read: the clock, the last attempt, whether
+# tenant:* limits every tenant, and how many due jobs of the tenant's line (its queue, in
+# claim order) are ahead of the job (ix_jobs_claimable, one tenant's slice).
+EXPLAIN_FACTS = """
+SELECT coalesce(%(now)s::timestamptz, now()) AS now,
+       a.attempt, a.worker, a.started_at AS attempt_started_at, a.finished_at AS attempt_finished_at,
+       a.outcome, a.error AS attempt_error,
+       EXISTS (SELECT 1 FROM limits WHERE scope = 'tenant:*'
+               AND (concurrency IS NOT NULL OR rate IS NOT NULL)) AS every_tenant_limited,
+       (SELECT count(*) FROM jobs AS o
+        WHERE o.state = 'queued' AND o.queue = %(queue)s AND o.tenant = %(tenant)s
+          AND o.run_after <= coalesce(%(now)s::timestamptz, now())
+          AND (o.priority > %(priority)s
+               OR (o.priority = %(priority)s AND (o.run_after, o.id) < (%(run_after)s::timestamptz, %(job_id)s::uuid)))
+       ) AS ahead
+FROM (SELECT 1) AS one
+LEFT JOIN LATERAL (
+    SELECT attempt, worker, started_at, finished_at, outcome, error FROM job_attempts
+    WHERE job_id = %(job_id)s ORDER BY claim DESC LIMIT 1
+) AS a ON true
+"""
+
+# Running jobs in one scope that the caller may see (a tenant sees only its own ids).
+RUNNING_IN_SCOPE = """
+SELECT id FROM jobs
+WHERE state = 'running' AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+  AND %(scope)s IN ('tenant:' || tenant, 'kind:' || kind, 'queue:' || queue, 'key:' || concurrency_key)
+ORDER BY id
+LIMIT %(limit)s
+"""

@@ -16,6 +16,68 @@ STATUS_COLUMNS = """
     (state = 'running' AND lease_expires_at < coalesce(%(now)s::timestamptz, now())) AS stale
 """
 
+# -- limits: shared pieces --
+# The scopes a job row (alias x) is counted in: tenant, kind, queue and, when it has
+# one, its concurrency key. tenant:* is never a counter of its own: it gives each
+# tenant a tenant:NAME counter.
+def _scopes(x: str) -> str:
+    return ("ARRAY['tenant:' || X.tenant, 'kind:' || X.kind, 'queue:' || X.queue, 'key:' || X.concurrency_key]"
+            .replace("X.", x + "."))
+
+
+# Free room in a scope_counters row (alias c) at n.ts: concurrency left and starts left in
+# the current rate window (windows of per_seconds aligned to the epoch).
+def _window(c: str) -> str:
+    return ("to_timestamp(floor(extract(epoch FROM n.ts) / C.per_seconds) * C.per_seconds)".replace("C.", c + "."))
+
+
+def _room(c: str) -> str:
+    return (
+        "least(coalesce(C.concurrency - C.running, 2147483647),"
+        " CASE WHEN C.rate IS NULL THEN 2147483647"
+        " WHEN C.window_start = WINDOW THEN C.rate - C.window_starts ELSE C.rate END)"
+    ).replace("WINDOW", _window(c)).replace("C.", c + ".")
+
+
+# A slot given back: every statement that ends a run (complete, fail, release, cancel
+# acknowledged, reap) subtracts its ended jobs from their scopes' counters in the same
+# statement, so a counter never counts a job that is no longer running. Only counters
+# that exist change (scopes with a limit). Rows are taken in scope order, as the claim
+# locks them, so a finish and a claim never wait on each other in a cycle.
+def give_back(ended: str) -> str:
+    return """
+freed AS (
+    UPDATE scope_counters AS c
+    SET running = c.running - e.jobs
+    FROM (
+        SELECT s.scope, count(*) AS jobs
+        FROM """ + ended + """ AS e CROSS JOIN LATERAL unnest(""" + _scopes("e") + """) AS s(scope)
+        WHERE s.scope IS NOT NULL
+        GROUP BY s.scope
+        ORDER BY s.scope
+    ) AS e
+    WHERE c.scope = e.scope
+)"""
+
+
+# A tenant:* limit gives each tenant a counter of its own: made (running 0) when the
+# tenant's first jobs are queued (enqueue, replay), so the claim finds one to lock.
+# Nothing when no tenant:* limit counts anything. A conflict does nothing and takes no lock.
+def tenant_counters(added: str) -> str:
+    return """
+counters AS (
+    INSERT INTO scope_counters (scope, concurrency, rate, per_seconds)
+    SELECT DISTINCT 'tenant:' || a.tenant,
+           coalesce(own.concurrency, d.concurrency), coalesce(own.rate, d.rate),
+           coalesce(own.per_seconds, d.per_seconds)
+    FROM """ + added + """ AS a
+    JOIN limits AS d ON d.scope = 'tenant:*'
+    LEFT JOIN limits AS own ON own.scope = 'tenant:' || a.tenant
+    WHERE coalesce(own.concurrency, d.concurrency, own.rate, d.rate) IS NOT NULL
+    ON CONFLICT (scope) DO NOTHING
+)"""
+
+
 # -- enqueue_jobs --
 # Many jobs in one statement: the batch is one jsonb parameter, so psycopg dumps
 # one string (not twelve arrays element by element) and the plan does not depend
@@ -41,9 +103,9 @@ FROM jsonb_to_recordset(%(batch)s::jsonb)
           delay float8, run_after timestamptz, total int, concurrency_key text, idempotency_key text),
      n
 ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING id, run_after, created_at
-)
-SELECT inserted.*,
+RETURNING id, tenant, run_after, created_at
+),""" + tenant_counters("inserted") + """
+SELECT inserted.id, inserted.run_after, inserted.created_at,
        (SELECT CASE WHEN %(notify)s THEN pg_notify('jobq_jobs', %(wake_queues)s) END) AS woke
 FROM inserted
 """
@@ -62,26 +124,181 @@ WHERE (j.tenant, j.idempotency_key) IN (
 NOTIFY_CHANGED = "CASE WHEN %(notify)s THEN pg_notify('jobq_job_changes', j.id::text) END AS notified"
 
 # -- claim_jobs --
+# One statement, one round trip: fair across tenants, within every limit.
+#
 # Invariant 1: FOR UPDATE SKIP LOCKED hands each due row to exactly one claimer
-# and never makes a claimer wait. The LIMIT stays inside the CTE so the planner
-# locks no more rows than asked. attempts + 1 and the lease are set in the same
-# statement, so the fencing token (lease_owner, attempts) is born with the claim.
-# Invariant 2: the lease expiry comes from the database clock.
-# Reads only ix_jobs_claimable (queued rows), never history.
+# and never makes a claimer wait for a job. attempts + 1 and the lease are set in
+# the same statement, so the fencing token (lease_owner, attempts) is born with the
+# claim. Invariant 2: the lease expiry comes from the database clock.
+#
+# Fairness. ``walk`` visits the tenants with a due job in the worker's queues (and
+# kinds) in name order, starting just after %(cursor)s (the last tenant this worker
+# took from) and wrapping around once: one probe of ix_jobs_claimable per tenant (a
+# loose index scan), never every queued row. ``tenants`` keeps the first %(visit)s of
+# them that have room, each with its running jobs and weight. Each gives its next
+# %(limit)s jobs in priority order (``cand``, the same index, not locked). A job's
+# virtual time is (its tenant's running jobs + its place in its tenant's line) / the
+# tenant's weight; the %(limit)s lowest decide each tenant's share (``shares``), ties
+# in visiting order (round robin). ``picked`` then locks each tenant's share FOR
+# UPDATE SKIP LOCKED down that tenant's line, so claimers at the same instant take
+# different jobs rather than all but one coming back empty. So a tenant's priority
+# orders only its own jobs, a tenant with fewer running jobs (per weight) goes first,
+# and a lone tenant takes every free slot (work-conserving).
+#
+# Limits, and why no race puts a scope over its limit. Every limited scope has a
+# scope_counters row whose ``running`` is exact: this statement adds what it takes,
+# every statement that ends a run subtracts (give_back), and an operator's change
+# recomputes it under LOCK TABLE scope_counters IN EXCLUSIVE MODE (Store.set_limit),
+# which waits for every claim and finish in flight (each holds ROW EXCLUSIVE on the
+# table from its start, whether or not it changes a row). Candidates whose scope looks
+# full in this statement's snapshot are skipped early, but the snapshot may be stale
+# under READ COMMITTED: two claimers can both see "2 of 3 running". So ``counters``
+# locks the counter row of every scope of the picked jobs, in scope order (no
+# deadlock between claimers), FOR UPDATE; a row changed by a claimer or finisher that
+# committed after our snapshot is then read in its newest version (READ COMMITTED
+# re-reads a row it waited to lock), and a second claimer waits for the first's commit.
+# ``admitted`` judges the picked jobs against those locked values only: a job is
+# taken when, in every one of its limited scopes, its place among the picked jobs
+# of that scope is within the room left. ``counted`` then adds to the very rows
+# it holds. A tenant:* limit with no counter for the tenant admits nothing (it is
+# made at enqueue; missing means a bug, and a bug must idle, not overrun).
+# A job picked but not admitted (its scope filled meanwhile) is simply not updated:
+# its row lock ends with the statement. The placement is conservative (a job refused
+# by one scope still holds its place in the others), so a race can cost a slot for
+# one claim, never put a scope over its limit.
+# With no limits, scope_counters is empty: each probe of it finds nothing.
 CLAIM_JOBS = """
-WITH n AS (
+WITH RECURSIVE n AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS ts
 ),
+q AS (
+    SELECT unnest(%(queues)s::text[]) AS queue
+),
+walk(tenant, lap, first, step) AS (
+    SELECT %(cursor)s::text, 0, true, 0
+    UNION ALL
+    SELECT nxt.tenant, w.lap + CASE WHEN w.tenant IS NULL THEN 1 ELSE 0 END, false, w.step + 1
+    FROM walk AS w
+    CROSS JOIN LATERAL (
+        SELECT min(h.tenant) AS tenant
+        FROM q CROSS JOIN LATERAL (
+            SELECT j.tenant
+            FROM jobs AS j
+            WHERE j.state = 'queued' AND j.queue = q.queue AND j.tenant > coalesce(w.tenant, '')
+              AND j.run_after <= (SELECT ts FROM n)
+              AND (%(kinds)s::text[] IS NULL OR j.kind = ANY(%(kinds)s::text[]))
+            ORDER BY j.tenant
+            LIMIT 1
+        ) AS h
+    ) AS nxt
+    -- one lap from the cursor to the end, then one from the start back to the cursor
+    WHERE (w.tenant IS NULL AND w.lap = 0) OR (w.tenant IS NOT NULL AND (w.lap = 0 OR w.tenant < %(cursor)s))
+),
+tenants AS (
+    SELECT w.tenant, w.room, w.step,
+           coalesce(own.weight, dflt.weight, 1.0) AS weight,
+           (SELECT count(*) FROM jobs AS r WHERE r.state = 'running' AND r.tenant = w.tenant) AS running
+    FROM (
+        SELECT w.tenant, w.step,
+               CASE WHEN c.scope IS NOT NULL THEN """ + _room("c") + """
+                    WHEN EXISTS (SELECT 1 FROM limits AS d WHERE d.scope = 'tenant:*'
+                                 AND (d.concurrency IS NOT NULL OR d.rate IS NOT NULL)) THEN 0
+               END AS room
+        FROM walk AS w
+        CROSS JOIN n
+        LEFT JOIN scope_counters AS c ON c.scope = 'tenant:' || w.tenant
+        WHERE NOT w.first AND w.tenant IS NOT NULL AND (w.lap = 0 OR w.tenant <= %(cursor)s)
+    ) AS w
+    LEFT JOIN limits AS own ON own.scope = 'tenant:' || w.tenant
+    LEFT JOIN limits AS dflt ON dflt.scope = 'tenant:*'
+    WHERE w.room IS NULL OR w.room > 0
+    LIMIT %(visit)s
+),
+cand AS (
+    -- each visited tenant's next jobs, to rank (not locked: another claimer may hold some)
+    SELECT c.id, c.tenant, t.step, t.weight, t.running AS tenant_running, t.room AS tenant_room,
+           row_number() OVER (PARTITION BY c.tenant ORDER BY c.priority DESC, c.run_after, c.id) AS place
+    FROM tenants AS t
+    CROSS JOIN LATERAL (
+        SELECT j.*
+        FROM q CROSS JOIN LATERAL (
+            SELECT j.id, j.tenant, j.priority, j.run_after
+            FROM jobs AS j, n
+            WHERE j.state = 'queued' AND j.queue = q.queue AND j.tenant = t.tenant
+              AND j.run_after <= n.ts
+              AND (%(kinds)s::text[] IS NULL OR j.kind = ANY(%(kinds)s::text[]))
+              AND NOT EXISTS (
+                  SELECT 1 FROM scope_counters AS s
+                  WHERE s.scope IN ('kind:' || j.kind, 'queue:' || j.queue, 'key:' || j.concurrency_key)
+                    AND """ + _room("s") + """ <= 0)
+            ORDER BY j.priority DESC, j.run_after, j.id
+            LIMIT %(limit)s
+        ) AS j
+        ORDER BY j.priority DESC, j.run_after, j.id
+        LIMIT %(limit)s
+    ) AS c
+),
+shares AS (
+    -- how many jobs each tenant gets: the lowest virtual times among all candidates
+    SELECT tenant, step, count(*) AS share
+    FROM (
+        SELECT c.tenant, c.step
+        FROM cand AS c
+        WHERE c.tenant_room IS NULL OR c.place <= c.tenant_room
+        ORDER BY (c.tenant_running + c.place) / c.weight, c.step, c.place
+        LIMIT %(limit)s
+    ) AS best
+    GROUP BY tenant, step
+),
 picked AS (
-    SELECT id
-    FROM jobs
-    WHERE state = 'queued'
-      AND queue = ANY(%(queues)s::text[])
-      AND run_after <= (SELECT ts FROM n)
-      AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s::text[]))
-    ORDER BY priority DESC, run_after, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    -- each tenant's share, locked: SKIP LOCKED goes down the tenant's line past rows that
+    -- another claimer holds, so claimers at the same instant take different jobs
+    SELECT j.id, j.tenant, j.kind, j.queue, j.concurrency_key, sh.step, j.place
+    FROM shares AS sh
+    CROSS JOIN LATERAL (
+        SELECT j.*, row_number() OVER (ORDER BY j.priority DESC, j.run_after, j.id) AS place
+        FROM q CROSS JOIN LATERAL (
+            SELECT j.id, j.tenant, j.kind, j.queue, j.concurrency_key, j.priority, j.run_after
+            FROM jobs AS j
+            WHERE j.state = 'queued' AND j.queue = q.queue AND j.tenant = sh.tenant
+              AND j.run_after <= (SELECT ts FROM n)
+              AND (%(kinds)s::text[] IS NULL OR j.kind = ANY(%(kinds)s::text[]))
+              AND NOT EXISTS (
+                  SELECT 1 FROM scope_counters AS s, n
+                  WHERE s.scope IN ('kind:' || j.kind, 'queue:' || j.queue, 'key:' || j.concurrency_key)
+                    AND """ + _room("s") + """ <= 0)
+            ORDER BY j.priority DESC, j.run_after, j.id
+            LIMIT sh.share
+            FOR UPDATE OF j SKIP LOCKED
+        ) AS j
+        ORDER BY j.priority DESC, j.run_after, j.id
+        LIMIT sh.share
+    ) AS j
+),
+scoped AS (
+    SELECT p.id, p.place, p.step, s.scope
+    FROM picked AS p CROSS JOIN LATERAL unnest(""" + _scopes("p") + """) AS s(scope)
+    WHERE s.scope IS NOT NULL
+),
+counters AS (
+    SELECT c.scope, """ + _room("c") + """ AS room
+    FROM scope_counters AS c, n
+    WHERE c.scope IN (SELECT scope FROM scoped)
+    ORDER BY c.scope
+    FOR UPDATE OF c
+),
+placed AS (
+    SELECT s.id, s.scope,
+           row_number() OVER (PARTITION BY s.scope ORDER BY s.place, s.step) AS place,
+           CASE WHEN c.scope IS NOT NULL THEN c.room
+                WHEN s.scope LIKE 'tenant:%%' AND EXISTS (
+                    SELECT 1 FROM limits AS d WHERE d.scope = 'tenant:*'
+                    AND (d.concurrency IS NOT NULL OR d.rate IS NOT NULL)) THEN 0
+           END AS room
+    FROM scoped AS s LEFT JOIN counters AS c ON c.scope = s.scope
+),
+admitted AS (
+    SELECT id FROM placed GROUP BY id HAVING bool_and(room IS NULL OR place <= room)
 ),
 claimed AS (
     UPDATE jobs AS j
@@ -92,10 +309,25 @@ claimed AS (
         lease_expires_at = n.ts + make_interval(secs => %(lease_seconds)s),
         started_at = n.ts,
         updated_at = n.ts
-    FROM picked, n
-    WHERE j.id = picked.id
-    RETURNING j.id, j.kind, j.queue, j.tenant, j.payload, j.checkpoint, j.done, j.total,
+    FROM admitted, n
+    WHERE j.id = admitted.id
+    RETURNING j.id, j.kind, j.queue, j.tenant, j.concurrency_key, j.payload, j.checkpoint, j.done, j.total,
               j.attempts, j.claims, j.max_attempts, j.lease_expires_at, j.run_after, n.ts AS started_at, """ + NOTIFY_CHANGED + """
+),
+counted AS (
+    UPDATE scope_counters AS c
+    SET running = c.running + t.jobs,
+        window_start = CASE WHEN c.rate IS NULL THEN c.window_start ELSE """ + _window("c") + """ END,
+        window_starts = CASE WHEN c.rate IS NULL THEN c.window_starts
+                             WHEN c.window_start = """ + _window("c") + """ THEN c.window_starts + t.jobs
+                             ELSE t.jobs END
+    FROM (
+        SELECT s.scope, count(*) AS jobs
+        FROM claimed AS cl CROSS JOIN LATERAL unnest(""" + _scopes("cl") + """) AS s(scope)
+        WHERE s.scope IS NOT NULL
+        GROUP BY s.scope
+    ) AS t, n
+    WHERE c.scope = t.scope
 ),
 opened AS (
     -- Invariant 3: every attempt has its row from the moment it starts.
@@ -104,14 +336,6 @@ opened AS (
 )
 SELECT * FROM claimed ORDER BY id
 """
-
-# -- claim_jobs (one queue) --
-# CLAIM_JOBS for a worker of one queue, the common case. ``queue = ANY(array)``
-# cannot use the order of ix_jobs_claimable, so the planner sorts every queued
-# row of the queue before it takes the first N: a claim whose cost grows with the
-# queue's depth. With ``queue = value`` the index scan comes out in claim order and
-# stops after N rows it could lock: the cost of a claim is N rows, however deep the queue.
-CLAIM_JOBS_ONE_QUEUE = CLAIM_JOBS.replace("queue = ANY(%(queues)s::text[])", "queue = %(queue)s")
 
 # -- renew_lease --
 # Invariant 1: fenced on the token; a reaped or reclaimed job matches no row, and
@@ -184,8 +408,8 @@ finished AS (
         updated_at = n.ts
     FROM held AS i, n
     WHERE j.id = i.job_id
-    RETURNING j.id, i.claim, i.result_id, i.body, """ + NOTIFY_CHANGED + """
-),
+    RETURNING j.id, i.claim, i.result_id, i.body, j.tenant, j.kind, j.queue, j.concurrency_key, """ + NOTIFY_CHANGED + """
+),""" + give_back("finished") + """,
 stored AS (
     INSERT INTO job_results (id, job_id, body, created_at)
     SELECT f.result_id, f.id, f.body::jsonb, n.ts FROM finished AS f, n
@@ -235,8 +459,8 @@ changed AS (
     FROM decision AS d, n
     WHERE j.id = d.id AND j.claims = %(claim)s AND j.attempts = %(attempt)s AND j.lease_owner = %(owner)s
       AND j.state = 'running'
-    RETURNING j.id, j.state, j.run_after, """ + NOTIFY_CHANGED + """
-),
+    RETURNING j.id, j.state, j.run_after, j.tenant, j.kind, j.queue, j.concurrency_key, """ + NOTIFY_CHANGED + """
+),""" + give_back("changed") + """,
 closed AS (
     UPDATE job_attempts AS a
     SET finished_at = n.ts, outcome = 'failed', error = %(error)s
@@ -269,9 +493,9 @@ released AS (
     WHERE j.id = %(job_id)s AND j.claims = %(claim)s AND j.attempts = %(attempt)s
       AND j.lease_owner = %(owner)s
       AND j.state = 'running'
-    RETURNING j.id, j.state, """ + NOTIFY_CHANGED + """,
+    RETURNING j.id, j.state, j.tenant, j.kind, j.queue, j.concurrency_key, """ + NOTIFY_CHANGED + """,
               CASE WHEN %(notify)s AND j.state = 'queued' THEN pg_notify('jobq_jobs', j.queue) END AS woke
-),
+),""" + give_back("released") + """,
 closed AS (
     UPDATE job_attempts AS a
     SET finished_at = n.ts,
@@ -295,8 +519,8 @@ stopped AS (
     WHERE j.id = %(job_id)s AND j.claims = %(claim)s AND j.attempts = %(attempt)s
       AND j.lease_owner = %(owner)s
       AND j.state = 'running'
-    RETURNING j.id, """ + NOTIFY_CHANGED + """
-),
+    RETURNING j.id, j.tenant, j.kind, j.queue, j.concurrency_key, """ + NOTIFY_CHANGED + """
+),""" + give_back("stopped") + """,
 closed AS (
     UPDATE job_attempts AS a
     SET finished_at = n.ts, outcome = 'cancelled'
@@ -361,8 +585,8 @@ reaped AS (
         updated_at = n.ts
     FROM expired AS e, n
     WHERE j.id = e.id
-    RETURNING j.id, j.state, j.claims, """ + NOTIFY_CHANGED + """
-),
+    RETURNING j.id, j.state, j.claims, j.tenant, j.kind, j.queue, j.concurrency_key, """ + NOTIFY_CHANGED + """
+),""" + give_back("reaped") + """,
 closed AS (
     UPDATE job_attempts AS a
     SET finished_at = n.ts, outcome = 'lease_expired', error = 'lease expired'
@@ -411,12 +635,78 @@ replayed AS (
         updated_at = n.ts
     FROM picked, n
     WHERE j.id = picked.id
-    RETURNING j.id, """ + NOTIFY_CHANGED + """
-),
+    RETURNING j.id, j.tenant, """ + NOTIFY_CHANGED + """
+),""" + tenant_counters("replayed") + """,
 recorded AS (
     INSERT INTO job_replays (job_id, replayed_at, replayed_by, previous_state, previous_error,
                              previous_attempts)
     SELECT picked.id, n.ts, %(by)s, picked.state, picked.error, picked.attempts FROM picked, n
 )
 SELECT id FROM replayed ORDER BY id
+"""
+
+# -- limits (an operator's change) --
+# Each runs in one transaction after LOCK_COUNTERS. EXCLUSIVE conflicts with the ROW
+# EXCLUSIVE lock that every claim, finish and enqueue takes on scope_counters from its
+# start, so the lock waits for those in flight and holds back new ones until commit;
+# the counts below are then read from a snapshot no claim or finish can move: exact.
+# Reads (SELECT) of the table go on meanwhile. The lock is held for milliseconds.
+LOCK_COUNTERS = "LOCK TABLE scope_counters IN EXCLUSIVE MODE"
+
+SET_LIMIT = """
+INSERT INTO limits (scope, concurrency, rate, per_seconds, weight, updated_at)
+VALUES (%(scope)s, %(concurrency)s, %(rate)s, %(per_seconds)s, %(weight)s, coalesce(%(now)s::timestamptz, now()))
+ON CONFLICT (scope) DO UPDATE
+SET concurrency = excluded.concurrency, rate = excluded.rate, per_seconds = excluded.per_seconds,
+    weight = excluded.weight, updated_at = excluded.updated_at
+"""
+
+DELETE_LIMIT = "DELETE FROM limits WHERE scope = %(scope)s RETURNING scope"
+
+# The counters of the scopes a change touched, made to agree with limits and with the
+# running jobs: a scope left without a concurrency or rate limit loses its counter; one
+# that has a limit gets one whose running is counted from the jobs (one pass over the
+# running rows). A tenant's limit is its own where set, else tenant:*'s; a change of
+# tenant:* touches every tenant that has a counter or active jobs. The rate window is
+# kept unless the rate changed.
+REFRESH_COUNTERS = """
+WITH wanted AS (
+    SELECT %(scope)s::text AS scope WHERE %(scope)s <> 'tenant:*'
+    UNION
+    SELECT scope FROM scope_counters WHERE %(scope)s = 'tenant:*' AND scope LIKE 'tenant:%%'
+    UNION
+    SELECT DISTINCT 'tenant:' || tenant FROM jobs
+    WHERE %(scope)s = 'tenant:*' AND state IN ('queued', 'running')
+),
+effective AS (
+    SELECT w.scope,
+           coalesce(own.concurrency, d.concurrency) AS concurrency,
+           coalesce(own.rate, d.rate) AS rate,
+           coalesce(own.per_seconds, d.per_seconds) AS per_seconds
+    FROM wanted AS w
+    LEFT JOIN limits AS own ON own.scope = w.scope
+    LEFT JOIN limits AS d ON d.scope = 'tenant:*' AND w.scope LIKE 'tenant:%%'
+),
+running AS (
+    SELECT s.scope, count(*) AS jobs
+    FROM jobs AS j CROSS JOIN LATERAL unnest(ARRAY['tenant:' || j.tenant, 'kind:' || j.kind,
+                                                   'queue:' || j.queue, 'key:' || j.concurrency_key]) AS s(scope)
+    WHERE j.state = 'running' AND s.scope IN (SELECT scope FROM wanted)
+    GROUP BY s.scope
+),
+gone AS (
+    DELETE FROM scope_counters AS c USING effective AS e
+    WHERE c.scope = e.scope AND e.concurrency IS NULL AND e.rate IS NULL
+)
+INSERT INTO scope_counters AS c (scope, running, concurrency, rate, per_seconds)
+SELECT e.scope, coalesce(r.jobs, 0), e.concurrency, e.rate, e.per_seconds
+FROM effective AS e LEFT JOIN running AS r ON r.scope = e.scope
+WHERE e.concurrency IS NOT NULL OR e.rate IS NOT NULL
+ON CONFLICT (scope) DO UPDATE
+SET running = excluded.running, concurrency = excluded.concurrency, rate = excluded.rate,
+    per_seconds = excluded.per_seconds,
+    window_start = CASE WHEN c.rate IS NOT DISTINCT FROM excluded.rate
+                         AND c.per_seconds IS NOT DISTINCT FROM excluded.per_seconds THEN c.window_start END,
+    window_starts = CASE WHEN c.rate IS NOT DISTINCT FROM excluded.rate
+                          AND c.per_seconds IS NOT DISTINCT FROM excluded.per_seconds THEN c.window_starts ELSE 0 END
 """

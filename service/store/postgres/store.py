@@ -26,6 +26,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from service.errors import (
     InvalidInput,
     InvalidTransition,
+    LimitNotFound,
     JobNotFound,
     LeaseLost,
     StoreUnavailable,
@@ -59,6 +60,8 @@ from service.jobs import (
     new_job_id,
     queued_status,
 )
+from service.explain import SHOWN_RUNNING_IDS, JobFacts
+from service.limits import Limit, ScopeUsage, check_scope, job_scopes
 from service.payloads import (
     check_lease_seconds,
     check_page_size,
@@ -77,6 +80,7 @@ from service.store.encoding import (
     retry_params,
     substring_pattern,
 )
+from service.store.fairness import advance_cursor, tenants_to_visit
 from service.store.postgres.errors import Retryable, translate_errors
 from service.store.postgres.listener import PostgresListener, connection_defaults
 from service.store.postgres.queries import (
@@ -85,6 +89,7 @@ from service.store.postgres.queries import (
     CREATE_TOKEN,
     DEREGISTER_WORKER,
     DURATION_BUCKETS,
+    EXPLAIN_FACTS,
     FAILURE_GROUPS,
     GET_JOB,
     GET_JOB_FOR_TOKEN,
@@ -93,6 +98,7 @@ from service.store.postgres.queries import (
     HEALTH_STATS,
     LEASE_EXPIRIES,
     LIST_JOBS,
+    LIST_LIMITS,
     LIST_TOKENS,
     LIST_WORKERS,
     OUTCOMES,
@@ -102,6 +108,8 @@ from service.store.postgres.queries import (
     READ_STATUSES,
     REGISTER_WORKER,
     REVOKE_TOKEN,
+    RUNNING_IN_SCOPE,
+    SCOPE_USAGE,
     TENANT_FOR_TOKEN,
     TOUCH_WORKER,
 )
@@ -109,18 +117,30 @@ from service.store.postgres.statements import (
     ACKNOWLEDGE_CANCEL,
     CANCEL_JOB,
     CLAIM_JOBS,
-    CLAIM_JOBS_ONE_QUEUE,
     COMPLETE_JOBS,
+    DELETE_LIMIT,
     ENQUEUE_JOBS,
     FAIL_JOB,
+    LOCK_COUNTERS,
     READ_ATTEMPT_RECEIPT,
     READ_BY_IDEMPOTENCY_KEYS,
     REAP_EXPIRED,
+    REFRESH_COUNTERS,
     RELEASE_JOB,
     RENEW_LEASE,
     REPLAY_JOBS,
+    SET_LIMIT,
 )
-from service.store.rows import Readers, api_token, claimed_job, job_status, worker_info
+from service.store.rows import (
+    Readers,
+    api_token,
+    claimed_job,
+    job_facts,
+    job_status,
+    limit_row,
+    scope_usage_row,
+    worker_info,
+)
 
 _RETRIES = 5
 T = TypeVar("T")
@@ -141,6 +161,7 @@ class PostgresStore:
         self.database_url = database_url
         self.notify = notify
         self._clock = clock
+        self._claim_cursor = ""  # the fair claim's place among tenants (service.store.fairness)
         self._pool = ConnectionPool(
             database_url,
             min_size=1,
@@ -378,18 +399,19 @@ class PostgresStore:
         if not worker:
             raise InvalidInput("worker must be a non-empty string")
         check_lease_seconds(lease_seconds)
-        queues = list(queues)
         rows = self._fetchall(
-            CLAIM_JOBS_ONE_QUEUE if len(queues) == 1 else CLAIM_JOBS,
+            CLAIM_JOBS,
             self._params(
                 worker=worker,
-                queue=queues[0] if len(queues) == 1 else None,
-                queues=queues,
+                queues=list(queues),
                 limit=limit,
+                visit=tenants_to_visit(limit),
+                cursor=self._claim_cursor,
                 lease_seconds=float(lease_seconds),
                 kinds=list(kinds) if kinds is not None else None,
             ),
         )
+        self._claim_cursor = advance_cursor(self._claim_cursor, (row["tenant"] for row in rows))
         return [claimed_job(row, worker, _READ) for row in rows]
 
     def heartbeat(
@@ -506,6 +528,53 @@ class PostgresStore:
             return _status(row)
         current = self.get(job_id, tenant)
         raise InvalidTransition(f"job {job_id} is already {current.state.value}", current.state.value)
+
+    def explain_facts(self, job_id: uuid.UUID, tenant: str | None = None, *,
+                      workers_seen_within: float) -> JobFacts:
+        status = self.get(job_id, tenant)
+        facts = self._fetchone(EXPLAIN_FACTS, self._params(
+            job_id=job_id, queue=status.queue, tenant=status.tenant, priority=status.priority,
+            run_after=status.run_after))
+        assert facts is not None  # one row, always
+        usage = self.scope_usage(job_scopes(status.tenant, status.kind, status.queue, status.concurrency_key))
+
+        def running_ids(scope: str) -> list[Any]:
+            rows = self._fetchall(RUNNING_IN_SCOPE, self._params(tenant=tenant, scope=scope, limit=SHOWN_RUNNING_IDS))
+            return [row["id"] for row in rows]
+
+        return job_facts(status, facts, facts["now"], _READ, usage, running_ids,
+                         self.list_workers(workers_seen_within))
+
+    # -- limits -----------------------------------------------------------------------
+    def set_limit(self, limit: Limit) -> None:
+        self._change_limit(SET_LIMIT, limit.scope, {
+            "concurrency": limit.concurrency, "rate": limit.rate,
+            "per_seconds": limit.per_seconds, "weight": limit.weight,
+        })
+
+    def delete_limit(self, scope: str) -> None:
+        if not self._change_limit(DELETE_LIMIT, check_scope(scope), {}):
+            raise LimitNotFound(scope)
+
+    def _change_limit(self, statement: str, scope: str, values: dict[str, Any]) -> bool:
+        """Change a limit and the counters it governs in one transaction (LOCK_COUNTERS says why)."""
+        params = self._params(scope=scope, **values)
+
+        def run() -> bool:
+            with self._connection() as conn, conn.transaction():
+                conn.execute(LOCK_COUNTERS)
+                changed = conn.execute(statement, params).rowcount > 0
+                conn.execute(REFRESH_COUNTERS, params)
+                return changed
+
+        return self._retrying(run)
+
+    def list_limits(self, tenant: str | None = None) -> list[Limit]:
+        return [limit_row(row) for row in self._fetchall(LIST_LIMITS, self._params(tenant=tenant))]
+
+    def scope_usage(self, scopes: Sequence[str] | None = None) -> list[ScopeUsage]:
+        rows = self._fetchall(SCOPE_USAGE, self._params(scopes=list(scopes) if scopes is not None else None))
+        return [scope_usage_row(row, _READ) for row in rows]
 
     def replay(self, which: ReplayFilter, by: str, dry_run: bool = False) -> list[uuid.UUID]:
         params = self._params(**_replay_params(which), by=by)

@@ -164,3 +164,43 @@ SELECT id, tenant, name, created_at, revoked_at FROM api_tokens
 WHERE :tenant IS NULL OR tenant = :tenant
 ORDER BY created_at, id
 """
+
+# -- limits --
+LIST_LIMITS = """
+SELECT scope, concurrency, rate, per_seconds, weight FROM limits
+WHERE :tenant IS NULL OR scope IN ('tenant:' || :tenant, 'tenant:*')
+ORDER BY scope
+"""
+
+SCOPE_USAGE = """
+SELECT scope, running, concurrency, rate, per_seconds, window_start, window_starts FROM scope_counters
+WHERE :scopes IS NULL OR scope IN (SELECT value FROM json_each(:scopes))
+ORDER BY scope
+"""
+
+# -- explain_facts (see the PostgreSQL store's EXPLAIN_FACTS) --
+EXPLAIN_FACTS = """
+SELECT a.attempt, a.worker, a.started_at AS attempt_started_at, a.finished_at AS attempt_finished_at,
+       a.outcome, a.error AS attempt_error,
+       EXISTS (SELECT 1 FROM limits WHERE scope = 'tenant:*'
+               AND (concurrency IS NOT NULL OR rate IS NOT NULL)) AS every_tenant_limited,
+       (SELECT count(*) FROM jobs AS o
+        WHERE o.state = 'queued' AND o.queue = :queue AND o.tenant = :tenant AND o.run_after <= :now
+          AND (o.priority > :priority
+               OR (o.priority = :priority AND (o.run_after < :run_after
+                                              OR (o.run_after = :run_after AND o.id < :job_id))))
+       ) AS ahead
+FROM (SELECT 1) AS one
+LEFT JOIN (
+    SELECT attempt, worker, started_at, finished_at, outcome, error FROM job_attempts
+    WHERE job_id = :job_id ORDER BY claim DESC LIMIT 1
+) AS a ON 1
+"""
+
+RUNNING_IN_SCOPE = """
+SELECT id FROM jobs
+WHERE state = 'running' AND (:tenant IS NULL OR tenant = :tenant)
+  AND :scope IN ('tenant:' || tenant, 'kind:' || kind, 'queue:' || queue, 'key:' || concurrency_key)
+ORDER BY id
+LIMIT :limit
+"""

@@ -33,31 +33,11 @@ FROM jobs WHERE tenant = :tenant AND idempotency_key = :idempotency_key
 """
 
 # -- claim_jobs --
-# Invariant 1: BEGIN IMMEDIATE holds the write lock from the read to the update,
-# so no other claimer can pick the same row. attempts + 1 and the lease are set
-# in the same statement: the fencing token is born with the claim.
-# Invariant 2: the lease expiry is computed from the clock read under the lock.
-CLAIM_JOBS = """
-UPDATE jobs
-SET state = 'running',
-    attempts = attempts + 1,
-    claims = claims + 1,
-    lease_owner = :worker,
-    lease_expires_at = strftime('%Y-%m-%d %H:%M:%f', :now, :lease_seconds || ' seconds'),
-    started_at = :now,
-    updated_at = :now
-WHERE id IN (
-    SELECT id FROM jobs
-    WHERE state = 'queued'
-      AND queue IN (SELECT value FROM json_each(:queues))
-      AND run_after <= :now
-      AND (:kinds IS NULL OR kind IN (SELECT value FROM json_each(:kinds)))
-    ORDER BY priority DESC, run_after, id
-    LIMIT :limit
-)
-RETURNING id, kind, queue, tenant, payload, checkpoint, done, total, attempts, claims, max_attempts,
-          lease_expires_at, run_after
-"""
+# The claim is the fair, limited pick below (NEXT_TENANT ... COUNT_STARTS), then CLAIM_JOB
+# per picked job. Invariant 1: BEGIN IMMEDIATE holds the write lock from the first read to
+# the last update, so no other claimer can pick the same row. attempts + 1 and the lease
+# are set in the same statement: the fencing token is born with the claim. Invariant 2:
+# the lease expiry is computed from the clock read under the lock.
 
 # Invariant 3: every attempt has its row from the moment it starts.
 OPEN_ATTEMPT = """
@@ -189,7 +169,7 @@ RETURNING """ + STATUS_COLUMNS
 # -- replay_jobs --
 # Invariant 5: terminal jobs change only through replay, and every replay is recorded.
 FIND_REPLAYABLE = """
-SELECT id, state, error, attempts FROM jobs
+SELECT id, tenant, state, error, attempts FROM jobs
 WHERE state IN (SELECT value FROM json_each(:states))
   AND (:tenant IS NULL OR tenant = :tenant)
   AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
@@ -210,4 +190,137 @@ RECORD_REPLAY = """
 INSERT INTO job_replays (job_id, replayed_at, replayed_by, previous_state, previous_error,
                          previous_attempts)
 VALUES (:job_id, :now, :by, :state, :error, :attempts)
+"""
+
+# -- the fair claim, limited (see store.py claim; PostgreSQL's CLAIM_JOBS says what it keeps) --
+# BEGIN IMMEDIATE makes the claim the only writer from its first read to its commit, so
+# the counters it reads are exact and no other claim or finish moves them meanwhile.
+
+# The next tenant after :after (name order) with a due job of the worker's kinds in :queue.
+NEXT_TENANT = """
+SELECT tenant FROM jobs INDEXED BY ix_jobs_claimable
+WHERE state = 'queued' AND queue = :queue AND tenant > :after AND run_after <= :now
+  AND (:kinds IS NULL OR kind IN (SELECT value FROM json_each(:kinds)))
+ORDER BY tenant
+LIMIT 1
+"""
+
+# A tenant's next due jobs in one queue, in its own priority order, skipping jobs in
+# a kind, queue or key scope that has no room (room is checked exactly in Python).
+TENANT_JOBS = """
+SELECT id, tenant, kind, queue, concurrency_key, priority, run_after FROM jobs INDEXED BY ix_jobs_claimable
+WHERE state = 'queued' AND queue = :queue AND tenant = :tenant AND run_after <= :now
+  AND (:kinds IS NULL OR kind IN (SELECT value FROM json_each(:kinds)))
+  AND NOT EXISTS (SELECT 1 FROM scope_counters AS s
+                  WHERE s.scope IN ('kind:' || kind, 'queue:' || queue, 'key:' || concurrency_key)
+                    AND s.concurrency IS NOT NULL AND s.running >= s.concurrency)
+ORDER BY priority DESC, run_after, id
+LIMIT :limit
+"""
+
+TENANT_RUNNING = "SELECT count(*) AS running FROM jobs WHERE state = 'running' AND tenant = :tenant"
+
+TENANT_WEIGHT = """
+SELECT coalesce((SELECT weight FROM limits WHERE scope = 'tenant:' || :tenant),
+                (SELECT weight FROM limits WHERE scope = 'tenant:*'), 1.0) AS weight
+"""
+
+# Whether a tenant:* limit counts anything: then every tenant must have a counter.
+DEFAULT_TENANT_LIMITED = """
+SELECT EXISTS (SELECT 1 FROM limits WHERE scope = 'tenant:*'
+               AND (concurrency IS NOT NULL OR rate IS NOT NULL)) AS limited
+"""
+
+COUNTERS = """
+SELECT scope, running, concurrency, rate, per_seconds, window_start, window_starts FROM scope_counters
+WHERE scope IN (SELECT value FROM json_each(:scopes))
+"""
+
+CLAIM_JOB = """
+UPDATE jobs
+SET state = 'running',
+    attempts = attempts + 1,
+    claims = claims + 1,
+    lease_owner = :worker,
+    lease_expires_at = strftime('%Y-%m-%d %H:%M:%f', :now, :lease_seconds || ' seconds'),
+    started_at = :now,
+    updated_at = :now
+WHERE id = :id AND state = 'queued'
+RETURNING id, kind, queue, tenant, payload, checkpoint, done, total, attempts, claims, max_attempts,
+          lease_expires_at, run_after
+"""
+
+# The claim's additions: running + jobs, and the starts in the rate window :window.
+COUNT_STARTS = """
+UPDATE scope_counters
+SET running = running + :jobs,
+    window_start = CASE WHEN rate IS NULL THEN window_start ELSE :window END,
+    window_starts = CASE WHEN rate IS NULL THEN window_starts
+                         WHEN window_start = :window THEN window_starts + :jobs ELSE :jobs END
+WHERE scope = :scope
+"""
+
+# A slot given back, in the transaction that ends the run (complete, fail, release,
+# cancel acknowledged, reap): the job's scopes' counters, where they exist, count one less.
+GIVE_BACK = """
+UPDATE scope_counters SET running = running - 1
+WHERE scope IN (SELECT 'tenant:' || tenant FROM jobs WHERE id = :job_id
+                UNION ALL SELECT 'kind:' || kind FROM jobs WHERE id = :job_id
+                UNION ALL SELECT 'queue:' || queue FROM jobs WHERE id = :job_id
+                UNION ALL SELECT 'key:' || concurrency_key FROM jobs WHERE id = :job_id)
+"""
+
+# A tenant:* limit gives each tenant a counter of its own, made with its first queued job.
+TENANT_COUNTER = """
+INSERT INTO scope_counters (scope, concurrency, rate, per_seconds)
+SELECT 'tenant:' || :tenant, coalesce(own.concurrency, d.concurrency), coalesce(own.rate, d.rate),
+       coalesce(own.per_seconds, d.per_seconds)
+FROM limits AS d LEFT JOIN limits AS own ON own.scope = 'tenant:' || :tenant
+WHERE d.scope = 'tenant:*' AND coalesce(own.concurrency, d.concurrency, own.rate, d.rate) IS NOT NULL
+ON CONFLICT (scope) DO NOTHING
+"""
+
+# -- limits (an operator's change, one write transaction) --
+SET_LIMIT = """
+INSERT INTO limits (scope, concurrency, rate, per_seconds, weight, updated_at)
+VALUES (:scope, :concurrency, :rate, :per_seconds, :weight, :now)
+ON CONFLICT (scope) DO UPDATE
+SET concurrency = excluded.concurrency, rate = excluded.rate, per_seconds = excluded.per_seconds,
+    weight = excluded.weight, updated_at = excluded.updated_at
+"""
+
+DELETE_LIMIT = "DELETE FROM limits WHERE scope = :scope RETURNING scope"
+
+# The scopes a change touches: the one named, or for tenant:* every tenant with a counter
+# or active jobs; each with its limit in force (a tenant's own, else tenant:*'s).
+CHANGED_SCOPES = """
+WITH wanted AS (
+    SELECT :scope AS scope WHERE :scope <> 'tenant:*'
+    UNION SELECT scope FROM scope_counters WHERE :scope = 'tenant:*' AND scope LIKE 'tenant:%'
+    UNION SELECT DISTINCT 'tenant:' || tenant FROM jobs WHERE :scope = 'tenant:*' AND state IN ('queued', 'running')
+)
+SELECT w.scope,
+       coalesce(own.concurrency, d.concurrency) AS concurrency,
+       coalesce(own.rate, d.rate) AS rate,
+       coalesce(own.per_seconds, d.per_seconds) AS per_seconds,
+       (SELECT count(*) FROM jobs AS j WHERE j.state = 'running'
+          AND w.scope IN ('tenant:' || j.tenant, 'kind:' || j.kind, 'queue:' || j.queue,
+                          'key:' || j.concurrency_key)) AS running
+FROM wanted AS w
+LEFT JOIN limits AS own ON own.scope = w.scope
+LEFT JOIN limits AS d ON d.scope = 'tenant:*' AND w.scope LIKE 'tenant:%'
+"""
+
+DROP_COUNTER = "DELETE FROM scope_counters WHERE scope = :scope"
+
+PUT_COUNTER = """
+INSERT INTO scope_counters AS c (scope, running, concurrency, rate, per_seconds)
+VALUES (:scope, :running, :concurrency, :rate, :per_seconds)
+ON CONFLICT (scope) DO UPDATE
+SET running = excluded.running, concurrency = excluded.concurrency, rate = excluded.rate,
+    per_seconds = excluded.per_seconds,
+    window_start = CASE WHEN c.rate IS excluded.rate AND c.per_seconds IS excluded.per_seconds
+                        THEN c.window_start END,
+    window_starts = CASE WHEN c.rate IS excluded.rate AND c.per_seconds IS excluded.per_seconds
+                         THEN c.window_starts ELSE 0 END
 """

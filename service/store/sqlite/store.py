@@ -14,6 +14,7 @@ Timestamps are UTC text ``YYYY-MM-DD HH:MM:SS.SSS``, which sorts as it compares.
 from __future__ import annotations
 
 import bisect
+from collections import Counter
 import json
 import sqlite3
 import threading
@@ -27,6 +28,7 @@ from typing import Any
 from service.errors import (
     InvalidInput,
     InvalidTransition,
+    LimitNotFound,
     JobNotFound,
     LeaseLost,
     TokenNotFound,
@@ -58,6 +60,8 @@ from service.jobs import (
     error_group,
     new_job_id,
 )
+from service.explain import SHOWN_RUNNING_IDS, JobFacts
+from service.limits import Limit, ScopeUsage, check_scope, job_scopes, rate_window
 from service.payloads import (
     check_lease_seconds,
     check_page_size,
@@ -74,7 +78,17 @@ from service.store.encoding import (
     retry_params,
     substring_pattern,
 )
-from service.store.rows import Readers, api_token, claimed_job, job_status, worker_info
+from service.store.fairness import Candidate, advance_cursor, choose, tenants_to_visit
+from service.store.rows import (
+    Readers,
+    api_token,
+    claimed_job,
+    job_facts,
+    job_status,
+    limit_row,
+    scope_usage_row,
+    worker_info,
+)
 from service.store.sqlite.errors import translate_errors
 from service.store.sqlite.listener import SilentListener
 from service.store.sqlite.queries import (
@@ -83,12 +97,14 @@ from service.store.sqlite.queries import (
     CREATE_TOKEN,
     DEREGISTER_WORKER,
     DURATION_BUCKETS,
+    EXPLAIN_FACTS,
     FAILURE_GROUPS,
     GET_JOB,
     GET_PAYLOAD,
     GET_RESULT,
     LEASE_EXPIRIES,
     LIST_JOBS,
+    LIST_LIMITS,
     LIST_TOKENS,
     LIST_WORKERS,
     OUTCOMES,
@@ -97,13 +113,29 @@ from service.store.sqlite.queries import (
     QUEUE_STATS,
     REGISTER_WORKER,
     REVOKE_TOKEN,
+    RUNNING_IN_SCOPE,
+    SCOPE_USAGE,
     TENANT_FOR_TOKEN,
     TOUCH_WORKER,
 )
 from service.store.sqlite.statements import (
     ACKNOWLEDGE_CANCEL,
     CANCEL_JOB,
-    CLAIM_JOBS,
+    CHANGED_SCOPES,
+    CLAIM_JOB,
+    COUNT_STARTS,
+    COUNTERS,
+    DEFAULT_TENANT_LIMITED,
+    DELETE_LIMIT,
+    DROP_COUNTER,
+    GIVE_BACK,
+    NEXT_TENANT,
+    PUT_COUNTER,
+    SET_LIMIT,
+    TENANT_COUNTER,
+    TENANT_JOBS,
+    TENANT_RUNNING,
+    TENANT_WEIGHT,
     CLOSE_ATTEMPT,
     COMPLETE_JOBS,
     ENQUEUE_JOBS,
@@ -139,6 +171,7 @@ class SqliteStore:
         self.database_url = database_url
         self.path = database_url[len("sqlite:///") :]
         self._clock = clock
+        self._claim_cursor = ""  # the fair claim's place among tenants (service.store.fairness)
         self._lock = threading.Lock()
         with translate_errors():
             # mode=rw: never create an empty file here; `jobq migrate` makes the database.
@@ -355,6 +388,8 @@ class SqliteStore:
                 if found is None:
                     found = conn.execute(READ_BY_IDEMPOTENCY_KEYS, {**row, "now": now}).fetchone()
                 statuses.append(_status(found))
+            for tenant in sorted({row["tenant"] for row in rows}):
+                conn.execute(TENANT_COUNTER, {"tenant": tenant})
         return statuses
 
     # -- the worker's hot path ------------------------------------------------------
@@ -371,34 +406,87 @@ class SqliteStore:
         if not worker:
             raise InvalidInput("worker must be a non-empty string")
         check_lease_seconds(lease_seconds)
+        kinds_json = json.dumps(list(kinds)) if kinds is not None else None
         with self._write() as (conn, now):
-            rows = conn.execute(
-                CLAIM_JOBS,
-                {
-                    "now": now,
-                    "worker": worker,
-                    "queues": json.dumps(list(queues)),
-                    "kinds": json.dumps(list(kinds)) if kinds is not None else None,
-                    "limit": limit,
-                    "lease_seconds": float(lease_seconds),
-                },
-            ).fetchall()
-            conn.executemany(
-                OPEN_ATTEMPT,
-                [
-                    {
-                        "job_id": r["id"],
-                        "claim": r["claims"],
-                        "attempt": r["attempts"],
-                        "owner": worker,
-                        "due_at": r["run_after"],
-                        "now": now,
-                    }
-                    for r in rows
-                ],
-            )
+            picked = self._pick(conn, now, list(queues), kinds_json, limit)
+            rows = []
+            for job in picked:
+                row = conn.execute(CLAIM_JOB, {"id": job.id, "now": now, "worker": worker,
+                                               "lease_seconds": float(lease_seconds)}).fetchone()
+                rows.append(row)
+                conn.execute(OPEN_ATTEMPT, {"job_id": row["id"], "claim": row["claims"], "attempt": row["attempts"],
+                                            "owner": worker, "due_at": row["run_after"], "now": now})
+            self._count_starts(conn, now, picked)
+        self._claim_cursor = advance_cursor(self._claim_cursor, (row["tenant"] for row in rows))
         rows.sort(key=lambda r: r["id"])
         return [claimed_job(r, worker, _READ) for r in rows]
+
+    def _pick(self, conn: sqlite3.Connection, now: str, queues: list[str], kinds: str | None,
+              limit: int) -> list[Candidate]:
+        """The fair claim (PostgreSQL's CLAIM_JOBS, in steps under the write lock): visit
+        tenants from the cursor, round robin; rank each one's next jobs by virtual time;
+        take them while every scope has room. The counters read here are exact: no other
+        writer runs until this transaction commits."""
+        every_tenant_limited = bool(conn.execute(DEFAULT_TENANT_LIMITED).fetchone()["limited"])
+        candidates: list[Candidate] = []
+        rooms: dict[str, int | None] = {}
+        instant = from_text(now)
+        visited = 0
+        for tenant in self._tenants_from_cursor(conn, now, queues, kinds):
+            tenant_scope = f"tenant:{tenant}"
+            usage = self._usage(conn, [tenant_scope])
+            room = usage[tenant_scope].room(instant) if tenant_scope in usage else (0 if every_tenant_limited else None)
+            if room is not None and room <= 0:
+                continue  # full: look further, so a free slot is not left idle
+            jobs = [job for queue in queues for job in conn.execute(
+                TENANT_JOBS, {"queue": queue, "tenant": tenant, "now": now, "kinds": kinds, "limit": limit})]
+            jobs.sort(key=lambda j: (-j["priority"], j["run_after"], j["id"]))
+            running = conn.execute(TENANT_RUNNING, {"tenant": tenant}).fetchone()["running"]
+            weight = conn.execute(TENANT_WEIGHT, {"tenant": tenant}).fetchone()["weight"]
+            for place, job in enumerate(jobs[:limit], start=1):
+                candidates.append(Candidate(
+                    id=job["id"], tenant=tenant,
+                    scopes=tuple(job_scopes(tenant, job["kind"], job["queue"], job["concurrency_key"])),
+                    virtual_time=(running + place) / weight, visit=visited, place=place,
+                ))
+            visited += 1
+            if visited == tenants_to_visit(limit):
+                break
+        scopes = sorted({scope for job in candidates for scope in job.scopes})
+        rooms = {scope: usage.room(instant) for scope, usage in self._usage(conn, scopes).items()}
+        return choose(candidates, rooms, every_tenant_limited=every_tenant_limited, limit=limit)
+
+    def _tenants_from_cursor(self, conn: sqlite3.Connection, now: str, queues: list[str],
+                             kinds: str | None) -> Iterator[str]:
+        """Tenants with a due job, in name order from just after the cursor, wrapping around once."""
+        cursor = self._claim_cursor
+        after, lap = cursor, 0
+        while True:
+            found = [row["tenant"] for queue in queues for row in conn.execute(
+                NEXT_TENANT, {"queue": queue, "after": after, "now": now, "kinds": kinds})]
+            tenant = min(found) if found else None
+            if tenant is None:
+                if lap == 1 or cursor == "":
+                    return
+                after, lap = "", 1
+                continue
+            if lap == 1 and tenant > cursor:
+                return
+            yield tenant
+            after = tenant
+
+    @staticmethod
+    def _usage(conn: sqlite3.Connection, scopes: Sequence[str]) -> dict[str, ScopeUsage]:
+        rows = conn.execute(COUNTERS, {"scopes": json.dumps(list(scopes))}).fetchall()
+        return {row["scope"]: scope_usage_row(row, _READ) for row in rows}
+
+    @staticmethod
+    def _count_starts(conn: sqlite3.Connection, now: str, picked: Sequence[Candidate]) -> None:
+        taken = Counter(scope for job in picked for scope in job.scopes)
+        instant = from_text(now)
+        for scope, usage in sorted(SqliteStore._usage(conn, list(taken)).items()):
+            window = to_text(rate_window(instant, usage.per_seconds)) if usage.per_seconds else None
+            conn.execute(COUNT_STARTS, {"scope": scope, "jobs": taken[scope], "window": window})
 
     def heartbeat(
         self,
@@ -524,6 +612,45 @@ class SqliteStore:
         current = self.get(job_id, tenant)
         raise InvalidTransition(f"job {job_id} is already {current.state.value}", current.state.value)
 
+    def explain_facts(self, job_id: uuid.UUID, tenant: str | None = None, *,
+                      workers_seen_within: float) -> JobFacts:
+        status = self.get(job_id, tenant)
+        usage = self.scope_usage(job_scopes(status.tenant, status.kind, status.queue, status.concurrency_key))
+        workers = self.list_workers(workers_seen_within)
+        with self._read() as (conn, now):
+            facts = conn.execute(EXPLAIN_FACTS, {
+                "job_id": str(job_id), "queue": status.queue, "tenant": status.tenant, "priority": status.priority,
+                "run_after": to_text(status.run_after), "now": now}).fetchone()
+
+            def running_ids(scope: str) -> list[Any]:
+                rows = conn.execute(RUNNING_IN_SCOPE, {"tenant": tenant, "scope": scope, "limit": SHOWN_RUNNING_IDS})
+                return [row["id"] for row in rows.fetchall()]
+
+            return job_facts(status, facts, from_text(now), _READ, usage, running_ids, workers)
+
+    # -- limits -----------------------------------------------------------------------
+    def set_limit(self, limit: Limit) -> None:
+        with self._write() as (conn, now):
+            conn.execute(SET_LIMIT, {"scope": limit.scope, "concurrency": limit.concurrency, "rate": limit.rate,
+                                     "per_seconds": limit.per_seconds, "weight": limit.weight, "now": now})
+            _refresh_counters(conn, limit.scope)
+
+    def delete_limit(self, scope: str) -> None:
+        check_scope(scope)
+        with self._write() as (conn, _now):
+            if conn.execute(DELETE_LIMIT, {"scope": scope}).fetchone() is None:
+                raise LimitNotFound(scope)
+            _refresh_counters(conn, scope)
+
+    def list_limits(self, tenant: str | None = None) -> list[Limit]:
+        with self._read() as (conn, _now):
+            return [limit_row(row) for row in conn.execute(LIST_LIMITS, {"tenant": tenant}).fetchall()]
+
+    def scope_usage(self, scopes: Sequence[str] | None = None) -> list[ScopeUsage]:
+        with self._read() as (conn, _now):
+            rows = conn.execute(SCOPE_USAGE, {"scopes": None if scopes is None else json.dumps(list(scopes))})
+            return [scope_usage_row(row, _READ) for row in rows.fetchall()]
+
     def replay(self, which: ReplayFilter, by: str, dry_run: bool = False) -> list[uuid.UUID]:
         states = ["failed", "cancelled"] if which.include_cancelled or which.ids else ["failed"]
         params = {
@@ -537,6 +664,8 @@ class SqliteStore:
         with self._write() as (conn, now):
             picked = conn.execute(FIND_REPLAYABLE, params).fetchall()
             if not dry_run:
+                for tenant in sorted({job["tenant"] for job in picked}):
+                    conn.execute(TENANT_COUNTER, {"tenant": tenant})
                 for job in picked:
                     conn.execute(REPLAY_JOB, {"job_id": job["id"], "now": now})
                     conn.execute(
@@ -638,10 +767,21 @@ def _require_receipt(conn: sqlite3.Connection, lease: Lease, *outcomes: AttemptO
     return row
 
 
+def _refresh_counters(conn: sqlite3.Connection, scope: str) -> None:
+    """The counters a limit change touched, made to agree with limits and the running jobs
+    (PostgreSQL's REFRESH_COUNTERS; here the write lock alone keeps the count exact)."""
+    for row in conn.execute(CHANGED_SCOPES, {"scope": scope}).fetchall():
+        if row["concurrency"] is None and row["rate"] is None:
+            conn.execute(DROP_COUNTER, {"scope": row["scope"]})
+        else:
+            conn.execute(PUT_COUNTER, dict(row))
+
+
 def _close_attempt(
     conn: sqlite3.Connection, lease: Lease, now: str, outcome: AttemptOutcome, error: str | None = None
 ) -> None:
     conn.execute(CLOSE_ATTEMPT, {**_fence(lease), "now": now, "outcome": outcome.value, "error": error})
+    conn.execute(GIVE_BACK, {"job_id": str(lease.job_id)})  # the run ended: its slots come back now
 
 
 def _fail_result(state: str, run_after: str | None) -> FailResult:
