@@ -30,9 +30,9 @@ from pathlib import Path
 from bench.common import (
     BackendCpu,
     Report,
-    cpu_seconds,
     WorkerProcess,
     bench_database,
+    cpu_seconds,
     load_average,
     median,
     pgbench_tps,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from service.errors import InvalidInput
 
@@ -158,4 +158,4 @@ def rate_window(now: datetime, per_seconds: float) -> datetime:
     """The rate window ``now`` falls in: windows of ``per_seconds`` aligned to the Unix epoch
     (each second, minute, hour or day of UTC), as the PostgreSQL claim computes them."""
     start = math.floor(now.timestamp() / per_seconds) * per_seconds
-    return datetime.fromtimestamp(start, tz=timezone.utc)
+    return datetime.fromtimestamp(start, tz=UTC)

@@ -21,11 +21,15 @@ SCOPE_HELP = "tenant:NAME, tenant:* (every tenant, each on its own), kind:NAME, 
 def limits_set(
     ctx: typer.Context,
     scope: Annotated[str, typer.Argument(metavar="SCOPE", help=SCOPE_HELP)],
-    concurrency: Annotated[int | None, typer.Option(metavar="N", help="At most N jobs of the scope run at once.")] = None,
-    rate: Annotated[str | None, typer.Option(metavar="N/PERIOD",
-                                             help="At most N starts per second, minute, hour or day: 5/s, 60/min.")] = None,
-    weight: Annotated[float | None, typer.Option(metavar="W",
-                                                 help="Tenants only: the share of free slots (default 1).")] = None,
+    concurrency: Annotated[
+        int | None, typer.Option(metavar="N", help="At most N jobs of the scope run at once.")
+    ] = None,
+    rate: Annotated[
+        str | None, typer.Option(metavar="N/PERIOD", help="At most N starts per second, minute, hour or day: 5/s, 60/min.")
+    ] = None,
+    weight: Annotated[
+        float | None, typer.Option(metavar="W", help="Tenants only: the share of free slots (default 1).")
+    ] = None,
 ) -> None:
     """Set the scope's limit (replacing what was set on it); in force from the next claim."""
     count, per = parse_rate(rate) if rate is not None else (None, None)

@@ -18,7 +18,6 @@ from datetime import datetime
 from typing import Protocol
 
 from service.explain import JobFacts
-from service.limits import Limit, ScopeUsage
 from service.jobs import (
     JSON,
     ActiveCount,
@@ -41,6 +40,7 @@ from service.jobs import (
     StatusRead,
     WorkerInfo,
 )
+from service.limits import Limit, ScopeUsage
 from service.retry import Decision
 
 Clock = Callable[[], datetime]

@@ -31,6 +31,7 @@ from service.store.base import COMPLETE_BATCH, Store
 from service.worker.logs import job_event, log_event
 from service.worker.running import RunningJob
 
+
 @dataclass(frozen=True)
 class Success:
     running: RunningJob

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from tests.cli.test_cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Run, assert_one_line_error, run  # noqa: F401 (fixture)
+from tests.cli.test_cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Run, assert_one_line_error
+from tests.cli.test_cli import run as run  # noqa: F401  (the fixture)
 from tests.conftest import Database
 
 

@@ -38,7 +38,8 @@ def test_a_delayed_job_is_not_due_yet(store, worker, clock: FakeClock):
     job = store.enqueue(new_job(delay_seconds=90))
     explanation = why(store, job.id)
     assert codes(explanation) == ["not_due"]
-    assert explanation.reasons[0].details["due_at"] == (clock.now() + timedelta(seconds=90)).isoformat().replace("+00:00", "Z")
+    due = clock.now() + timedelta(seconds=90)
+    assert explanation.reasons[0].details["due_at"] == due.isoformat().replace("+00:00", "Z")
     assert "delay" in explanation.summary
 
 

@@ -224,8 +224,10 @@ def test_limits_are_listed_per_tenant(store):
     rate, per = parse_rate("60/min")
     store.set_limit(Limit("kind:call_model", rate=rate, per_seconds=per))
 
-    assert [limit.scope for limit in store.list_limits()] == ["kind:call_model", "tenant:*", "tenant:acme", "tenant:other"]
-    assert store.list_limits("acme") == [Limit("tenant:*", concurrency=2), Limit("tenant:acme", concurrency=5, weight=2)]
+    scopes = [limit.scope for limit in store.list_limits()]
+    assert scopes == ["kind:call_model", "tenant:*", "tenant:acme", "tenant:other"]
+    mine = [Limit("tenant:*", concurrency=2), Limit("tenant:acme", concurrency=5, weight=2)]
+    assert store.list_limits("acme") == mine
     assert store.list_limits()[0].rate_text == "60/min"
 
 
@@ -261,7 +263,7 @@ def test_claimers_racing_never_put_a_scope_over_its_limit(make_store, store_url,
         start = threading.Barrier(len(stores))
         taken: list[int] = []
 
-        def race(store: Store) -> None:
+        def race(store: Store, start: threading.Barrier = start, taken: list[int] = taken) -> None:
             start.wait()
             taken.append(len(store.claim(f"w{id(store)}", ["default"], 2, LEASE_SECONDS)))
 

@@ -408,7 +408,8 @@ finished AS (
         updated_at = n.ts
     FROM held AS i, n
     WHERE j.id = i.job_id
-    RETURNING j.id, i.claim, i.result_id, i.body, j.tenant, j.kind, j.queue, j.concurrency_key, """ + NOTIFY_CHANGED + """
+    RETURNING j.id, i.claim, i.result_id, i.body, j.tenant, j.kind, j.queue, j.concurrency_key,
+              """ + NOTIFY_CHANGED + """
 ),""" + give_back("finished") + """,
 stored AS (
     INSERT INTO job_results (id, job_id, body, created_at)

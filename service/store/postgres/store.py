@@ -26,13 +26,14 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from service.errors import (
     InvalidInput,
     InvalidTransition,
-    LimitNotFound,
     JobNotFound,
     LeaseLost,
+    LimitNotFound,
     StoreUnavailable,
     TokenNotFound,
     Unauthorized,
 )
+from service.explain import SHOWN_RUNNING_IDS, JobFacts
 from service.jobs import (
     JSON,
     LEASE_EXPIRED_GROUP,
@@ -60,7 +61,6 @@ from service.jobs import (
     new_job_id,
     queued_status,
 )
-from service.explain import SHOWN_RUNNING_IDS, JobFacts
 from service.limits import Limit, ScopeUsage, check_scope, job_scopes
 from service.payloads import (
     check_lease_seconds,

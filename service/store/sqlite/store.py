@@ -14,12 +14,12 @@ Timestamps are UTC text ``YYYY-MM-DD HH:MM:SS.SSS``, which sorts as it compares.
 from __future__ import annotations
 
 import bisect
-from collections import Counter
 import json
 import sqlite3
 import threading
 import urllib.parse
 import uuid
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -28,12 +28,13 @@ from typing import Any
 from service.errors import (
     InvalidInput,
     InvalidTransition,
-    LimitNotFound,
     JobNotFound,
     LeaseLost,
+    LimitNotFound,
     TokenNotFound,
     Unauthorized,
 )
+from service.explain import SHOWN_RUNNING_IDS, JobFacts
 from service.jobs import (
     JSON,
     LEASE_EXPIRED_GROUP,
@@ -60,7 +61,6 @@ from service.jobs import (
     error_group,
     new_job_id,
 )
-from service.explain import SHOWN_RUNNING_IDS, JobFacts
 from service.limits import Limit, ScopeUsage, check_scope, job_scopes, rate_window
 from service.payloads import (
     check_lease_seconds,
@@ -123,26 +123,21 @@ from service.store.sqlite.statements import (
     CANCEL_JOB,
     CHANGED_SCOPES,
     CLAIM_JOB,
+    CLOSE_ATTEMPT,
+    COMPLETE_JOBS,
     COUNT_STARTS,
     COUNTERS,
     DEFAULT_TENANT_LIMITED,
     DELETE_LIMIT,
     DROP_COUNTER,
-    GIVE_BACK,
-    NEXT_TENANT,
-    PUT_COUNTER,
-    SET_LIMIT,
-    TENANT_COUNTER,
-    TENANT_JOBS,
-    TENANT_RUNNING,
-    TENANT_WEIGHT,
-    CLOSE_ATTEMPT,
-    COMPLETE_JOBS,
     ENQUEUE_JOBS,
     FAIL_JOB,
     FIND_REPLAYABLE,
+    GIVE_BACK,
+    NEXT_TENANT,
     NOW,
     OPEN_ATTEMPT,
+    PUT_COUNTER,
     READ_ATTEMPT_RECEIPT,
     READ_BY_IDEMPOTENCY_KEYS,
     REAP_EXPIRED,
@@ -150,7 +145,12 @@ from service.store.sqlite.statements import (
     RELEASE_JOB,
     RENEW_LEASE,
     REPLAY_JOB,
+    SET_LIMIT,
     STORE_RESULT,
+    TENANT_COUNTER,
+    TENANT_JOBS,
+    TENANT_RUNNING,
+    TENANT_WEIGHT,
 )
 from service.store.sqlite.timestamps import from_text, to_text
 
