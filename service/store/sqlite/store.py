@@ -388,7 +388,7 @@ class SqliteStore:
                 if found is None:
                     found = conn.execute(READ_BY_IDEMPOTENCY_KEYS, {**row, "now": now}).fetchone()
                 statuses.append(_status(found))
-            for tenant in sorted({row["tenant"] for row in rows}):
+            for tenant in sorted({job.tenant for job in jobs}):
                 conn.execute(TENANT_COUNTER, {"tenant": tenant})
         return statuses
 
