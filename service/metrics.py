@@ -20,6 +20,10 @@ Metrics (every value is "now" or "within the last hour", so all are gauges):
     jobq_job_pickup_latency_seconds{kind}            gauge histogram: due -> claimed, attempts ended in the last hour
     jobq_jobs_reclaimed_last_hour                    attempts ended by lease expiry (crashed or stuck workers)
     jobq_workers_alive                               workers seen within WORKER_ALIVE_SECONDS
+    jobq_scope_running{scope}, jobq_scope_limit{scope}  limited kind:, queue: and key: scopes: running jobs and
+                                                     the concurrency limit (-1: a rate limit only)
+    jobq_tenant_scopes_at_limit, jobq_tenant_scopes  tenants whose own counter is full, and tenants with one
+                                                     (tenants are never a label: /metrics names no tenant)
     jobq_jobs_table_dead_tuples                      PostgreSQL: dead row versions in jobs (bloat, FAILURE-MODES.md)
     jobq_oldest_transaction_age_seconds              PostgreSQL: the oldest open transaction on the database
     jobq_metrics_read_duration_seconds               how long the reads behind this answer took
@@ -29,6 +33,10 @@ numbers are read from shared history that ``jobq prune`` deletes, and every API
 process answers for the whole fleet, so windowed gauges are the honest type.
 Alert on rates with them directly, e.g. ``jobq_job_failure_ratio > 0.2 and
 (jobq_jobs_succeeded_last_hour + jobq_jobs_failed_last_hour) >= 10``.
+
+Label cardinality is capped: the ``KIND_SERIES`` kinds with the most jobs (active and
+finished in the last hour) keep their name, every other kind is summed under
+``kind="other"``, so 200 made-up kinds cost 51 series per metric, not 200.
 
 The histograms' buckets count values below each bound (``width_bucket``), which
 differs from Prometheus' "less than or equal" only for a value exactly on a bound.
@@ -46,6 +54,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from service.jobs import ActiveCount, JobState, KindOutcomes, QueueStats
+from service.limits import ScopeUsage, tenant_of
 from service.store.base import DatabaseHealth, Store
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -56,6 +65,9 @@ WINDOW_SECONDS = 3_600.0
 """The last hour: the window of every *_last_hour metric, the ratio and the histograms."""
 WORKER_ALIVE_SECONDS = 30.0
 """Workers touch their row every 10 s (jittered); three missed touches is not alive."""
+KIND_SERIES = 50
+"""Kinds shown by name; the rest are summed as ``kind="other"`` (see the module docstring)."""
+OTHER_KINDS = "other"
 
 DURATION_BOUNDS: tuple[float, ...] = (1, 5, 15, 30, 60, 120, 300, 600, 1_800, 3_600, 7_200, 14_400)
 PICKUP_BOUNDS: tuple[float, ...] = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3_600)
@@ -75,6 +87,7 @@ class Snapshot:
     workers_alive: int
     health: DatabaseHealth
     read_seconds: float
+    scopes: list[ScopeUsage]
 
 
 def read_snapshot(store: Store, clock: Callable[[], float] = time.monotonic) -> Snapshot:
@@ -87,17 +100,58 @@ def read_snapshot(store: Store, clock: Callable[[], float] = time.monotonic) -> 
     reclaimed = store.lease_expiries(WINDOW_SECONDS)
     workers_alive = len(store.list_workers(WORKER_ALIVE_SECONDS))
     health = store.health_stats()
+    scopes = store.scope_usage()
+    shown = _busiest_kinds(active, outcomes)
     return Snapshot(
-        active=active,
+        active=_cap_active(active, shown),
         queues=queues,
-        outcomes=outcomes,
-        durations=durations,
-        pickups=pickups,
+        outcomes=_cap_outcomes(outcomes, shown),
+        durations=_cap_buckets(durations, shown),
+        pickups=_cap_buckets(pickups, shown),
         reclaimed=reclaimed,
         workers_alive=workers_alive,
         health=health,
         read_seconds=clock() - started,
+        scopes=scopes,
     )
+
+
+def _busiest_kinds(active: Sequence[ActiveCount], outcomes: Sequence[KindOutcomes]) -> set[str]:
+    jobs: dict[str, int] = {}
+    for a in active:
+        jobs[a.kind] = jobs.get(a.kind, 0) + a.count
+    for o in outcomes:
+        jobs[o.kind] = jobs.get(o.kind, 0) + o.succeeded + o.failed
+    return set(sorted(jobs, key=lambda kind: (-jobs[kind], kind))[:KIND_SERIES])
+
+
+def _kind(kind: str, shown: set[str]) -> str:
+    return kind if kind in shown else OTHER_KINDS
+
+
+def _cap_active(active: Sequence[ActiveCount], shown: set[str]) -> list[ActiveCount]:
+    summed: dict[tuple[str, str, JobState], int] = {}
+    for a in active:
+        key = (a.queue, _kind(a.kind, shown), a.state)
+        summed[key] = summed.get(key, 0) + a.count
+    return [ActiveCount(queue, kind, state, count) for (queue, kind, state), count in summed.items()]
+
+
+def _cap_outcomes(outcomes: Sequence[KindOutcomes], shown: set[str]) -> list[KindOutcomes]:
+    summed: dict[str, tuple[int, int]] = {}
+    for o in outcomes:
+        ok, bad = summed.get(_kind(o.kind, shown), (0, 0))
+        summed[_kind(o.kind, shown)] = (ok + o.succeeded, bad + o.failed)
+    return [KindOutcomes(kind, ok, bad) for kind, (ok, bad) in sorted(summed.items())]
+
+
+def _cap_buckets(per_kind: dict[str, list[int]], shown: set[str]) -> dict[str, list[int]]:
+    summed: dict[str, list[int]] = {}
+    for kind, counts in per_kind.items():
+        into = summed.setdefault(_kind(kind, shown), [0] * len(counts))
+        for i, count in enumerate(counts):
+            into[i] += count
+    return summed
 
 
 class SnapshotCollector:
@@ -177,6 +231,24 @@ class SnapshotCollector:
                 "Age of the oldest open transaction on the database (PostgreSQL); a long one holds back vacuum.",
                 value=s.health.oldest_transaction_age_seconds,
             )
+        running = GaugeMetricFamily("jobq_scope_running", "Jobs running in each limited kind:, queue: or key: scope.",
+                                    labels=["scope"])
+        limit = GaugeMetricFamily("jobq_scope_limit",
+                                  "The concurrency limit of each limited kind:, queue: or key: scope (-1: rate only).",
+                                  labels=["scope"])
+        tenants = [u for u in s.scopes if tenant_of(u.scope) is not None]
+        for u in s.scopes:
+            if tenant_of(u.scope) is None:
+                running.add_metric([u.scope], u.running)
+                limit.add_metric([u.scope], -1 if u.concurrency is None else u.concurrency)
+        yield running
+        yield limit
+        yield GaugeMetricFamily("jobq_tenant_scopes", "Tenants with a limit of their own or from tenant:*.",
+                                value=len(tenants))
+        yield GaugeMetricFamily(
+            "jobq_tenant_scopes_at_limit", "Tenants running as many jobs as their concurrency limit allows.",
+            value=sum(1 for u in tenants if u.concurrency is not None and u.running >= u.concurrency),
+        )
         yield GaugeMetricFamily(
             "jobq_metrics_read_duration_seconds",
             "Seconds the database reads behind this answer took.",

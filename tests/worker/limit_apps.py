@@ -1,6 +1,6 @@
 """Handlers for the limits tests in real ``jobq worker`` processes (``--app tests.worker.limit_apps``).
 
-Each records ``start|end job_id scope unix_time`` lines in the file its payload names
+Each records ``start|end job_id:attempt scope unix_time`` lines in the file its payload names
 (O_APPEND: concurrent writers' short lines never interleave), so the test can
 measure overlaps and start rates from the handlers' own view.
 """
@@ -19,7 +19,7 @@ app = App("limit-tests")
 def _record(path: str, what: str, ctx: JobContext, scope: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, f"{what} {ctx.job_id} {scope} {time.time():.6f}\n".encode())
+        os.write(fd, f"{what} {ctx.job_id}:{ctx.attempt} {scope} {time.time():.6f}\n".encode())
     finally:
         os.close(fd)
 
