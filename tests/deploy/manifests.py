@@ -1,0 +1,76 @@
+"""The files under deploy/, loaded the way their tools load them, for the deploy tests."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from service.config import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+BIN = Path(sys.executable).parent  # the test venv's scripts: jobq, hadolint
+
+
+def jobq_settings() -> set[str]:
+    """Every environment variable service/config.py reads."""
+    prefix = Settings.model_config.get("env_prefix", "")
+    return {f"{prefix}{name}".upper() for name in Settings.model_fields}
+
+
+def compose() -> dict[str, Any]:
+    return yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+
+
+@cache
+def kustomize(directory: str = "k8s") -> tuple[dict[str, Any], ...]:
+    """``kubectl kustomize deploy/DIRECTORY``: the objects as the cluster would get them."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("KUBECTL IS MISSING: deploy/k8s was not rendered nor validated (install kubectl)")
+    rendered = subprocess.run(
+        [kubectl, "kustomize", str(DEPLOY / directory)], capture_output=True, text=True, timeout=60
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    return tuple(doc for doc in yaml.safe_load_all(rendered.stdout) if doc)
+
+
+def by_kind(objects: tuple[dict[str, Any], ...], kind: str, name: str) -> dict[str, Any]:
+    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind} {name}, got {len(found)}"
+    return found[0]
+
+
+def scaled_object() -> dict[str, Any]:
+    return by_kind(kustomize(), "ScaledObject", "jobq-worker")
+
+
+def keda_query() -> str:
+    """The PostgreSQL trigger's query of the ScaledObject, as deploy/k8s renders it."""
+    (trigger,) = [t for t in scaled_object()["spec"]["triggers"] if t["type"] == "postgresql"]
+    return str(trigger["metadata"]["query"])
+
+
+def option(command: list[str], name: str) -> str:
+    """The value given to ``--name`` in an argument list (the test fails when it is absent)."""
+    assert name in command, f"{name} is not given in {command}"
+    return command[command.index(name) + 1]
+
+
+_DURATION = re.compile(r"(?:(\d+)h)?(?:(\d+)m(?!s))?(?:(\d+(?:\.\d+)?)s)?")
+
+
+def compose_seconds(duration: str) -> float:
+    """A compose duration (``45s``, ``1m30s``, ``2h``) in seconds."""
+    match = _DURATION.fullmatch(duration)
+    assert match and duration, f"not a compose duration: {duration!r}"
+    hours, minutes, seconds = match.groups()
+    return int(hours or 0) * 3600 + int(minutes or 0) * 60 + float(seconds or 0)

@@ -1,0 +1,178 @@
+"""deploy/k8s, rendered by ``kubectl kustomize`` and validated offline: every object against the
+Kubernetes schemas (kubernetes-validate, strict), the ScaledObject against KEDA's ScaledObject
+schema, every jobq container's arguments through the real ``jobq --help``, the grace rule."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.deploy.manifests import (
+    BIN,
+    by_kind,
+    jobq_settings,
+    keda_query,
+    kustomize,
+    option,
+    scaled_object,
+)
+
+KUBERNETES_VERSION = "1.30"  # the oldest minor the manifests promise to fit (deploy/README.md)
+KEDA_SCHEMA = Path(__file__).with_name("keda_scaledobject.schema.json")
+KEDA_CRD_ENV = "JOBQ_KEDA_CRD"
+
+
+def containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = obj["spec"]["template"]["spec"] if obj["kind"] in {"Deployment", "Job"} else {}
+    return list(spec.get("containers", [])) + list(spec.get("initContainers", []))
+
+
+def test_every_object_validates_against_the_kubernetes_schemas() -> None:
+    objects = kustomize()
+    kinds = sorted({o["kind"] for o in objects})
+    assert kinds == ["ConfigMap", "Deployment", "Job", "PodDisruptionBudget", "ScaledObject", "Service"]
+    for obj in objects:
+        if obj["kind"] == "ScaledObject":
+            continue  # a custom resource: below, against KEDA's schema
+        try:
+            kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{obj['kind']}/{obj['metadata']['name']}: {exc.message} at {list(exc.path)}")
+
+
+def test_validation_can_fail() -> None:
+    """A misspelt field is refused (strict), so the test above proves something."""
+    broken = json.loads(json.dumps(by_kind(kustomize(), "Deployment", "jobq-worker")))
+    broken["spec"]["template"]["spec"]["terminationGracePeriod"] = 45
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, KUBERNETES_VERSION, strict=True)
+    wrong = json.loads(json.dumps(scaled_object()))
+    wrong["spec"]["minReplicas"] = 1
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(wrong, json.loads(KEDA_SCHEMA.read_text()))
+
+
+def test_scaled_object_validates_against_keda_schema() -> None:
+    jsonschema.validate(scaled_object(), json.loads(KEDA_SCHEMA.read_text()))
+
+
+def _strict(schema: Any) -> Any:
+    """An OpenAPI schema of a CRD, refusing unknown fields where it lists the known ones."""
+    if isinstance(schema, dict):
+        schema = {key: _strict(value) for key, value in schema.items()}
+        if "properties" in schema and "additionalProperties" not in schema and not schema.get(
+            "x-kubernetes-preserve-unknown-fields"
+        ):
+            schema["additionalProperties"] = False
+        return schema
+    if isinstance(schema, list):
+        return [_strict(item) for item in schema]
+    return schema
+
+
+def test_scaled_object_validates_against_keda_crd_file() -> None:
+    """Against KEDA's own CRD (config/crd/bases/keda.sh_scaledobjects.yaml of a KEDA release), when
+    JOBQ_KEDA_CRD names that file; the repository keeps no copy of it."""
+    path = os.environ.get(KEDA_CRD_ENV)
+    if not path:
+        pytest.skip(f"{KEDA_CRD_ENV} is not set: name KEDA's keda.sh_scaledobjects.yaml to check against it")
+    crd = yaml.safe_load(Path(path).read_text())
+    obj = scaled_object()
+    group, version = obj["apiVersion"].split("/")
+    assert crd["spec"]["group"] == group and crd["spec"]["names"]["kind"] == obj["kind"]
+    (served,) = [v for v in crd["spec"]["versions"] if v["name"] == version]
+    jsonschema.validate(obj, _strict(served["schema"]["openAPIV3Schema"]))
+
+
+def test_keda_postgresql_trigger_as_the_scaler_reads_it() -> None:
+    """What KEDA's PostgreSQL scaler needs (pkg/scalers/postgresql_scaler.go): a query, a
+    non-zero targetQueryValue, a connection it can resolve from the target's container env."""
+    obj = scaled_object()
+    spec = obj["spec"]
+    worker = by_kind(kustomize(), "Deployment", spec["scaleTargetRef"]["name"])
+    (trigger,) = spec["triggers"]
+    metadata = trigger["metadata"]
+    assert trigger["type"] == "postgresql"
+    assert float(metadata["targetQueryValue"]) > 0
+    float(metadata["activationTargetQueryValue"])
+    assert metadata["query"].strip()
+    env_names = {e["name"] for c in containers(worker) for e in c.get("env", [])}
+    assert metadata["connectionFromEnv"] in env_names
+    assert 0 <= spec["minReplicaCount"] <= spec["maxReplicaCount"]
+
+
+def test_keda_query_divides_by_the_workers_concurrency() -> None:
+    """The query answers workers needed; its divisor must be the slots of one worker."""
+    (container,) = containers(by_kind(kustomize(), "Deployment", "jobq-worker"))
+    concurrency = int(option(container["args"], "--concurrency"))
+    divisor = re.search(r"/\s*(\d+)\s*$", keda_query())
+    assert divisor and int(divisor.group(1)) == concurrency
+
+
+@pytest.mark.parametrize(("kind", "name"), [("Job", "jobq-migrate"), ("Deployment", "jobq-api"),
+                                            ("Deployment", "jobq-worker")])
+def test_container_arguments_are_real_jobq_commands(kind: str, name: str) -> None:
+    obj = by_kind(kustomize(), kind, name)
+    (container,) = containers(obj)
+    assert "command" not in container, "the image's entry point (jobq) runs the arguments"
+    checked = subprocess.run(
+        [str(BIN / "jobq"), *container["args"], "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert checked.returncode == 0, f"`jobq {' '.join(container['args'])}`: {checked.stderr}"
+    pod = obj["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    resources = container["resources"]
+    assert resources["requests"] and resources["limits"]
+    secret = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e}
+    assert secret["JOBQ_DATABASE_URL"] == {"name": "jobq-database", "key": "url"}
+
+
+def test_worker_grace_and_no_probes() -> None:
+    worker = by_kind(kustomize(), "Deployment", "jobq-worker")
+    (container,) = containers(worker)
+    grace = float(option(container["args"], "--grace-seconds"))
+    assert worker["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > grace
+    assert not {"livenessProbe", "readinessProbe", "startupProbe"} & set(container), "a busy worker is healthy"
+    assert worker["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    pdbs = [o for o in kustomize() if o["kind"] == "PodDisruptionBudget"]
+    labels = worker["spec"]["template"]["metadata"]["labels"]
+    assert any(all(labels.get(k) == v for k, v in p["spec"]["selector"]["matchLabels"].items()) for p in pdbs)
+
+
+def test_api_probes_and_service() -> None:
+    api = by_kind(kustomize(), "Deployment", "jobq-api")
+    (container,) = containers(api)
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    port = int(option(container["args"], "--port"))
+    assert [p["containerPort"] for p in container["ports"]] == [port]
+    service = by_kind(kustomize(), "Service", "jobq-api")
+    assert service["spec"]["selector"].items() <= api["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_settings_given_to_containers_are_settings_jobq_reads() -> None:
+    objects = kustomize()
+    (config_map,) = [o for o in objects if o["kind"] == "ConfigMap"]
+    names = set(config_map["data"])
+    for obj in objects:
+        for container in containers(obj):
+            names |= {e["name"] for e in container.get("env", [])}
+            assert [s["configMapRef"]["name"] for s in container["envFrom"]] == [config_map["metadata"]["name"]]
+    assert names and not names - jobq_settings(), f"unknown settings: {sorted(names - jobq_settings())}"
+
+
+def test_without_keda_renders_fixed_workers() -> None:
+    """The HPA-free fallback: the same objects but the ScaledObject, and a fixed worker count."""
+    objects = kustomize("k8s-without-keda")
+    assert not [o for o in objects if o["kind"] == "ScaledObject"]
+    assert by_kind(objects, "Deployment", "jobq-worker")["spec"]["replicas"] > 1
+    assert len(objects) == len(kustomize()) - 1
