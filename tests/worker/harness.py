@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -42,10 +42,12 @@ class WorkerProcess:
         args: list[str],
         env: dict[str, str] | None = None,
         app: str = TEST_APP,
+        prefix: Sequence[str] = (),
     ) -> None:
+        """``prefix`` runs the worker through another command (``ip netns exec NS …``: tests/deploy)."""
         self.name = name
         self.log_path = log_dir / f"{name}.log"
-        command = [sys.executable, "-m", "service", "--database-url", url, "worker", "--app", app, *args]
+        command = [*prefix, sys.executable, "-m", "service", "--database-url", url, "worker", "--app", app, *args]
         environment = {**os.environ, "PYTHONPATH": str(ROOT), "JOBQ_RETRY_BASE_SECONDS": "0.2", **(env or {})}
         environment.pop("JOBQ_DATABASE_URL", None)
         with open(self.log_path, "wb") as log:
@@ -116,8 +118,10 @@ class Fleet:
         self.log_dir = log_dir
         self.workers: list[WorkerProcess] = []
 
-    def start(self, *args: str, url: str | None = None, env: dict[str, str] | None = None) -> WorkerProcess:
-        worker = WorkerProcess(url or self.url, self.log_dir, f"worker{len(self.workers)}", list(args), env)
+    def start(
+        self, *args: str, url: str | None = None, env: dict[str, str] | None = None, prefix: Sequence[str] = ()
+    ) -> WorkerProcess:
+        worker = WorkerProcess(url or self.url, self.log_dir, f"worker{len(self.workers)}", list(args), env, prefix=prefix)
         self.workers.append(worker)
         return worker
 
