@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -18,6 +19,30 @@ from service.config import Settings
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 BIN = Path(sys.executable).parent  # the test venv's scripts: jobq, hadolint
+DOCKERFILE = DEPLOY / "Dockerfile"
+
+
+def dockerfile_instruction(name: str) -> list[str]:
+    """The arguments of each ``NAME`` instruction of the Dockerfile (continuation lines joined)."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    return [line.split(None, 1)[1] for line in text.splitlines() if line.split(None, 1)[:1] == [name]]
+
+
+def entrypoint() -> list[str]:
+    (value,) = dockerfile_instruction("ENTRYPOINT")
+    return list(json.loads(value))
+
+
+@cache
+def _help(arguments: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+    command = [str(BIN / entrypoint()[0]), *arguments, "--help"]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+
+
+def jobq_help(arguments: list[str]) -> subprocess.CompletedProcess[str]:
+    """``jobq ARGUMENTS --help`` (the image's entry point): exits 0 only for a real command whose
+    every option exists. Asked once per argument list: compose and Kubernetes share commands."""
+    return _help(tuple(arguments))
 
 
 def jobq_settings() -> set[str]:

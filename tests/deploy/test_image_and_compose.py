@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -13,26 +14,18 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.deploy.manifests import BIN, DEPLOY, compose, compose_seconds, jobq_settings, option
-
-DOCKERFILE = DEPLOY / "Dockerfile"
-
-
-def dockerfile_instruction(name: str) -> list[str]:
-    """The arguments of each ``NAME`` instruction of the Dockerfile (continuation lines joined)."""
-    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
-    return [line.split(None, 1)[1] for line in text.splitlines() if line.split(None, 1)[:1] == [name]]
-
-
-def entrypoint() -> list[str]:
-    (value,) = dockerfile_instruction("ENTRYPOINT")
-    return list(json.loads(value))
-
-
-def jobq_help(arguments: list[str]) -> subprocess.CompletedProcess[str]:
-    """``jobq ARGUMENTS --help``: exits 0 only for a real command whose every option exists."""
-    command = [str(BIN / entrypoint()[0]), *arguments, "--help"]
-    return subprocess.run(command, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+from tests.deploy.manifests import (
+    BIN,
+    DEPLOY,
+    DOCKERFILE,
+    compose,
+    compose_seconds,
+    dockerfile_instruction,
+    entrypoint,
+    jobq_help,
+    jobq_settings,
+    option,
+)
 
 
 # -- the Dockerfile ------------------------------------------------------------------------
@@ -75,15 +68,26 @@ def test_dockerfile_one_image_for_every_role() -> None:
     assert f"127.0.0.1:{option(serve, '--port')}/healthz" in healthcheck, "the health check asks the API it runs"
 
 
+def dockerignore() -> list[str]:
+    """The names Dockerfile.dockerignore keeps out of the build context (its patterns are names
+    or ``**/name``, which shutil.ignore_patterns applies at every depth, as the context is built)."""
+    lines = (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
+    patterns = [line.strip().removeprefix("**/") for line in lines if line.strip() and not line.startswith("#")]
+    assert all("/" not in p for p in patterns), "a path pattern: teach dockerignore() to read it"
+    return patterns
+
+
 @pytest.mark.slow
 def test_the_wheel_the_image_installs_can_migrate(tmp_path: Path) -> None:
-    """The image installs the wheel of the checkout: built the same way and installed alone, it must
-    carry everything `jobq migrate` needs (the migrations are package data, wherever they live)."""
-    repository = DEPLOY.parent
+    """The image installs the wheel built from the context the Dockerfile sees: built the same way
+    from the same files (in a copy, so the checkout gets no build/) and installed alone, it must
+    carry everything `jobq migrate` needs (the migrations ship in the package, wherever they live)."""
+    context = tmp_path / "context"
+    shutil.copytree(DEPLOY.parent, context, ignore=shutil.ignore_patterns(*dockerignore()))
     python = str(BIN / "python")
     build = subprocess.run(
         [python, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "--disable-pip-version-check",
-         "--wheel-dir", str(tmp_path / "wheels"), str(repository)],
+         "--wheel-dir", str(tmp_path / "wheels"), str(context)],
         capture_output=True, text=True, timeout=300,
     )
     assert build.returncode == 0, build.stdout[-2000:] + build.stderr[-2000:]
