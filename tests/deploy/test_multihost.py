@@ -57,11 +57,9 @@ def relay_url(pg_url: str, hosts: Hosts) -> Iterator[str]:
 
 @pytest.fixture
 def fleet(relay_url: str, tmp_path: Path) -> Iterator[Fleet]:
-    group = Fleet(relay_url, tmp_path)
-    try:
+    """Worker processes that reach the database through the relay; all killed when the test ends."""
+    with Fleet(relay_url, tmp_path) as group:
         yield group
-    finally:
-        group.stop_all()
 
 
 @pytest.fixture

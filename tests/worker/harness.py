@@ -131,6 +131,12 @@ class Fleet:
     def alive(self) -> list[WorkerProcess]:
         return [w for w in self.workers if w.alive()]
 
+    def __enter__(self) -> Fleet:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop_all()
+
     def stop_all(self) -> None:
         for worker in self.workers:
             if worker.alive():
