@@ -52,7 +52,8 @@ def jobq_settings() -> set[str]:
 
 
 def compose() -> dict[str, Any]:
-    return yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    loaded: dict[str, Any] = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    return loaded
 
 
 @cache

@@ -24,7 +24,7 @@ from types import TracebackType
 
 import pytest
 
-SUBNETS = ipaddress.ip_network("10.213.0.0/16")  # private, test-only: a /24 of it per run
+SUBNETS = ipaddress.IPv4Network("10.213.0.0/16")  # private, test-only: a /24 of it per run
 
 
 def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -82,7 +82,7 @@ class Hosts:
         start = secrets.randbelow(len(candidates))
         for subnet in candidates[start:] + candidates[:start]:
             if not any(subnet.overlaps(network) for network in used):
-                return subnet  # type: ignore[return-value]
+                return subnet
         pytest.skip("no free /24 in 10.213.0.0/16 for the test hosts")
 
     def __enter__(self) -> Hosts:

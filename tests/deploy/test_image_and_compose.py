@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
-from pathlib import Path
+from fnmatch import fnmatch
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -26,7 +25,7 @@ from tests.deploy.manifests import (
     jobq_settings,
     option,
 )
-
+from tests.test_wheel import BUILD_INPUTS
 
 # -- the Dockerfile ------------------------------------------------------------------------
 
@@ -68,50 +67,21 @@ def test_dockerfile_one_image_for_every_role() -> None:
     assert f"127.0.0.1:{option(serve, '--port')}/healthz" in healthcheck, "the health check asks the API it runs"
 
 
-def dockerignore() -> list[str]:
-    """The names Dockerfile.dockerignore keeps out of the build context (its patterns are names
-    or ``**/name``, which shutil.ignore_patterns applies at every depth, as the context is built)."""
+def test_build_context_holds_what_the_wheel_is_built_from() -> None:
+    """The image's wheel is built from the context Dockerfile.dockerignore leaves: it must keep every
+    file the wheel is built from (tests/test_wheel.py builds and migrates from those same inputs)."""
     lines = (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
-    patterns = [line.strip().removeprefix("**/") for line in lines if line.strip() and not line.startswith("#")]
-    assert all("/" not in p for p in patterns), "a path pattern: teach dockerignore() to read it"
-    return patterns
-
-
-@pytest.mark.slow
-def test_the_wheel_the_image_installs_can_migrate(tmp_path: Path) -> None:
-    """The image installs the wheel built from the context the Dockerfile sees: built the same way
-    from the same files (in a copy, so the checkout gets no build/) and installed alone, it must
-    carry everything `jobq migrate` needs (the migrations ship in the package, wherever they live)."""
-    context = tmp_path / "context"
-    shutil.copytree(DEPLOY.parent, context, ignore=shutil.ignore_patterns(*dockerignore()))
-    python = str(BIN / "python")
-    build = subprocess.run(
-        [python, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "--disable-pip-version-check",
-         "--wheel-dir", str(tmp_path / "wheels"), str(context)],
-        capture_output=True, text=True, timeout=300,
-    )
-    assert build.returncode == 0, build.stdout[-2000:] + build.stderr[-2000:]
-    (wheel,) = (tmp_path / "wheels").glob("jobq-*.whl")
-    target = tmp_path / "site"
-    install = subprocess.run(
-        [python, "-m", "pip", "install", "--no-deps", "--no-cache-dir", "--disable-pip-version-check",
-         "--target", str(target), str(wheel)],
-        capture_output=True, text=True, timeout=120,
-    )
-    assert install.returncode == 0, install.stderr[-2000:]
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    # PYTHONPATH puts the installed wheel ahead of the editable checkout; the run proves which it used.
-    env = {"PYTHONPATH": str(target), "PATH": str(BIN), "HOME": str(tmp_path)}
-    migrate = subprocess.run(
-        [python, "-c", "import service, sys; print(service.__file__); sys.argv = ['jobq', 'migrate'];"
-         " from service.cli import main; main()"],
-        capture_output=True, text=True, timeout=120, cwd=run_dir,
-        env={**env, "JOBQ_DATABASE_URL": f"sqlite:///{run_dir / 'jobq.db'}"},
-    )
-    assert migrate.returncode == 0, migrate.stdout + migrate.stderr
-    assert migrate.stdout.startswith(str(target)), f"ran {migrate.stdout.strip()}, not the wheel"
-    assert (run_dir / "jobq.db").stat().st_size > 0
+    patterns = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    root = DEPLOY.parent
+    for name in BUILD_INPUTS:
+        paths = [root / name, *(root / name).rglob("*")]
+        for path in paths:
+            relative = path.relative_to(root).as_posix()
+            if "__pycache__" in relative:
+                continue
+            dropped = [p for p in patterns if fnmatch(relative, p.removeprefix("**/"))
+                       or p.startswith("**/") and fnmatch(path.name, p.removeprefix("**/"))]
+            assert not dropped, f"{relative} is kept out of the Docker build context by {dropped}"
 
 
 # -- the compose file ------------------------------------------------------------------------
@@ -205,7 +175,7 @@ def test_env_example_names_only_settings_jobq_reads() -> None:
 
 def test_env_example_reaches_the_compose_database() -> None:
     db = compose()["services"]["db"]["environment"]
-    url = urlsplit(re.search(r"^JOBQ_DATABASE_URL=(\S+)$", (DEPLOY / ".env.example").read_text(), re.M).group(1))
+    url = urlsplit(env_example()["JOBQ_DATABASE_URL"])
     assert (url.hostname, url.port or 5432) == ("db", 5432)
     assert (url.username, url.password, url.path.strip("/")) == (
         db["POSTGRES_USER"], db["POSTGRES_PASSWORD"], db["POSTGRES_DB"]

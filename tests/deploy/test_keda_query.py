@@ -15,7 +15,7 @@ from tests.deploy.manifests import keda_query, scaled_object
 
 def run_keda_query(url: str) -> list[tuple[object, ...]]:
     with psycopg.connect(url, autocommit=True) as conn:
-        return conn.execute(keda_query()).fetchall()  # type: ignore[arg-type]  # the manifest's text
+        return conn.execute(keda_query()).fetchall()
 
 
 def start(store: Store, queue: str, count: int) -> None:

@@ -161,7 +161,10 @@ def test_fleet_on_three_hosts(
 
     # Back on the network: its late writes are refused (fenced) and it says so.
     cut_workers = on[cut.hostname]
-    lost = lambda: {e["job_id"] for w in cut_workers for e in w.events("job.lease_lost")}  # noqa: E731
+
+    def lost() -> set[str]:
+        return {e["job_id"] for w in cut_workers for e in w.events("job.lease_lost")}
+
     wait_until(lambda: set(held) <= lost(), 40, interval=0.2, what="job.lease_lost for every cut-off job")
     told = time.monotonic() - healed_at
     for job_id in held:

@@ -121,7 +121,8 @@ class Fleet:
     def start(
         self, *args: str, url: str | None = None, env: dict[str, str] | None = None, prefix: Sequence[str] = ()
     ) -> WorkerProcess:
-        worker = WorkerProcess(url or self.url, self.log_dir, f"worker{len(self.workers)}", list(args), env, prefix=prefix)
+        name = f"worker{len(self.workers)}"
+        worker = WorkerProcess(url or self.url, self.log_dir, name, list(args), env, prefix=prefix)
         self.workers.append(worker)
         return worker
 
