@@ -158,7 +158,7 @@ def bench_database(args: argparse.Namespace, name: str) -> Iterator[str]:
 def reset_jobs(url: str) -> None:
     """Empty every queue table (between repeats), and let the statistics catch up."""
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("TRUNCATE jobs, job_attempts, job_results, job_replays, workers, scope_counters, limits")
+        conn.execute("TRUNCATE jobs, job_attempts, job_results, job_replays, job_items, workers, scope_counters, limits")
         conn.execute("VACUUM ANALYZE jobs")
 
 

@@ -19,6 +19,12 @@ database only:
 pg_stat_statements would name each statement, but needs a server restart to
 preload, which a bench must not require.
 
+Items: one job of ``--items`` items (1,000) run by a worker, first with one outcome per item
+(``ctx.map``), then the same loop with progress only (``ctx.items``): statements, heartbeats
+(updates of the job's row between its claim and its completion), job_items rows and WAL per
+item. The outcomes ride on the heartbeats and the completion, so the items job should take
+no more statements than the reference.
+
 Heartbeats: 200 running jobs (fewer with a smaller ``--jobs``) renewed ten times each
 with progress, through the store: row writes, the share of HOT updates, WAL per heartbeat.
 
@@ -38,12 +44,21 @@ from typing import Any
 
 import psycopg
 
-from bench.common import Report, WorkerProcess, bench_database, flush_stats, load_average, reset_jobs, wait_for, workers_registered
+from bench.common import (
+    Report,
+    WorkerProcess,
+    bench_database,
+    flush_stats,
+    load_average,
+    reset_jobs,
+    wait_for,
+    workers_registered,
+)
 from service.config import Settings
 from service.jobs import NewJob
 from service.store import open_store
 
-TABLES = ("jobs", "job_attempts", "job_results")
+TABLES = ("jobs", "job_attempts", "job_results", "job_items")
 HEARTBEAT_JOBS = 200
 HEARTBEAT_ROUNDS = 10
 
@@ -54,6 +69,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--enqueue", choices=["batch", "single", "both"], default="both")
     parser.add_argument("--notify", choices=["on", "off"], default="on")
     parser.add_argument("--connection-jobs", type=int, default=150, help="sleep jobs for the connection count")
+    parser.add_argument("--items", type=int, default=1_000, help="items of the one job the items measurement runs")
+    parser.add_argument("--item-seconds", type=float, default=0.002, help="each item's work, so heartbeats happen")
 
 
 def run(args: argparse.Namespace) -> Report:
@@ -66,6 +83,8 @@ def run(args: argparse.Namespace) -> Report:
         for mode in modes:
             for concurrency in levels:
                 _lifecycle(report, args, url, Path(tmp), concurrency, mode, walinspect)
+        for kind in ("items", "steps"):
+            _items(report, args, url, Path(tmp), kind, walinspect)
         _heartbeats(report, args, url, walinspect)
         for concurrency in levels:
             _connections(report, args, url, Path(tmp), concurrency)
@@ -97,6 +116,17 @@ def _snapshot(conn: psycopg.Connection[Any], settle: float) -> dict[str, Any]:
     return {"commits": int(row[0]), "lsn": str(row[1]), "tables": _table_counters(conn)}
 
 
+def _wait_drained(monitor: psycopg.Connection[Any]) -> int:
+    """Until no job is queued or running; returns how many looks that took (the monitor's own statements)."""
+    polls = 0
+    while True:
+        polls += 1
+        row = monitor.execute("SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('queued', 'running'))").fetchone()
+        if row is not None and not row[0]:
+            return polls
+        time.sleep(0.2)
+
+
 def _lifecycle(report: Report, args: argparse.Namespace, url: str, tmp: Path, concurrency: int, mode: str,
                walinspect: bool) -> None:
     reset_jobs(url)
@@ -105,7 +135,6 @@ def _lifecycle(report: Report, args: argparse.Namespace, url: str, tmp: Path, co
                            env=env, log_path=tmp / f"cost-{mode}-{concurrency}.log")
     store = open_store(Settings(database_url=url, notify=args.notify == "on"))
     monitor = _monitor(url, walinspect)
-    polls = 0
     try:
         wait_for(lambda: workers_registered(url, 1), 60, 0.1, "the worker to register")
         time.sleep(1.5)  # start-up statements (register, first reap, LISTEN) fall before the window
@@ -117,12 +146,7 @@ def _lifecycle(report: Report, args: argparse.Namespace, url: str, tmp: Path, co
         else:
             for job in jobs:
                 store.enqueue(job)
-        while True:
-            polls += 1
-            row = monitor.execute("SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('queued', 'running'))").fetchone()
-            if row is not None and not row[0]:
-                break
-            time.sleep(0.2)
+        polls = _wait_drained(monitor)
         time.sleep(0.2)
         own_wal, cluster_wal = _wal_since(monitor, before["lsn"], walinspect)
         after = _snapshot(monitor, args.settle_seconds)
@@ -151,6 +175,47 @@ def _lifecycle(report: Report, args: argparse.Namespace, url: str, tmp: Path, co
         row_writes_per_job=sum(v for k, v in writes.items() if not k.endswith("_hot_updates")),
         wal_bytes_per_job=(own_wal / n) if own_wal is not None else None,
         cluster_wal_bytes_per_job=cluster_wal / n,
+        load=load_average(),
+    )
+
+
+def _items(report: Report, args: argparse.Namespace, url: str, tmp: Path, kind: str, walinspect: bool) -> None:
+    """One job of many items: what per-item outcomes add to its statements, rows and WAL."""
+    reset_jobs(url)
+    worker = WorkerProcess(url, "--concurrency", "1", "--log-level", "warning", env={"JOBQ_NOTIFY": "false"},
+                           log_path=tmp / f"cost-{kind}.log")
+    store = open_store(Settings(database_url=url, notify=False))
+    monitor = _monitor(url, walinspect)
+    try:
+        wait_for(lambda: workers_registered(url, 1), 60, 0.1, "the worker to register")
+        time.sleep(1.5)  # start-up statements fall before the window
+        before = _snapshot(monitor, args.settle_seconds)
+        store.enqueue(NewJob(kind=kind, payload={"count": args.items, "delay": args.item_seconds}))
+        polls = _wait_drained(monitor)
+        own_wal, cluster_wal = _wal_since(monitor, before["lsn"], walinspect)
+        after = _snapshot(monitor, args.settle_seconds)
+        outcomes = monitor.execute("SELECT count(*) FROM job_items").fetchone()
+    finally:
+        monitor.close()
+        store.close()
+        worker.stop()
+    own = 2 * 4 + polls + 4 + 1  # as in _lifecycle, and the count of job_items
+    statements = after["commits"] - before["commits"] - own
+    updates = after["tables"]["jobs"][1] - before["tables"]["jobs"][1]
+    hot = after["tables"]["jobs"][2] - before["tables"]["jobs"][2]
+    inserted = after["tables"].get("job_items", (0, 0, 0))[0] - before["tables"].get("job_items", (0, 0, 0))[0]
+    report.add(
+        f"one job of {args.items} items, {'an outcome per item' if kind == 'items' else 'progress only'}",
+        items=args.items,
+        statements=statements,
+        # the job's row is updated by its claim, each heartbeat and its completion
+        heartbeats=updates - 2,
+        jobs_hot_share=hot / updates if updates else None,  # the claim is not HOT (indexed state), nor the completion
+        job_items_rows=int(outcomes[0]) if outcomes else None,
+        job_items_inserts=inserted,
+        statements_per_item=statements / args.items,
+        wal_bytes_per_item=(own_wal / args.items) if own_wal is not None else None,
+        cluster_wal_bytes_per_item=cluster_wal / args.items,
         load=load_average(),
     )
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
@@ -46,7 +46,7 @@ from service.errors import (
     StoreUnavailable,
     Unauthorized,
 )
-from service.jobs import JobState
+from service.jobs import ItemState, JobState
 
 __all__ = [
     "ApiError",
@@ -54,6 +54,7 @@ __all__ = [
     "IdempotencyConflict",
     "InvalidInput",
     "InvalidTransition",
+    "Item",
     "Job",
     "JobCancelled",
     "JobFailed",
@@ -89,6 +90,8 @@ class Job:
     state: JobState
     done: int
     total: int | None
+    items_ok: int
+    items_failed: int
     attempts: int
     max_attempts: int
     error: str | None
@@ -120,6 +123,8 @@ class Job:
             state=JobState(data["state"]),
             done=data["done"],
             total=data["total"],
+            items_ok=data.get("items_ok", 0),  # absent from an API older than per-item outcomes
+            items_failed=data.get("items_failed", 0),
             attempts=data["attempts"],
             max_attempts=data["max_attempts"],
             error=data.get("error"),
@@ -132,6 +137,29 @@ class Job:
             result_url=data.get("result_url"),
             poll_after_seconds=data.get("poll_after_seconds"),
             etag=etag,
+        )
+
+
+@dataclass(frozen=True)
+class Item:
+    """One item's outcome: ok with its result, or failed with its error."""
+
+    index: int
+    state: ItemState
+    result: Any
+    error: str | None
+    attempt: int
+    finished_at: datetime
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Item:
+        return cls(
+            index=data["index"],
+            state=ItemState(data["state"]),
+            result=data.get("result"),
+            error=data.get("error"),
+            attempt=data["attempt"],
+            finished_at=_time(data["finished_at"]),
         )
 
 
@@ -301,6 +329,24 @@ class Client:
         response = self._request("GET", "/v1/jobs", params={k: v for k, v in params.items() if v is not None})
         data = response.json()
         return Page(items=[Job.from_json(item) for item in data["items"]], next_cursor=data["next_cursor"])
+
+    def items(
+        self, job_id: uuid.UUID | str, state: ItemState | str | None = None, *, page_size: int | None = None
+    ) -> Iterator[Item]:
+        """The job's item outcomes so far, in item order, page after page (while it runs too:
+        the partial results). ``state="failed"`` gives the failed items only."""
+        params: dict[str, Any] = {}
+        if state is not None:
+            params["state"] = state.value if isinstance(state, ItemState) else state
+        if page_size is not None:
+            params["limit"] = page_size
+        while True:
+            response = self._request("GET", f"/v1/jobs/{job_id}/items", params=params, job_id=job_id)
+            data = response.json()
+            yield from (Item.from_json(item) for item in data["items"])
+            if data["next_cursor"] is None:
+                return
+            params["cursor"] = data["next_cursor"]
 
     # -- changing -----------------------------------------------------------------------
     def cancel(self, job_id: uuid.UUID | str) -> Job:

@@ -13,6 +13,7 @@
      ├── LeaseLost               the fencing token no longer holds the job: the write changed nothing
      ├── StoreUnavailable        the database could not be reached or gave a transient error; safe to retry
      ├── PermanentError          raised by a handler: fail the job now, do not retry
+ ├── TooManyItemFailures     more items failed than the kind's max_item_failures: the attempt fails, retryable
      ├── JobFailed               (client) the job ended failed; carries its status and error
      └── JobCancelled            (client) the job ended cancelled
 
@@ -80,6 +81,25 @@ class StoreUnavailable(JobqError):
 
 class PermanentError(JobqError):
     """Raise from a handler to fail the job at once, without retries."""
+
+
+class TooManyItemFailures(JobqError):
+    """More items of a job failed than its kind's ``max_item_failures`` allows.
+
+    Raised inside the handler when the item over the limit is recorded; the attempt fails as
+    retryable (the next attempt runs the failed items again), and after the job's last attempt
+    the job fails with this message: how many items failed, of how many, and the first errors.
+    """
+
+    def __init__(self, failed: int, total: int | None, limit: int | float, first_errors: list[str]) -> None:
+        of = f" of {total}" if total is not None else ""
+        allowed = f"{limit:g} of the items" if isinstance(limit, float) else f"{limit}"
+        super().__init__(
+            f"{failed}{of} items failed, more than max_item_failures allows ({allowed}); first errors: "
+            + "; ".join(first_errors)
+        )
+        self.failed = failed
+        self.total = total
 
 
 class PayloadTooLarge(InvalidInput):

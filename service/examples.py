@@ -3,6 +3,10 @@
 - ``classify``: payload ``{"items": [...], "delay": 0.05, "failure_rate": 0.0}``. A fake,
   deterministic model labels each item; built on ``ctx.items()``, so a reclaimed
   job resumes after the last checkpoint. Result ``{"results": [{"item", "label", "score"}, ...]}``.
+- ``enrich``: payload ``{"rows": [...], "delay": 0.01}``. One outcome per row, built on
+  ``ctx.map()``: a number is ok with ``{"row", "square"}``, anything else fails that row
+  only (up to 10 % of the rows may fail, ``max_item_failures=0.1``). Result ``{"rows": [...]}``,
+  the ok rows; ``GET /v1/jobs/{id}/items`` has every outcome, while the job runs too.
 - ``sleep``: payload ``{"seconds": S}``; reports progress every tenth of a second; stops when told.
 - ``fail``: payload ``{"permanent": bool, "message": str}``; raises, permanently or not.
 """
@@ -67,6 +71,28 @@ def classify(ctx: JobContext) -> dict[str, Any]:
     if not (0 <= delay <= 60 and 0 <= failure_rate <= 1):
         raise PermanentError("payload.delay must be in [0, 60] and payload.failure_rate in [0, 1]")
     return classify_items(ctx, FakeModel(delay=delay, failure_rate=failure_rate))
+
+
+def square(row: Any) -> dict[str, Any]:
+    """The example's per-row work: a number squared; anything else is that row's error."""
+    if not isinstance(row, int | float) or isinstance(row, bool):
+        raise ValueError(f"row {row!r} is not a number")
+    return {"row": row, "square": row * row}
+
+
+@app.handler("enrich", max_item_failures=0.1)  # up to 10 % of the rows may fail; past that, retried
+def enrich(ctx: JobContext) -> dict[str, Any]:
+    rows, delay = ctx.payload.get("rows"), ctx.payload.get("delay", 0.01)
+    if not isinstance(rows, list):
+        raise PermanentError("payload.rows must be a list")
+    if not isinstance(delay, int | float) or not 0 <= delay <= 60:
+        raise PermanentError("payload.delay must be a number of seconds in [0, 60]")
+
+    def slowly(row: Any) -> dict[str, Any]:
+        time.sleep(delay)
+        return square(row)
+
+    return {"rows": ctx.map(rows, slowly)}  # one outcome per row
 
 
 @app.handler("sleep")

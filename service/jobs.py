@@ -121,6 +121,53 @@ class Completion:
     result: JSON
     done: int | None = None
     total: int | None = None
+    items: tuple[ItemOutcome, ...] = ()  # item outcomes not yet written, written with the result
+
+
+class ItemState(enum.StrEnum):
+    """How one item of a job ended, as kept in ``job_items``."""
+
+    OK = "ok"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class ItemOutcome:
+    """One item's outcome as a handler recorded it: ok with a result, or failed with an error."""
+
+    index: int
+    state: ItemState
+    result: JSON = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class JobItem:
+    """One item's outcome as stored: which attempt wrote it, and when (the database clock)."""
+
+    index: int
+    state: ItemState
+    result: JSON
+    error: str | None
+    attempt: int
+    finished_at: datetime
+
+
+@dataclass(frozen=True)
+class ItemQuery:
+    """One page of a job's item outcomes, in item order (keyset: after ``after_index``)."""
+
+    job_id: uuid.UUID
+    tenant: str | None = None  # None: any tenant (the worker's and the operator's reads)
+    state: ItemState | None = None
+    after_index: int | None = None
+    limit: int = 100
+
+
+@dataclass(frozen=True)
+class ItemPage:
+    items: list[JobItem]
+    next_after_index: int | None
 
 
 @dataclass(frozen=True)
@@ -137,6 +184,8 @@ class ClaimedJob:
     total: int | None
     max_attempts: int
     lease_expires_at: datetime
+    items_ok: int = 0  # outcomes earlier attempts recorded: a resumed attempt reads them first
+    items_failed: int = 0
 
     @property
     def id(self) -> uuid.UUID:
@@ -174,6 +223,8 @@ class JobStatus:
     finished_at: datetime | None
     updated_at: datetime
     result_id: uuid.UUID | None
+    items_ok: int = 0  # items recorded ok / failed so far (kept on the job row: a poll stays one read)
+    items_failed: int = 0
 
 
 @dataclass(frozen=True)
@@ -255,6 +306,20 @@ class ReplayFilter:
     error_like: str | None = None
     since: datetime | None = None
     include_cancelled: bool = False
+    failed_items: bool = False
+    """Re-run only the failed items: jobs (succeeded or failed) with failed items go back to
+    queued, their failed outcomes removed, their ok ones kept (the next attempt skips those)."""
+
+
+def replayable_states(which: ReplayFilter) -> list[str]:
+    """The states a replay picks from: failed; cancelled too when asked or named by id; and,
+    for a replay of failed items, succeeded (a job that finished within max_item_failures)."""
+    states = [JobState.FAILED.value]
+    if which.include_cancelled or which.ids:
+        states.append(JobState.CANCELLED.value)
+    if which.failed_items:
+        states.append(JobState.SUCCEEDED.value)
+    return states
 
 
 def queued_status(job: NewJob, job_id: uuid.UUID, run_after: datetime, created_at: datetime) -> JobStatus:

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from service.errors import InvalidInput
-from service.jobs import JSON, MAX_PAGE_SIZE, NewJob
+from service.jobs import JSON, MAX_PAGE_SIZE, ItemOutcome, ItemState, NewJob
 
 MAX_NAME_LENGTH = 200
 """kind, queue, tenant."""
@@ -144,3 +144,11 @@ def validate_new_job(job: NewJob) -> None:
             raise InvalidInput(f"{name} must be a non-empty string of at most {MAX_KEY_LENGTH} characters")
         if value is not None:
             storable_text(value, name)
+
+
+def check_item_outcome(item: ItemOutcome) -> None:
+    """An outcome the store may write: a non-negative index, a failure with an error."""
+    if not is_int(item.index) or item.index < 0:
+        raise InvalidInput("an item index must be a non-negative integer")
+    if item.state is ItemState.FAILED and (not isinstance(item.error, str) or not item.error.strip()):
+        raise InvalidInput(f"failed item {item.index} needs a non-empty error")

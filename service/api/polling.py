@@ -53,7 +53,7 @@ def poll_after_seconds(status: JobStatus, now: datetime) -> int | None:
 
 
 def change_tag(status: JobStatus) -> str:
-    """What a long poll compares: the job's state and progress, as an ETag.
+    """What a long poll compares: the job's state, progress and item counts, as an ETag.
 
     ``updated_at`` is left out on purpose: a heartbeat that only renews the lease
     is not news to someone waiting for progress.
@@ -65,6 +65,8 @@ def change_tag(status: JobStatus) -> str:
         status.attempts,
         int(status.cancel_requested),
         int(status.stale),
+        status.items_ok,
+        status.items_failed,
     )
     return 'W/"' + ".".join(str(part) for part in parts) + '"'
 

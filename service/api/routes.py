@@ -1,4 +1,4 @@
-"""The v1 routes: submit, batch, status (with long poll), result, list, cancel; health.
+"""The v1 routes: submit, batch, status (with long poll), result, items, list, cancel; health.
 
 Each route is thin: parse (the schemas), authorise (the tenant dependency), one
 store call off the event loop, shape the answer. Every store call is scoped by
@@ -39,6 +39,8 @@ from service.api.schemas import (
     BatchOut,
     BatchSubmit,
     HealthOut,
+    ItemOut,
+    ItemPageOut,
     JobOut,
     JobPageOut,
     JobResultOut,
@@ -52,7 +54,7 @@ from service.errors import (
     StoreUnavailable,
     Unauthorized,
 )
-from service.jobs import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, JobQuery, JobState, JobStatus, NewJob
+from service.jobs import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, ItemQuery, ItemState, JobQuery, JobState, JobStatus, NewJob
 from service.store import Store
 
 router = APIRouter(prefix="/v1", tags=["jobs"], dependencies=[Depends(no_unknown_query_parameters)])
@@ -270,6 +272,39 @@ async def list_jobs(
     )
 
 
+@router.get(
+    "/jobs/{job_id}/items",
+    response_model=ItemPageOut,
+    summary="A job's item outcomes so far (partial results), in item order",
+    responses=problem_responses(401, 404, 422, 503),
+)
+async def list_items(
+    job_id: JobId,
+    tenant: TenantDep,
+    store: StoreDep,
+    state: Annotated[ItemState | None, Query(description="Only items that ended so: ok or failed.")] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = DEFAULT_PAGE_SIZE,
+    cursor: Annotated[
+        str | None, Query(pattern=ITEM_CURSOR_PATTERN, description="The next_cursor of the previous page.")
+    ] = None,
+) -> ItemPageOut:
+    """Readable while the job runs: the outcomes written so far (with each heartbeat), paged by
+    item index, so a page never repeats an item and a later page finds the items added since."""
+    query = ItemQuery(
+        job_id=job_id,
+        tenant=tenant,
+        state=state,
+        limit=limit,
+        after_index=decode_item_cursor(cursor) if cursor is not None else None,
+    )
+    page = await blocking(store.list_items, query)
+    return ItemPageOut(
+        job_id=job_id,
+        items=[ItemOut.of(item) for item in page.items],
+        next_cursor=encode_item_cursor(page.next_after_index) if page.next_after_index is not None else None,
+    )
+
+
 # -- changing -----------------------------------------------------------------------------
 
 
@@ -380,6 +415,24 @@ def decode_cursor(cursor: str) -> uuid.UUID:
         return uuid.UUID(bytes=raw)
     except (binascii.Error, ValueError):
         raise InvalidInput("cursor is not one this API returned; start again without it") from None
+
+
+ITEM_CURSOR_PATTERN = r"^[A-Za-z0-9_-]{1,16}$"
+
+
+def encode_item_cursor(index: int) -> str:
+    """Opaque to clients: the URL-safe base64 of the page's last item index."""
+    return base64.urlsafe_b64encode(f"i{index}".encode("ascii")).rstrip(b"=").decode("ascii")
+
+
+def decode_item_cursor(cursor: str) -> int:
+    try:
+        text = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True).decode("ascii")
+        if text[:1] == "i" and text[1:].isdigit():
+            return int(text[1:])
+    except (binascii.Error, ValueError):
+        pass
+    raise InvalidInput("cursor is not one this API returned; start again without it")
 
 
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")

@@ -149,6 +149,11 @@ class ReplayRequest(BaseModel):
     since: Duration | SkipJsonSchema[None] = Field(default=None, description="Only jobs that ended this recently.")
     include_cancelled: bool = Field(default=False, description="Cancelled jobs of the kind too, not only failed.")
     dry_run: bool = Field(default=False, description="Answer which jobs would be replayed; change nothing.")
+    failed_items: bool = Field(
+        default=False,
+        description="Re-run only the failed items: jobs (succeeded or failed) with failed items go back to "
+        "queued, their failed outcomes removed and their ok ones kept, so the next attempt runs only those.",
+    )
 
     @field_validator("ids", "kind", "error_like", "since", mode="before")
     @classmethod
@@ -192,6 +197,7 @@ async def replay(body: ReplayRequest, tenant: TenantDep, store: StoreDep, now: N
         error_like=body.error_like,
         since=now - timedelta(seconds=parse_duration(body.since, name="since")) if body.since else None,
         include_cancelled=body.include_cancelled,
+        failed_items=body.failed_items,
     )
     replayed = await blocking(store.replay, which, f"api:{tenant}", body.dry_run)
     return ReplayOut(dry_run=body.dry_run, count=len(replayed), job_ids=replayed)

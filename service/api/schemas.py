@@ -24,7 +24,7 @@ from pydantic import (
     field_validator,
 )
 
-from service.jobs import JobState, JobStatus, NewJob
+from service.jobs import ItemState, JobItem, JobState, JobStatus, NewJob
 from service.payloads import (
     MAX_ATTEMPTS_LIMIT,
     MAX_DELAY_SECONDS,
@@ -137,6 +137,8 @@ class JobOut(BaseModel):
     state: JobState
     done: int = Field(description="Items done so far, as the worker last reported.")
     total: int | None = Field(description="Items in all, when known.")
+    items_ok: int = Field(description="Items recorded ok so far; GET /v1/jobs/{job_id}/items for their outcomes.")
+    items_failed: int = Field(description="Items recorded failed so far; a job may succeed with some.")
     attempts: int = Field(description="Attempts started so far (the running one included).")
     max_attempts: int
     error: str | None = Field(
@@ -167,6 +169,8 @@ class JobOut(BaseModel):
             state=status.state,
             done=status.done,
             total=status.total,
+            items_ok=status.items_ok,
+            items_failed=status.items_failed,
             attempts=status.attempts,
             max_attempts=status.max_attempts,
             error=status.error if status.state in (JobState.FAILED, JobState.QUEUED) else None,
@@ -192,6 +196,30 @@ class BatchOut(BaseModel):
 class JobPageOut(BaseModel):
     items: list[JobOut] = Field(description="Newest first.")
     next_cursor: str | None = Field(description="Pass as ?cursor= for the next page; none on the last page.")
+
+
+class ItemOut(BaseModel):
+    """One item's outcome."""
+
+    index: int = Field(description="The item's position in the job's sequence, from 0.")
+    state: ItemState
+    result: Any = Field(description="What the handler recorded for the item (ok only).")
+    error: str | None = Field(description="Why the item failed: its first line, then the traceback's end.")
+    attempt: int = Field(description="The attempt that recorded this outcome.")
+    finished_at: datetime
+
+    @classmethod
+    def of(cls, item: JobItem) -> ItemOut:
+        return cls(index=item.index, state=item.state, result=item.result, error=item.error,
+                   attempt=item.attempt, finished_at=_utc(item.finished_at))
+
+
+class ItemPageOut(BaseModel):
+    job_id: uuid.UUID
+    items: list[ItemOut] = Field(description="In item order.")
+    next_cursor: str | None = Field(
+        description="Pass as ?cursor= for the next page; none on the last page so far (a running job may add more)."
+    )
 
 
 class JobResultOut(BaseModel):

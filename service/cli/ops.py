@@ -73,15 +73,28 @@ def replay(
         bool, typer.Option(help="Cancelled jobs of the kind too (jobs named by --id are replayed either way).")
     ] = False,
     dry_run: Annotated[bool, typer.Option(help="List the jobs that would be replayed; change nothing.")] = False,
+    failed_items: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--failed-items",
+            metavar="JOB_ID",
+            help="Re-run only this job's failed items (a succeeded or failed job); repeat for more.",
+        ),
+    ] = None,
 ) -> None:
     """Put failed jobs back in the queue, attempts 0, recorded as yours (cli:USER).
+
+    --failed-items JOB_ID re-runs only the job's failed items: their outcomes go, the
+    ok ones stay, and the next attempt skips those.
 
     --id or --kind, or both: every option given narrows the others
     (POST /v1/jobs/replay takes the same filter). Prints how many; with
     --dry-run, the ids one per line. Named jobs that were not replayed
     (no such job, not failed or cancelled, or filtered out) exit 1.
     """
-    named = tuple(dict.fromkeys(parse_job_id(text) for text in ids or ()))
+    if ids and failed_items:
+        raise InvalidInput("give --id (replay whole jobs) or --failed-items (only their failed items), not both")
+    named = tuple(dict.fromkeys(parse_job_id(text) for text in ids or failed_items or ()))
     if not named and kind is None:
         raise InvalidInput("name the jobs (--id, one or more) or a kind (--kind): replaying every failed job needs one")
     if error_like is not None and not error_like:
@@ -92,6 +105,7 @@ def replay(
         error_like=error_like,
         since=_ago(since, "--since") if since is not None else None,
         include_cancelled=include_cancelled,
+        failed_items=bool(failed_items),
     )
     with open_cli_store(ctx) as store:
         replayed = store.replay(which, by=f"cli:{_cli_user()}", dry_run=dry_run)
@@ -103,8 +117,13 @@ def replay(
         print(f"replayed {_jobs(len(replayed))}")
     missed = [str(job_id) for job_id in named if job_id not in set(replayed)]
     if missed:
-        fail(f"{len(missed)} of {len(named)} ids not replayed (no such job, not failed or cancelled, or filtered out): "
+        fail(f"{len(missed)} of {len(named)} ids not replayed "
+             f"(no such job, not {_replayable(which)}, or filtered out): "
              + ", ".join(missed), EXIT_FAILED)  # fmt: skip
+
+
+def _replayable(which: ReplayFilter) -> str:
+    return "a finished job with failed items" if which.failed_items else "failed or cancelled"
 
 
 @app.command("alert-check")

@@ -27,6 +27,9 @@ from service.jobs import (
     FailResult,
     FailureGroup,
     Heartbeat,
+    ItemOutcome,
+    ItemPage,
+    ItemQuery,
     JobPage,
     JobQuery,
     JobStatus,
@@ -120,8 +123,12 @@ class Store(Protocol):
         done: int | None = None,
         total: int | None = None,
         checkpoint: JSON | None = None,
+        items: Sequence[ItemOutcome] = (),
     ) -> Heartbeat:
-        """Extend the lease and record progress in one statement."""
+        """Extend the lease and record progress in one statement, with the item outcomes
+        recorded since the last heartbeat (PostgreSQL: the same statement; SQLite: the same
+        transaction), fenced with it: a lost lease writes none of them. An item given again
+        replaces its earlier outcome (a failed item re-run); the job's counts follow."""
         ...
 
     def complete(self, lease: Lease, result: JSON, done: int | None = None, total: int | None = None) -> None:
@@ -129,8 +136,14 @@ class Store(Protocol):
         (a succeeded job with a total is fully done). Raises LeaseLost, changing nothing."""
         ...
 
+    def list_items(self, query: ItemQuery) -> ItemPage:
+        """A job's item outcomes so far, in item order, keyset-paginated; readable while it runs.
+        Scoped by ``query.tenant`` like every job read. Raises JobNotFound."""
+        ...
+
     def complete_many(self, finished: Sequence[Completion]) -> list[Lease]:
-        """Complete many jobs in one round trip; returns the leases that were lost (nothing written for them)."""
+        """Complete many jobs in one round trip, each with its item outcomes not yet written;
+        returns the leases that were lost (nothing written for them)."""
         ...
 
     def fail(self, lease: Lease, error: str, decision: Decision) -> FailResult:
@@ -161,7 +174,9 @@ class Store(Protocol):
         ...
 
     def replay(self, which: ReplayFilter, by: str, dry_run: bool = False) -> list[uuid.UUID]:
-        """Put failed (and optionally cancelled) jobs back in the queue with attempts 0, recorded."""
+        """Put failed (and optionally cancelled) jobs back in the queue with attempts 0, recorded.
+        With ``which.failed_items``: jobs with failed items (succeeded ones too), whose failed
+        outcomes are removed so that the next attempt runs only those items."""
         ...
 
     def get(self, job_id: uuid.UUID, tenant: str | None = None, token_hash: str | None = None) -> JobStatus:

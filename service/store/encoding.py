@@ -11,8 +11,28 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from service.errors import InvalidInput
-from service.payloads import MAX_ATTEMPTS_LIMIT
+from service.jobs import ItemOutcome, Lease, error_group
+from service.payloads import MAX_ATTEMPTS_LIMIT, check_item_outcome, dump_json, storable_error
 from service.retry import Decision, GiveUp, Retry
+
+
+def item_rows(lease: Lease, items: Sequence[ItemOutcome]) -> list[dict[str, Any]]:
+    """The item outcomes a holder writes, as the rows both stores store; each result is
+    its JSON text (InvalidInput if it is not JSON), each error storable and grouped."""
+    rows = []
+    for item in items:
+        check_item_outcome(item)
+        error = storable_error(item.error) if item.error is not None else None
+        rows.append({
+            "job_id": str(lease.job_id),
+            "item_index": item.index,
+            "state": item.state.value,
+            "result": dump_json(item.result, "item result"),
+            "error": error,
+            "error_group": error_group(error) if error is not None else None,
+            "attempt": lease.attempt,
+        })
+    return rows
 
 
 def substring_pattern(text: str | None) -> str | None:

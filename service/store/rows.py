@@ -18,6 +18,9 @@ from service.jobs import (
     JSON,
     ApiToken,
     ClaimedJob,
+    ItemPage,
+    ItemState,
+    JobItem,
     JobState,
     JobStatus,
     Lease,
@@ -65,6 +68,8 @@ def job_status(row: Mapping[str, Any], read: Readers) -> JobStatus:
         finished_at=_maybe(read.time, row["finished_at"]),
         updated_at=read.time(row["updated_at"]),
         result_id=_maybe(read.ident, row["result_id"]),
+        items_ok=row["items_ok"],
+        items_failed=row["items_failed"],
     )
 
 
@@ -80,7 +85,25 @@ def claimed_job(row: Mapping[str, Any], worker: str, read: Readers) -> ClaimedJo
         total=row["total"],
         max_attempts=row["max_attempts"],
         lease_expires_at=read.time(row["lease_expires_at"]),
+        items_ok=row["items_ok"],
+        items_failed=row["items_failed"],
     )
+
+
+def item_page(rows: Sequence[Mapping[str, Any]], limit: int, read: Readers) -> ItemPage:
+    """A page of item outcomes from up to ``limit + 1`` rows in item order (one more: is there a next page)."""
+    items = [
+        JobItem(
+            index=row["item_index"],
+            state=ItemState(row["state"]),
+            result=_maybe(read.json, row["result"]),
+            error=row["error"],
+            attempt=row["attempt"],
+            finished_at=read.time(row["finished_at"]),
+        )
+        for row in rows[:limit]
+    ]
+    return ItemPage(items=items, next_after_index=items[-1].index if len(rows) > limit else None)
 
 
 def api_token(row: Mapping[str, Any], read: Readers) -> ApiToken:

@@ -73,6 +73,10 @@ jobs = sa.Table(
     sa.Column("updated_at", Timestamp, nullable=False),
     # No foreign key: job_results already points back at jobs, and a cycle would make pruning order-dependent.
     sa.Column("result_id", Id, nullable=True),
+    # Item outcomes so far (job_items), counted here so a status poll stays one read of this row.
+    # Written by heartbeats, so never indexed: the heartbeat stays a HOT update.
+    sa.Column("items_ok", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("items_failed", sa.Integer, nullable=False, server_default="0"),
     sa.CheckConstraint("state IN ('queued','running','succeeded','failed','cancelled')", name="state"),
     sa.CheckConstraint("state <> 'failed' OR (error IS NOT NULL AND error <> '')", name="failed_has_error"),
     sa.CheckConstraint(
@@ -150,6 +154,41 @@ job_attempts = sa.Table(
     ),
     sa.Index("uq_job_attempts_job_id_claim", "job_id", "claim", unique=True),
     sa.Index("ix_job_attempts_finished_at", "finished_at"),
+)
+
+job_items = sa.Table(
+    "job_items",
+    metadata,
+    sa.Column("job_id", Id, sa.ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("item_index", sa.Integer, nullable=False),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("result", Json, nullable=True),
+    sa.Column("error", sa.Text, nullable=True),
+    # The error masked as service.jobs.error_group masks a job's: failed items group by it.
+    sa.Column("error_group", sa.Text, nullable=True),
+    sa.Column("attempt", sa.Integer, nullable=False),  # the attempt that recorded this outcome
+    sa.Column("finished_at", Timestamp, nullable=False),
+    # The primary key is "the items of a job in order": /items pages and a resumed attempt read it.
+    sa.PrimaryKeyConstraint("job_id", "item_index"),
+    sa.CheckConstraint("state IN ('ok','failed')", name="state"),
+    sa.CheckConstraint("state <> 'failed' OR (error IS NOT NULL AND error <> '')", name="failed_has_error"),
+    sa.CheckConstraint("item_index >= 0", name="index_non_negative"),
+    # "The failed items of a job": /items?state=failed and a replay of failed items read only these.
+    sa.Index(
+        "ix_job_items_failed",
+        "job_id",
+        "item_index",
+        postgresql_where=sa.text("state = 'failed'"),
+        sqlite_where=sa.text("state = 'failed'"),
+    ),
+    # Failed items by time, for the analysts' "which items failed this week": a window of
+    # failures, never every item ever. Only failed rows enter it, so ok items cost it nothing.
+    sa.Index(
+        "ix_job_items_failed_finished_at",
+        "finished_at",
+        postgresql_where=sa.text("state = 'failed'"),
+        sqlite_where=sa.text("state = 'failed'"),
+    ),
 )
 
 job_replays = sa.Table(

@@ -20,18 +20,24 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
-from service.errors import InvalidInput
-from service.jobs import JSON, ClaimedJob
+from service import items as item_rule
+from service.errors import InvalidInput, TooManyItemFailures
+from service.jobs import JSON, ClaimedJob, ItemOutcome, ItemState, JobItem
 from service.payloads import check_progress, dump_json
+from service.worker.tracebacks import format_error
 
 T = TypeVar("T")
 
 ITEMS_POSITION = "position"
 ITEMS_STATE = "state"
+ITEMS_OUTCOMES = "outcomes"  # in the checkpoint: the handler records item outcomes, which say what is done
+ITEM_ERROR_CHARS = 2_000
+"""A failed item's stored error: its first line and the end of its traceback, cut past this size."""
 SNAPSHOT_EVERY_SECONDS = 0.2
 """``items()`` copies ``ctx.state`` into the checkpoint at most this often (and after the last item)."""
 
@@ -64,6 +70,15 @@ class Pending:
     checkpoint: JSON | None
     has_checkpoint: bool
     version: int
+    items: tuple[ItemOutcome, ...] = ()  # item outcomes recorded since the last flush, in order
+
+
+@dataclass
+class ItemScope:
+    """What ``with ctx.item(index) as item:`` gives the block: set ``item.result``."""
+
+    index: int
+    result: JSON = None
 
 
 class JobContext:
@@ -75,11 +90,21 @@ class JobContext:
     - ``progress(done, total=None)`` and ``checkpoint(state)``: saved with the next heartbeat.
     - ``last_checkpoint``: what the previous attempt saved (``None`` on a first run).
     - ``items(sequence)`` with ``state``: resumable item-by-item work.
+    - ``map(sequence, fn)``, ``enumerate(sequence)``, ``item(index)``, ``item_done``,
+      ``item_failed``: an outcome per item (ok with a result, or failed with an error),
+      written with the heartbeats; failed items do not fail the job (see ``max_item_failures``).
     - ``should_stop``, ``stop_reason``, ``raise_if_stopped()``, ``wait(seconds)``,
       ``await sleep(seconds)``: learning that the job must stop.
     """
 
-    def __init__(self, job: ClaimedJob, worker_id: str, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        job: ClaimedJob,
+        worker_id: str,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        max_item_failures: item_rule.ItemFailureLimit = None,
+    ) -> None:
         self.job_id: uuid.UUID = job.id
         self.kind = job.kind
         self.queue = job.queue
@@ -100,6 +125,12 @@ class JobContext:
         self._stop = threading.Event()
         self._stop_reason: StopReason | None = None
         self._stop_callbacks: list[Callable[[], None]] = []
+        self._item_limit = max_item_failures
+        self._outcomes: dict[int, ItemState] = {}  # every outcome known now: earlier ones and this attempt's
+        self._ok_results: dict[int, JSON] = {}
+        self._pending_items: list[ItemOutcome] = []
+        self._first_errors: list[str] = []
+        self._mine: set[int] = set()  # indexes this attempt recorded
         self.state: dict[str, JSON] = _restored_state(job.checkpoint)
         """Handler state that ``items()`` saves with each checkpoint and gives back on resume.
         Keep it JSON (dicts, lists, strings, numbers)."""
@@ -151,35 +182,154 @@ class JobContext:
         After each item (when the loop asks for the next one) the position, and a
         copy of ``ctx.state``, become the checkpoint; a reclaimed job starts at the
         first item whose turn had not been recorded, with ``ctx.state`` as it was
-        then. Keep per-item results in ``ctx.state``::
+        then. Keep per-item results in ``ctx.state``, or record them as item outcomes
+        (``map``, ``item``, ``item_done``)::
 
             labels = ctx.state.setdefault("labels", [])
             for text in ctx.items(ctx.payload["texts"]):
                 labels.append(model(text))
             return {"labels": labels}
 
+        Once the job records item outcomes, what is done is what has an outcome: a
+        later attempt skips exactly those items (a replay of failed items, too).
         Raises :class:`JobStopped` before the next item once the job must stop.
         Do not mix with hand-written ``checkpoint()`` calls in the same handler.
         """
+        for _index, item in self.enumerate(sequence):
+            yield item
+
+    def enumerate(self, sequence: Sequence[T]) -> Iterator[tuple[int, T]]:
+        """``items()`` with each item's index, for ``with ctx.item(index):``."""
         if not isinstance(self.state, dict):
             raise InvalidInput("ctx.state must stay a dict (a JSON object)")
         total = len(sequence)
-        start = min(_items_position(self.last_checkpoint), total)
-        self.progress(start, total)
-        for index in range(start, total):
+        todo: Sequence[int]
+        if self._outcomes or _records_outcomes(self.last_checkpoint):
+            todo = self._begin_outcome_run(total)
+        else:
+            todo = range(min(_items_position(self.last_checkpoint), total), total)
+        finished = total - len(todo)
+        self.progress(finished, total)
+        for index in todo:
             self.raise_if_stopped()
-            yield sequence[index]
-            self._record_item(index + 1, total)
+            yield index, sequence[index]
+            finished += 1
+            self._record_item(index + 1, finished, total)
 
-    def _record_item(self, position: int, total: int) -> None:
+    def map(self, sequence: Sequence[T], fn: Callable[[T], JSON]) -> list[JSON]:
+        """The common case in one line: ``return ctx.map(ctx.payload["rows"], enrich)``.
+
+        Calls ``fn`` on each item that has no outcome yet; its return value is the item's
+        result, an exception its error (recorded; the loop goes on). Returns the results
+        of every item that succeeded, this attempt's and earlier ones', in item order.
+        """
+        for index, item in self.enumerate(sequence):
+            with self.item(index) as scope:
+                scope.result = fn(item)
+        with self._lock:
+            return [self._ok_results[i] for i in sorted(self._ok_results) if i < len(sequence)]
+
+    @contextmanager
+    def item(self, index: int) -> Iterator[ItemScope]:
+        """``with ctx.item(index) as item: item.result = work(x)``: ok with ``item.result``
+        when the block ends; an exception raised in it is recorded as the item's error,
+        caught here, and the loop goes on (a stop request is not an item's error)."""
+        scope = ItemScope(index)
+        try:
+            yield scope
+        except JobStopped:
+            raise
+        except Exception as exc:
+            if self._stop_reason is not None:
+                raise  # it raised because the job was told to stop
+            self.item_failed(index, exc)
+            return
+        if not self._recorded_now(index):
+            self.item_done(index, scope.result)
+
+    def item_done(self, index: int, result: JSON = None) -> None:
+        """Item ``index`` succeeded with ``result`` (any JSON, copied now); written with the next heartbeat."""
+        snapshot = json.loads(dump_json(result, f"the result of item {index}"))
+        self._record_outcome(ItemOutcome(index, ItemState.OK, result=snapshot))
+
+    def item_failed(self, index: int, error: str | BaseException) -> None:
+        """Item ``index`` failed; ``error`` is a message or the exception. Raises
+        :class:`~service.errors.TooManyItemFailures` once more items failed than the kind allows."""
+        text = format_error(error, ITEM_ERROR_CHARS) if isinstance(error, BaseException) else str(error)
+        if not text.strip():
+            raise InvalidInput(f"item {index} failed with an empty error")
+        exceeded = self._record_outcome(ItemOutcome(index, ItemState.FAILED, error=text))
+        if exceeded is not None:
+            raise exceeded
+
+    @property
+    def items_ok(self) -> int:
+        with self._lock:
+            return sum(1 for state in self._outcomes.values() if state is ItemState.OK)
+
+    @property
+    def items_failed(self) -> int:
+        with self._lock:
+            return sum(1 for state in self._outcomes.values() if state is ItemState.FAILED)
+
+    def _begin_outcome_run(self, total: int) -> list[int]:
+        """The indexes this attempt runs: those without an outcome, and the failed ones when
+        the earlier failures are past the limit (this attempt retries an attempt that failed for it)."""
+        with self._lock:
+            failed = [i for i, state in self._outcomes.items() if state is ItemState.FAILED and i not in self._mine]
+            if failed and item_rule.exceeded(self._item_limit, len(failed), total):
+                for index in failed:
+                    del self._outcomes[index]
+            return [i for i in range(total) if i not in self._outcomes]
+
+    def _record_outcome(self, outcome: ItemOutcome) -> TooManyItemFailures | None:
+        """Keep ``outcome`` for the next heartbeat; the limit's error if this failure passed it."""
+        index = outcome.index
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+            raise InvalidInput(f"an item index must be a non-negative integer, not {index!r}")
+        with self._lock:
+            if index in self._outcomes:
+                raise InvalidInput(f"item {index} already has an outcome ({self._outcomes[index].value})")
+            self._outcomes[index] = outcome.state
+            self._mine.add(index)
+            self._pending_items.append(outcome)
+            self._version += 1
+            if outcome.state is ItemState.OK:
+                self._ok_results[index] = outcome.result
+                return None
+            if len(self._first_errors) < item_rule.FIRST_ERRORS:
+                self._first_errors.append(f"item {index}: {(outcome.error or '').splitlines()[0]}")
+            failed = sum(1 for state in self._outcomes.values() if state is ItemState.FAILED)
+            if not item_rule.exceeded(self._item_limit, failed, self._total):
+                return None
+            assert self._item_limit is not None  # exceeded() says so
+            return TooManyItemFailures(failed, self._total, self._item_limit, list(self._first_errors))
+
+    def _recorded_now(self, index: int) -> bool:
+        with self._lock:
+            return index in self._mine
+
+    def resume_items(self, earlier: Iterable[JobItem]) -> None:
+        """The worker's side: the outcomes earlier attempts stored, read before the handler starts."""
+        with self._lock:
+            for item in earlier:
+                self._outcomes[item.index] = item.state
+                if item.state is ItemState.OK:
+                    self._ok_results[item.index] = item.result
+
+    def _record_item(self, position: int, finished: int, total: int) -> None:
         now = self._clock()
         if position < total and now - self._last_snapshot < SNAPSHOT_EVERY_SECONDS:
-            self.progress(position, total)
+            self.progress(finished, total)
             return
         self._last_snapshot = now
-        snapshot = json.loads(dump_json({ITEMS_POSITION: position, ITEMS_STATE: self.state}, "ctx.state"))
+        saved: dict[str, JSON] = {ITEMS_POSITION: position, ITEMS_STATE: self.state}
         with self._lock:
-            self._done = position
+            if self._outcomes:
+                saved[ITEMS_OUTCOMES] = True
+        snapshot = json.loads(dump_json(saved, "ctx.state"))
+        with self._lock:
+            self._done = finished
             self._total = total
             self._checkpoint = snapshot
             self._has_new_checkpoint = True
@@ -247,6 +397,7 @@ class JobContext:
                 checkpoint=self._checkpoint if self._has_new_checkpoint else None,
                 has_checkpoint=self._has_new_checkpoint,
                 version=self._version,
+                items=tuple(self._pending_items),
             )
 
     def flushed(self, pending: Pending) -> None:
@@ -255,6 +406,9 @@ class JobContext:
             self._flushed_version = max(self._flushed_version, pending.version)
             if pending.has_checkpoint and pending.version == self._version:
                 self._has_new_checkpoint = False
+            # Outcomes are only appended, and one writer flushes at a time (RunningJob.writing):
+            # the first ones are the ones written.
+            del self._pending_items[: len(pending.items)]
 
 
 def _items_position(checkpoint: JSON | None) -> int:
@@ -263,6 +417,10 @@ def _items_position(checkpoint: JSON | None) -> int:
         if isinstance(position, int) and not isinstance(position, bool) and position >= 0:
             return position
     return 0
+
+
+def _records_outcomes(checkpoint: JSON | None) -> bool:
+    return isinstance(checkpoint, dict) and checkpoint.get(ITEMS_OUTCOMES) is True
 
 
 def _restored_state(checkpoint: JSON | None) -> dict[str, JSON]:

@@ -8,7 +8,6 @@ what happened; the worker decides (with the kind's ceiling and
 from __future__ import annotations
 
 import asyncio
-import traceback
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,10 +16,7 @@ from service.jobs import JSON
 from service.payloads import dump_json
 from service.worker.context import JobContext, JobStopped, StopReason
 from service.worker.registry import HandlerSpec
-
-MAX_ERROR_CHARS = 8_000
-"""Stored errors keep their first line (type and message: what failures group by)
-and the end of the traceback (where it broke), cut in the middle past this size."""
+from service.worker.tracebacks import format_error
 
 
 @dataclass(frozen=True)
@@ -86,18 +82,3 @@ def _run_async(spec: HandlerSpec, ctx: JobContext) -> Any:
         return await spec.fn(ctx)
 
     return asyncio.run(main())
-
-
-def format_error(exc: BaseException) -> str:
-    """``Type: message`` on the first line, then the traceback; cut to MAX_ERROR_CHARS."""
-    message = str(exc).strip()
-    head = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-    head = head.splitlines()[0] if head else type(exc).__name__
-    body = "".join(traceback.format_exception(exc)).rstrip()
-    text = f"{head}\n\n{body}"
-    if len(text) <= MAX_ERROR_CHARS:
-        return text
-    marker = "\n  [... traceback cut ...]\n"
-    keep_head = min(len(head) + 2, MAX_ERROR_CHARS // 4)
-    keep_tail = MAX_ERROR_CHARS - keep_head - len(marker)
-    return text[:keep_head] + marker + text[-keep_tail:]

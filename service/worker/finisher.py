@@ -22,11 +22,12 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
 from service.errors import InvalidInput
-from service.jobs import JSON
+from service.jobs import JSON, Lease
 from service.store.base import COMPLETE_BATCH, Store
 from service.worker.logs import job_event, log_event
 from service.worker.running import RunningJob
@@ -90,7 +91,7 @@ class Finisher:
         """One statement for the batch; lost leases are reported, refused results split the batch."""
         self.batches += 1
         try:
-            lost = self._persist(lambda: self.store.complete_many([s.running.completion(s.result) for s in batch]))
+            lost = self._persist(lambda: self._complete(batch))
         except InvalidInput as exc:
             if len(batch) == 1:
                 success = batch[0]
@@ -112,6 +113,14 @@ class Finisher:
                 self.written += 1
                 job_event("job.succeeded", job, self.worker_id, duration=success.duration)
             self._settled(success.running)
+
+    def _complete(self, batch: list[Success]) -> list[Lease]:
+        """One try: each job's pending progress and item outcomes go with its result, read while
+        no heartbeat of the job is in flight (one writer at a time; the keeper skips meanwhile)."""
+        with ExitStack() as held:
+            for success in batch:
+                held.enter_context(success.running.writing)
+            return self.store.complete_many([s.running.completion(s.result) for s in batch])
 
     def _settled(self, running: RunningJob) -> None:
         running.finished()

@@ -1,7 +1,8 @@
 """The lease keeper: one thread that renews every held lease and flushes progress.
 
 Each renewal is one fenced statement per job that also writes the latest
-progress and checkpoint (heartbeat = progress write). A job is renewed when a
+progress and checkpoint (heartbeat = progress write) and the item outcomes
+recorded since the last one. A job is renewed when a
 third of its lease has passed since the last renewal, or sooner, about
 ``flush_seconds`` after its handler reported progress, so that pollers see
 progress move. The answer decides the job's fate:
@@ -84,8 +85,18 @@ class LeaseKeeper:
             return True
         return since >= self.flush_seconds and running.ctx.pending() is not None
 
-    def renew(self, running: RunningJob) -> bool:
-        """Renew one lease with the latest progress. False if the database did not answer."""
+    def renew(self, running: RunningJob, *, wait: bool = False) -> bool:
+        """Renew one lease with the latest progress and item outcomes. False if the database
+        did not answer. While the job's completion is being written (it carries them), a
+        renewal waits for it with ``wait``, else is left for the next round."""
+        if not running.writing.acquire(blocking=wait):
+            return True
+        try:
+            return self._renew(running)
+        finally:
+            running.writing.release()
+
+    def _renew(self, running: RunningJob) -> bool:
         pending = running.ctx.pending()
         sent = self.clock()
         try:
@@ -95,6 +106,7 @@ class LeaseKeeper:
                 done=pending.done if pending else None,
                 total=pending.total if pending else None,
                 checkpoint=pending.checkpoint if pending else None,
+                items=pending.items if pending else (),
             )
         except StoreUnavailable as exc:
             self.health.failed(exc, "heartbeat")

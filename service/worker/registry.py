@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from service.errors import InvalidInput
+from service.items import ItemFailureLimit, check_limit
 from service.payloads import MAX_ATTEMPTS_LIMIT, check_lease_seconds
 
 if TYPE_CHECKING:
@@ -47,6 +48,9 @@ class HandlerSpec:
     timeout: float | None = None
     """Wall-clock seconds one attempt may run; past it the handler is told to stop
     and the attempt fails (retryable) as "timed out"."""
+    max_item_failures: ItemFailureLimit = None
+    """Failed items a job may finish with (a count, or a ratio of its items; None: no limit).
+    Past it the attempt fails as retryable, and the next attempt runs the failed items again."""
 
     @property
     def is_async(self) -> bool:
@@ -68,6 +72,7 @@ class App:
         max_attempts: int | None = None,
         lease_seconds: float | None = None,
         timeout: float | None = None,
+        max_item_failures: ItemFailureLimit = None,
     ) -> Callable[[F], F]:
         """Register the decorated function for ``kind`` (default: the function's name)."""
 
@@ -79,6 +84,7 @@ class App:
                 max_attempts=max_attempts,
                 lease_seconds=lease_seconds,
                 timeout=timeout,
+                max_item_failures=max_item_failures,
             )
             return fn
 
@@ -93,6 +99,7 @@ class App:
         max_attempts: int | None = None,
         lease_seconds: float | None = None,
         timeout: float | None = None,
+        max_item_failures: ItemFailureLimit = None,
     ) -> HandlerSpec:
         if not isinstance(kind, str) or not kind.strip() or len(kind) > 200:
             raise InvalidInput("a handler's kind must be a non-empty string of at most 200 characters")
@@ -108,7 +115,8 @@ class App:
             check_lease_seconds(lease_seconds, f"lease_seconds of {kind!r}")
         if timeout is not None and not timeout > 0:
             raise InvalidInput(f"timeout of {kind!r} must be positive")
-        spec = HandlerSpec(kind, fn, queue, max_attempts, lease_seconds, timeout)
+        check_limit(max_item_failures, f"max_item_failures of {kind!r}")
+        spec = HandlerSpec(kind, fn, queue, max_attempts, lease_seconds, timeout, max_item_failures)
         self._specs[kind] = spec
         return spec
 
@@ -122,6 +130,7 @@ class App:
                 max_attempts=spec.max_attempts,
                 lease_seconds=spec.lease_seconds,
                 timeout=spec.timeout,
+                max_item_failures=spec.max_item_failures,
             )
 
     def spec(self, kind: str) -> HandlerSpec:

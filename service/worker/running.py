@@ -29,6 +29,9 @@ class RunningJob:
     stop_requested_at: float | None = None
     phase: Phase = Phase.RUNNING
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    writing: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    """Held while a write carries the handler's pending progress and item outcomes (a heartbeat,
+    the completion): one at a time, so no outcome is written twice, and no count added twice."""
 
     @property
     def heartbeat_every(self) -> float:
@@ -44,11 +47,12 @@ class RunningJob:
         return self._move(Phase.RUNNING, Phase.ABANDONED)
 
     def completion(self, result: JSON) -> Completion:
-        """The success to write: the result, and progress the handler reported after the last heartbeat."""
+        """The success to write: the result, and the progress and item outcomes the handler reported
+        after the last heartbeat. Call it holding ``writing``."""
         pending = self.ctx.pending()
         if pending is None:
             return Completion(self.job.lease, result)
-        return Completion(self.job.lease, result, pending.done, pending.total)
+        return Completion(self.job.lease, result, pending.done, pending.total, pending.items)
 
     def finished(self) -> None:
         with self._lock:

@@ -37,7 +37,7 @@ from types import FrameType
 from typing import TypeVar
 
 from service.errors import InvalidInput, LeaseLost, StoreUnavailable
-from service.jobs import ClaimedJob, JobState, Lease, WorkerInfo
+from service.jobs import MAX_PAGE_SIZE, ClaimedJob, ItemPage, ItemQuery, JobItem, JobState, Lease, WorkerInfo
 from service.maintenance.reaper import Reaper
 from service.payloads import check_lease_seconds
 from service.retry import RetryPolicy
@@ -247,7 +247,7 @@ class Worker:
         running = RunningJob(
             job=job,
             spec=spec,
-            ctx=JobContext(job, self.id),
+            ctx=JobContext(job, self.id, max_item_failures=spec.max_item_failures),
             lease_seconds=spec.lease_seconds or self.config.lease_seconds,
             started=sent,
             last_renewed=sent,
@@ -264,6 +264,8 @@ class Worker:
     def _run_job(self, running: RunningJob) -> None:
         handed_over = False
         try:
+            if running.job.items_ok or running.job.items_failed:
+                running.ctx.resume_items(self._earlier_items(running.job))
             outcome = execute(running.spec, running.ctx)
             if running.begin_finish():
                 if isinstance(outcome, Succeeded):
@@ -287,6 +289,23 @@ class Worker:
             if not handed_over:
                 self._free_slot(running)
 
+    def _earlier_items(self, job: ClaimedJob) -> list[JobItem]:
+        """The item outcomes earlier attempts stored (a resumed job skips those items): read
+        only for a job whose row counts some, before its handler starts."""
+        found: list[JobItem] = []
+        after: int | None = None
+        while True:
+            query = ItemQuery(job_id=job.id, after_index=after, limit=MAX_PAGE_SIZE)
+
+            def read(q: ItemQuery = query) -> ItemPage:
+                return self.store.list_items(q)
+
+            page = self._persist(read)
+            found.extend(page.items)
+            if page.next_after_index is None:
+                return found
+            after = page.next_after_index
+
     def _free_slot(self, running: RunningJob) -> None:
         with self._lock:
             self._running.pop(running.job.lease, None)
@@ -303,6 +322,9 @@ class Worker:
         """Write the outcome, fenced; retry while the database is away. The caller holds FINISHING."""
         job = running.job
         duration = self.clock() - running.started
+        # Item outcomes not yet written go first, fenced like the rest (a failure, a hand-back or a
+        # cancel keeps what was done: the next attempt, or a replay, skips those items).
+        self.keeper.renew(running, wait=True)
         try:
             if isinstance(outcome, Succeeded):
                 final = running.completion(outcome.result)
@@ -393,6 +415,7 @@ class Worker:
             if not running.begin_finish():
                 continue
             running.ctx.request_stop(StopReason.SHUTDOWN)
+            self.keeper.renew(running, wait=True)  # the item outcomes so far stay done
             try:
                 self._persist(lambda r=running: self.store.release(r.job.lease), deadline=release_deadline)
                 job_event("job.released", running.job, self.id, duration=self.clock() - running.started)

@@ -49,9 +49,9 @@ BUDGET_ENV = "JOBQ_ANALYST_QUERY_SECONDS"
 DAYS = 42
 RUNS = 3
 DOCUMENT = Path(__file__).resolve().parents[2] / "docs" / "ANALYSTS.md"
-VIEWS = {"job_history", "attempt_history"}
+VIEWS = {"job_history", "attempt_history", "job_item_history"}
 # The table under each view whose rows a query's range selects.
-VIEW_TABLES = {"job_history": "jobs", "attempt_history": "job_attempts"}
+VIEW_TABLES = {"job_history": "jobs", "attempt_history": "job_attempts", "job_item_history": "job_items"}
 DEFAULT_JOBS = 200_000
 SECONDS_PER_MILLION_JOBS = 3.0
 MIN_BUDGET_SECONDS = 0.5
@@ -187,7 +187,8 @@ def window_days(query: DocumentedQuery) -> int | None:
 
 def view_of(query: DocumentedQuery) -> str:
     """The view the query selects from first: the one its range is on."""
-    [view, *_] = re.findall(r"\bFROM\s+(job_history|attempt_history)\b", query.sql, flags=re.IGNORECASE)
+    [view, *_] = re.findall(r"\bFROM\s+(job_history|attempt_history|job_item_history)\b", query.sql,
+                            flags=re.IGNORECASE)
     return view
 
 

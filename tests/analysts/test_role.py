@@ -1,4 +1,4 @@
-"""deploy/analysts.sql: the jobq_analyst role reads the two views and nothing else.
+"""deploy/analysts.sql: the jobq_analyst role reads the three views and nothing else.
 
 Run against a fresh migrated PostgreSQL database with a little real history
 (a job that ran and succeeded, an API token), as a login role that is a member
@@ -16,12 +16,15 @@ import pytest
 from psycopg import errors
 from sqlalchemy.engine import make_url
 
+from service.jobs import Completion, ItemOutcome, ItemState
 from tests.analysts.roles import analyst_login, apply_role_script
 from tests.conftest import PostgresServer, build_store
 from tests.store.builders import claim_one, new_job
 
-TABLES = ["jobs", "job_results", "job_attempts", "job_replays", "workers", "api_tokens", "alembic_version"]
-VIEWS = ["job_history", "attempt_history"]
+TABLES = [
+    "jobs", "job_results", "job_attempts", "job_replays", "job_items", "workers", "api_tokens", "alembic_version"
+]
+VIEWS = ["job_history", "attempt_history", "job_item_history"]
 TOKEN_HASH = hashlib.sha256(b"jobq-test-token").hexdigest()
 
 
@@ -34,7 +37,8 @@ def seeded(postgres_server: PostgresServer, pg_template: str) -> Iterator[str]:
     try:
         store.enqueue(new_job("summarize", tenant="acme"))
         claimed = claim_one(store)
-        store.complete(claimed.lease, {"summary": "short"})
+        store.complete_many([Completion(claimed.lease, {"summary": "short"},
+                                        items=(ItemOutcome(0, ItemState.FAILED, error="ValueError: too long"),))])
         store.create_token("acme", TOKEN_HASH, name="ci")
     finally:
         store.close()
@@ -50,11 +54,14 @@ def analyst(seeded: str) -> Iterator[psycopg.Connection[Any]]:
         yield conn
 
 
-def test_the_analyst_reads_both_views(analyst: psycopg.Connection[Any]):
+def test_the_analyst_reads_the_views(analyst: psycopg.Connection[Any]):
     [(kind, state, result)] = analyst.execute("SELECT kind, state, result FROM job_history").fetchall()
     assert (kind, state, result) == ("summarize", "succeeded", {"summary": "short"})
     [(outcome, worker)] = analyst.execute("SELECT outcome, worker FROM attempt_history").fetchall()
     assert (outcome, worker) == ("succeeded", "worker-a")
+    [(kind, index, state, error)] = analyst.execute(
+        "SELECT kind, item_index, state, error FROM job_item_history").fetchall()
+    assert (kind, index, state, error) == ("summarize", 0, "failed", "ValueError: too long")
 
 
 @pytest.mark.parametrize("table", TABLES)
@@ -96,6 +103,7 @@ WRITES = [
     "DELETE FROM job_results",
     "UPDATE job_attempts SET outcome = 'failed'",
     "DELETE FROM job_replays",
+    "UPDATE job_items SET state = 'ok'",
     "TRUNCATE jobs CASCADE",
     "SELECT nextval('job_attempts_id_seq')",
 ]
@@ -116,6 +124,9 @@ def test_the_analyst_cannot_write(analyst: psycopg.Connection[Any], statement: s
         "INSERT INTO attempt_history (attempt_id) VALUES (1)",
         "UPDATE attempt_history SET outcome = 'failed'",
         "DELETE FROM attempt_history",
+        "INSERT INTO job_item_history (item_index) VALUES (1)",
+        "UPDATE job_item_history SET state = 'ok'",
+        "DELETE FROM job_item_history",
     ],
     ids=lambda s: " ".join(s.split()[:3]),
 )
@@ -158,5 +169,9 @@ def test_running_the_script_twice_grants_the_same(seeded: str):
     once = grants()
     apply_role_script(seeded)
     assert (
-        grants() == once == [("attempt_history", "jobq_analyst", "SELECT"), ("job_history", "jobq_analyst", "SELECT")]
+        grants() == once == [
+            ("attempt_history", "jobq_analyst", "SELECT"),
+            ("job_history", "jobq_analyst", "SELECT"),
+            ("job_item_history", "jobq_analyst", "SELECT"),
+        ]
     )

@@ -76,3 +76,20 @@ def test_the_python_example_runs(example_env: dict[str, str]) -> None:
     assert lines[0].endswith(" queued")
     assert "'label'" in lines[1] and "great product" in lines[1]
     assert lines[2].split()[1] == "classify"
+
+
+ITEMS_SECTION = README[README.index("\n### A job of many items") : README.index("\n### A fleet on PostgreSQL")]
+
+
+def test_the_per_item_example_runs(example_env: dict[str, str]) -> None:
+    [script] = re.findall(r"^```bash\n(.*?)^```$", ITEMS_SECTION, flags=re.MULTILINE | re.DOTALL)
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], check=False, env=example_env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    partial, status, failed = (json.loads(line) for line in done.stdout.splitlines())
+    assert len(partial["items"]) <= 3 and [i["index"] for i in partial["items"]] == list(range(len(partial["items"])))
+    assert (status["state"], status["items_ok"], status["items_failed"]) == ("succeeded", 198, 2)
+    assert [(i["index"], i["error"].splitlines()[0]) for i in failed["items"]] == [
+        (17, "ValueError: row 'n/a' is not a number"),
+        (150, "ValueError: row None is not a number"),
+    ]

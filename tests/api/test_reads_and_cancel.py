@@ -17,7 +17,7 @@ from tests.conftest import Database, FakeClock
 from tests.store.builders import fail_job
 
 STATUS_FIELDS = {
-    "job_id", "kind", "queue", "state", "done", "total", "attempts", "max_attempts", "error", "run_after", "stale",
+    "job_id", "kind", "queue", "state", "done", "total", "items_ok", "items_failed", "attempts", "max_attempts", "error", "run_after", "stale",
     "cancel_requested", "created_at", "started_at", "finished_at", "updated_at", "result_url",
     "poll_after_seconds",
 }  # fmt: skip

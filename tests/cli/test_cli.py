@@ -31,7 +31,7 @@ JOBQ_SCRIPT = Path(sys.executable).with_name("jobq")  # the venv's console scrip
 JOBQ = [str(JOBQ_SCRIPT)] if JOBQ_SCRIPT.exists() else [sys.executable, "-m", "service"]
 
 STATUS_FIELDS = [
-    "job_id", "kind", "queue", "state", "done", "total", "attempts", "max_attempts", "error", "run_after",
+    "job_id", "kind", "queue", "state", "done", "total", "items_ok", "items_failed", "attempts", "max_attempts", "error", "run_after",
     "stale", "cancel_requested", "created_at", "started_at", "finished_at", "updated_at",
 ]  # fmt: skip
 

@@ -83,7 +83,7 @@ def test_completion_finds_rows_by_index_in_a_plan_prepared_while_tables_are_smal
     store.complete_many([Completion(job.lease, None) for job in store.claim("w", ["default"], 50, 30)])
     names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", COMPLETE_JOBS)))
     positional = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", COMPLETE_JOBS)
-    values = {"now": "NULL", "batch": "'[]'", "notify": "false"}
+    values = {"now": "NULL", "batch": "'[]'", "items": "'[]'", "notify": "false"}
     db.execute("SET plan_cache_mode = force_generic_plan")
     db.execute(f"PREPARE complete_jobs AS {positional}")
     try:
@@ -94,7 +94,8 @@ def test_completion_finds_rows_by_index_in_a_plan_prepared_while_tables_are_smal
     plan = next(iter(row.values()))
     plan = json.loads(plan) if isinstance(plan, str) else plan
     shown = json.dumps(plan, indent=1)
-    scanned = [n for n in _plan_nodes(plan[0]["Plan"]) if n.get("Relation Name") in ("jobs", "job_attempts")]
+    scanned = [n for n in _plan_nodes(plan[0]["Plan"])
+               if n.get("Relation Name") in ("jobs", "job_attempts", "job_items")]
     assert scanned, shown
     for node in scanned:
         assert node["Node Type"] != "Seq Scan", f"COMPLETE_JOBS reads all of {node['Relation Name']}\n{shown}"

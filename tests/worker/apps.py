@@ -135,3 +135,16 @@ def stamp(ctx: JobContext) -> None:
 def poison(ctx: JobContext) -> None:
     """Kill the whole worker process, every time."""
     os._exit(17)
+
+
+@app.handler("numbered")
+def numbered(ctx: JobContext) -> list[Any]:
+    """``count`` items, ``delay`` seconds each, one outcome per item; logs ``attempt index`` for every item run."""
+    delay = float(ctx.payload.get("delay", 0.01))
+
+    def one(index: int) -> dict[str, int]:
+        time.sleep(delay)
+        _append(ctx.payload["call_log"], f"{ctx.attempt} {index}")
+        return {"index": index, "attempt": ctx.attempt}
+
+    return ctx.map(list(range(int(ctx.payload["count"]))), one)

@@ -22,6 +22,16 @@ def fleet(pg_url: str, tmp_path: Path) -> Iterator[Fleet]:
 
 
 @pytest.fixture
+def store_fleet(store_url: str, tmp_path: Path) -> Iterator[Fleet]:
+    """``fleet`` on this test's ``store_url``: SQLite and PostgreSQL."""
+    group = Fleet(store_url, tmp_path)
+    try:
+        yield group
+    finally:
+        group.stop_all()
+
+
+@pytest.fixture
 def pg(pg_url: str) -> Iterator[Database]:
     """Direct SQL on this test's PostgreSQL database."""
     database = Database(pg_url)

@@ -141,6 +141,7 @@ class Fleet:
     def stop_all(self) -> None:
         for worker in self.workers:
             if worker.alive():
+                worker.proc.send_signal(signal.SIGCONT)  # a stopped process dies of SIGKILL only once it runs
                 worker.proc.kill()
         for worker in self.workers:
             try:

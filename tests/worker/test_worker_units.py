@@ -23,14 +23,8 @@ from service.worker import (
     make_worker_id,
 )
 from service.worker.backoff import Backoff, jittered
-from service.worker.executor import (
-    MAX_ERROR_CHARS,
-    Failed,
-    Stopped,
-    Succeeded,
-    execute,
-    format_error,
-)
+from service.worker.executor import Failed, Stopped, Succeeded, execute
+from service.worker.tracebacks import MAX_ERROR_CHARS, format_error
 
 
 def claimed(kind: str = "k", payload: dict | None = None, checkpoint: object = None, attempt: int = 1) -> ClaimedJob:
@@ -99,7 +93,7 @@ def test_include_merges_apps() -> None:
 
 
 def test_load_app() -> None:
-    assert load_app("service.examples").kinds == ("classify", "fail", "sleep")
+    assert load_app("service.examples").kinds == ("classify", "enrich", "fail", "sleep")
     assert load_app("service.examples:app") is load_app("service.examples")
     with pytest.raises(InvalidInput, match="no module named"):
         load_app("no_such_module_anywhere")

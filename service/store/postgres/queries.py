@@ -275,3 +275,28 @@ WHERE state = 'running' AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
 ORDER BY id
 LIMIT %(limit)s
 """
+
+# -- list_items --
+# One page of a job's item outcomes in item order, keyset on item_index through the
+# primary key (job_id, item_index); readable while the job runs. The job row is read in
+# the same query, tenant-scoped: no row at all means no such job (or another tenant's),
+# a row with a NULL item_index means a job without (more) outcomes.
+LIST_ITEMS = """
+SELECT i.item_index, i.state, i.result, i.error, i.attempt, i.finished_at
+FROM jobs AS j
+LEFT JOIN LATERAL (
+    SELECT item_index, state, result, error, attempt, finished_at
+    FROM job_items
+    WHERE job_id = j.id AND item_index > %(after_index)s AND (%(state)s::text IS NULL OR state = %(state)s)
+    ORDER BY item_index
+    LIMIT %(limit)s
+) AS i ON true
+WHERE j.id = %(job_id)s AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
+ORDER BY i.item_index
+"""
+
+# The failed items only, through the partial index ix_job_items_failed (a predicate
+# written out, not a parameter, so that the planner can use it in a generic plan).
+LIST_FAILED_ITEMS = LIST_ITEMS.replace(
+    "AND (%(state)s::text IS NULL OR state = %(state)s)", "AND state = 'failed'"
+)

@@ -12,7 +12,7 @@ _NOW = "coalesce(%(now)s::timestamptz, now())"
 STATUS_COLUMNS = """
     id, tenant, queue, kind, state, priority, attempts, max_attempts, done, total, error,
     cancel_requested, concurrency_key, idempotency_key, lease_owner, lease_expires_at,
-    run_after, created_at, started_at, finished_at, updated_at, result_id,
+    run_after, created_at, started_at, finished_at, updated_at, result_id, items_ok, items_failed,
     (state = 'running' AND lease_expires_at < coalesce(%(now)s::timestamptz, now())) AS stale
 """
 
@@ -311,7 +311,7 @@ claimed AS (
         updated_at = n.ts
     FROM admitted, n
     WHERE j.id = admitted.id
-    RETURNING j.id, j.kind, j.queue, j.tenant, j.concurrency_key, j.payload, j.checkpoint, j.done, j.total,
+    RETURNING j.id, j.kind, j.queue, j.tenant, j.concurrency_key, j.payload, j.checkpoint, j.done, j.total, j.items_ok, j.items_failed,
               j.attempts, j.claims, j.max_attempts, j.lease_expires_at, j.run_after, n.ts AS started_at, """ + NOTIFY_CHANGED + """
 ),
 counted AS (
@@ -337,30 +337,81 @@ opened AS (
 SELECT * FROM claimed ORDER BY id
 """
 
+# The item outcomes a heartbeat or a completion carries, and what they change in the job's
+# counts: an item re-run after it failed (a retry past max_item_failures) moves from failed
+# to its new state, so its old outcome is subtracted: job_items as it was before this
+# statement (one snapshot for the whole statement). Each result is JSON text (a null result
+# stays JSON null).
+ITEM_INPUT = """
+    SELECT x.*
+    FROM jsonb_to_recordset(%(items)s::jsonb)
+         AS x(job_id uuid, item_index int, state text, result text, error text, error_group text)
+"""
+
+ITEM_DELTAS = """
+    SELECT x.job_id,
+           count(*) FILTER (WHERE x.state = 'ok') - count(p.state) FILTER (WHERE p.state = 'ok') AS ok,
+           count(*) FILTER (WHERE x.state = 'failed') - count(p.state) FILTER (WHERE p.state = 'failed') AS failed
+    FROM item_input AS x
+    LEFT JOIN LATERAL (
+        -- one primary-key probe per item (OFFSET 0 keeps it a probe): joined as a set, a plan
+        -- prepared while job_items was small would read all of it for every heartbeat after
+        SELECT p.state FROM job_items AS p
+        WHERE p.job_id = x.job_id AND p.item_index = x.item_index
+        OFFSET 0
+    ) AS p ON true
+    GROUP BY x.job_id
+"""
+
+# Invariant 1: only the items of a job whose fenced update matched (``written``) are stored.
+STORE_ITEMS = """
+    INSERT INTO job_items AS i (job_id, item_index, state, result, error, error_group, attempt, finished_at)
+    SELECT x.job_id, x.item_index, x.state, x.result::jsonb, x.error, x.error_group, w.attempts, w.ts
+    FROM item_input AS x JOIN written AS w ON w.id = x.job_id
+    ON CONFLICT (job_id, item_index) DO UPDATE
+    SET state = excluded.state, result = excluded.result, error = excluded.error,
+        error_group = excluded.error_group, attempt = excluded.attempt, finished_at = excluded.finished_at
+"""
+
 # -- renew_lease --
 # Invariant 1: fenced on the token; a reaped or reclaimed job matches no row, and
 # the caller learns it lost the lease. Heartbeat and progress are one statement,
-# so a job's progress is never fresher than its lease. No indexed column is
-# written, so this is a HOT update.
+# so a job's progress is never fresher than its lease; the item outcomes recorded
+# since the last heartbeat go in the same statement (data-modifying CTEs), fenced
+# with it. No indexed column of jobs is written (the item counts are unindexed),
+# so the update of jobs stays HOT; the items are INSERTs into job_items.
 RENEW_LEASE = """
-UPDATE jobs AS j
-SET lease_expires_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => %(lease_seconds)s),
-    done = coalesce(%(done)s, done),
-    total = coalesce(%(total)s, total),
-    checkpoint = coalesce(%(checkpoint)s::jsonb, checkpoint),
-    updated_at = coalesce(%(now)s::timestamptz, now())
-WHERE id = %(job_id)s AND claims = %(claim)s AND attempts = %(attempt)s AND lease_owner = %(owner)s
-  AND state = 'running'
-RETURNING cancel_requested,
-          CASE WHEN %(notify)s AND %(done)s::int IS NOT NULL
-               THEN pg_notify('jobq_job_changes', j.id::text) END AS notified
+WITH n AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS ts
+),
+item_input AS (""" + ITEM_INPUT + """),
+deltas AS (""" + ITEM_DELTAS + """),
+written AS (
+    UPDATE jobs AS j
+    SET lease_expires_at = n.ts + make_interval(secs => %(lease_seconds)s),
+        done = coalesce(%(done)s, j.done),
+        total = coalesce(%(total)s, j.total),
+        checkpoint = coalesce(%(checkpoint)s::jsonb, j.checkpoint),
+        items_ok = j.items_ok + coalesce(d.ok, 0),
+        items_failed = j.items_failed + coalesce(d.failed, 0),
+        updated_at = n.ts
+    FROM n LEFT JOIN deltas AS d ON true
+    WHERE j.id = %(job_id)s AND j.claims = %(claim)s AND j.attempts = %(attempt)s AND j.lease_owner = %(owner)s
+      AND j.state = 'running'
+    RETURNING j.id, j.attempts, n.ts, j.cancel_requested,
+              CASE WHEN %(notify)s AND (%(done)s::int IS NOT NULL OR d.job_id IS NOT NULL)
+                   THEN pg_notify('jobq_job_changes', j.id::text) END AS notified
+),
+stored AS (""" + STORE_ITEMS + """)
+SELECT cancel_requested, notified FROM written
 """
 
 # -- complete_jobs --
 # Invariant 1: a result is stored only for a token that still holds its job; each
 # job, its result row and its attempt row change together or not at all. Many
 # jobs in one statement (arrays unnested), so a busy worker finishes a batch in
-# one round trip; a lost lease in the batch affects only its own row.
+# one round trip; a lost lease in the batch affects only its own row. The item
+# outcomes recorded since the last heartbeat are written with the result.
 # The fenced rows are found (and locked, in the id order the caller sorted the
 # input in) one primary-key lookup per input row, through LATERAL: joined as a
 # set, the planner may instead read every entry of ix_jobs_running — which
@@ -379,6 +430,8 @@ input AS (
          AS i(job_id uuid, claim int, attempt int, owner text, result_id uuid, body text,
               done int, total int)
 ),
+item_input AS (""" + ITEM_INPUT + """),
+deltas AS (""" + ITEM_DELTAS + """),
 held AS (
     -- Each row is locked through its primary key alone (OFFSET 0 keeps the fence from being
     -- pushed inside), then the token is checked on the row as locked, its newest version.
@@ -403,14 +456,20 @@ finished AS (
         total = coalesce(i.total, j.total),
         done = CASE WHEN coalesce(i.total, j.total) > 0 THEN coalesce(i.total, j.total)
                     ELSE coalesce(i.done, j.done) END,
+        items_ok = j.items_ok + coalesce(d.ok, 0),
+        items_failed = j.items_failed + coalesce(d.failed, 0),
         lease_expires_at = NULL,
         finished_at = n.ts,
         updated_at = n.ts
-    FROM held AS i, n
+    FROM held AS i LEFT JOIN deltas AS d ON d.job_id = i.job_id, n
     WHERE j.id = i.job_id
-    RETURNING j.id, i.claim, i.result_id, i.body, j.tenant, j.kind, j.queue, j.concurrency_key,
+    RETURNING j.id, j.attempts, n.ts, i.claim, i.result_id, i.body, j.tenant, j.kind, j.queue, j.concurrency_key,
               """ + NOTIFY_CHANGED + """
 ),""" + give_back("finished") + """,
+written AS (
+    SELECT id, attempts, ts FROM finished
+),
+stored_items AS (""" + STORE_ITEMS + """),
 stored AS (
     INSERT INTO job_results (id, job_id, body, created_at)
     SELECT f.result_id, f.id, f.body::jsonb, n.ts FROM finished AS f, n
@@ -612,7 +671,8 @@ RETURNING """ + STATUS_COLUMNS + ", " + NOTIFY_CHANGED
 
 # -- replay_jobs --
 # Invariant 5: a terminal job changes only through replay, and each replay is
-# recorded in job_replays with who asked and what the job was before.
+# recorded in job_replays with who asked and what the job was before. A replay of
+# failed items picks jobs (succeeded ones too) that have some, and removes only those outcomes.
 REPLAY_JOBS = """
 WITH n AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS ts
@@ -626,13 +686,22 @@ picked AS (
       AND (%(kind)s::text IS NULL OR kind = %(kind)s)
       AND (%(error_like)s::text IS NULL OR error ILIKE %(error_like)s)
       AND (%(since)s::timestamptz IS NULL OR finished_at >= %(since)s::timestamptz)
+      AND (NOT %(failed_items)s OR items_failed > 0)
     ORDER BY id
     FOR UPDATE SKIP LOCKED
+),
+cleared AS (
+    -- Re-running only the failed items: their outcomes go, the ok ones stay (the next attempt skips those).
+    DELETE FROM job_items AS i
+    USING picked
+    WHERE %(failed_items)s AND i.job_id = picked.id AND i.state = 'failed'
 ),
 replayed AS (
     UPDATE jobs AS j
     SET state = 'queued', attempts = 0, error = NULL, error_group = NULL, cancel_requested = false,
         lease_owner = NULL, lease_expires_at = NULL, run_after = n.ts, finished_at = NULL,
+        items_failed = CASE WHEN %(failed_items)s THEN 0 ELSE j.items_failed END,
+        done = CASE WHEN %(failed_items)s THEN j.items_ok ELSE j.done END,
         updated_at = n.ts
     FROM picked, n
     WHERE j.id = picked.id

@@ -45,6 +45,10 @@ from service.jobs import (
     FailResult,
     FailureGroup,
     Heartbeat,
+    ItemOutcome,
+    ItemPage,
+    ItemQuery,
+    ItemState,
     JobPage,
     JobQuery,
     JobState,
@@ -60,6 +64,7 @@ from service.jobs import (
     error_group,
     new_job_id,
     queued_status,
+    replayable_states,
 )
 from service.limits import Limit, ScopeUsage, check_scope, job_scopes
 from service.payloads import (
@@ -77,6 +82,7 @@ from service.store.base import PRUNE_BATCH, REAP_BATCH, Clock, DatabaseHealth, L
 from service.store.encoding import (
     bucket_counts,
     check_reap_delays,
+    item_rows,
     retry_params,
     substring_pattern,
 )
@@ -97,6 +103,8 @@ from service.store.postgres.queries import (
     GET_RESULT,
     HEALTH_STATS,
     LEASE_EXPIRIES,
+    LIST_FAILED_ITEMS,
+    LIST_ITEMS,
     LIST_JOBS,
     LIST_LIMITS,
     LIST_TOKENS,
@@ -421,6 +429,7 @@ class PostgresStore:
         done: int | None = None,
         total: int | None = None,
         checkpoint: JSON | None = None,
+        items: Sequence[ItemOutcome] = (),
     ) -> Heartbeat:
         check_lease_seconds(lease_seconds)
         check_progress(done, total)
@@ -432,6 +441,7 @@ class PostgresStore:
                 done=done,
                 total=total,
                 checkpoint=None if checkpoint is None else dump_json(checkpoint, "checkpoint"),
+                items=_item_batch([(lease, items)]),
             ),
         )
         if row is None:
@@ -447,6 +457,7 @@ class PostgresStore:
             return []
         for item in finished:
             check_progress(item.done, item.total)
+        items = _item_batch([(item.lease, item.items) for item in finished])
         finished = sorted(finished, key=lambda item: item.lease.job_id)  # rows lock in id order
         batch = json.dumps([
             {
@@ -461,7 +472,7 @@ class PostgresStore:
             }
             for item in finished
         ])
-        rows = self._fetchall(COMPLETE_JOBS, self._params(batch=batch))
+        rows = self._fetchall(COMPLETE_JOBS, self._params(batch=batch, items=items))
         written = {row["id"] for row in rows}
         return [
             item.lease
@@ -612,6 +623,22 @@ class PostgresStore:
             found[row["ord"] - 1] = _status(row)
         return found
 
+    def list_items(self, query: ItemQuery) -> ItemPage:
+        check_page_size(query.limit)
+        rows = self._fetchall(
+            LIST_FAILED_ITEMS if query.state is ItemState.FAILED else LIST_ITEMS,
+            self._params(
+                job_id=query.job_id,
+                tenant=query.tenant,
+                state=query.state.value if query.state else None,
+                after_index=-1 if query.after_index is None else query.after_index,
+                limit=query.limit + 1,
+            ),
+        )
+        if not rows:
+            raise JobNotFound(query.job_id)
+        return item_page([row for row in rows if row["item_index"] is not None], query.limit, _READ)
+
     def get_result(self, job_id: uuid.UUID, tenant: str | None = None) -> JSON:
         row = self._fetchone(GET_RESULT, self._params(job_id=job_id, tenant=tenant))
         if row is None:
@@ -645,14 +672,20 @@ class PostgresStore:
         return JobPage(items=items, next_after_id=items[-1].id if more else None)
 
 
+def _item_batch(outcomes: Sequence[tuple[Lease, Sequence[ItemOutcome]]]) -> str:
+    """The item outcomes of one statement as one JSON parameter (see ITEM_INPUT); each
+    result is JSON text inside it, read back as jsonb."""
+    return json.dumps([row for lease, items in outcomes for row in item_rows(lease, items)])
+
+
 def _fence(lease: Lease) -> dict[str, Any]:
     return {"job_id": lease.job_id, "claim": lease.claim, "attempt": lease.attempt, "owner": lease.owner}
 
 
 def _replay_params(which: ReplayFilter) -> dict[str, Any]:
-    states = ["failed", "cancelled"] if which.include_cancelled or which.ids else ["failed"]
     return {
-        "states": states,
+        "states": replayable_states(which),
+        "failed_items": which.failed_items,
         "tenant": which.tenant,
         "ids": list(which.ids),
         "kind": which.kind,

@@ -204,3 +204,18 @@ WHERE state = 'running' AND (:tenant IS NULL OR tenant = :tenant)
 ORDER BY id
 LIMIT :limit
 """
+
+# -- list_items --
+# A page of a job's item outcomes in item order (keyset on the primary key), readable
+# while the job runs; JOB_EXISTS tells a job without outcomes from no such job.
+JOB_EXISTS = """
+SELECT 1 AS found FROM jobs WHERE id = :job_id AND (:tenant IS NULL OR tenant = :tenant)
+"""
+
+LIST_ITEMS = """
+SELECT item_index, state, result, error, attempt, finished_at
+FROM job_items
+WHERE job_id = :job_id AND item_index > :after_index AND (:state IS NULL OR state = :state)
+ORDER BY item_index
+LIMIT :limit
+"""

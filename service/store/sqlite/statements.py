@@ -11,7 +11,7 @@ NOW = "SELECT strftime('%Y-%m-%d %H:%M:%f', 'now') AS now"
 STATUS_COLUMNS = """
     id, tenant, queue, kind, state, priority, attempts, max_attempts, done, total, error,
     cancel_requested, concurrency_key, idempotency_key, lease_owner, lease_expires_at,
-    run_after, created_at, started_at, finished_at, updated_at, result_id,
+    run_after, created_at, started_at, finished_at, updated_at, result_id, items_ok, items_failed,
     (state = 'running' AND lease_expires_at < :now) AS stale
 """
 
@@ -47,17 +47,37 @@ VALUES (:job_id, :claim, :attempt, :owner, :due_at, :now)
 
 # -- renew_lease --
 # Invariant 1: fenced on the token; a reaped or reclaimed job matches no row.
-# Heartbeat and progress are one statement.
+# Heartbeat and progress are one statement; the item outcomes it carries are
+# written in the same transaction, only if it matched (STORE_ITEM), and their
+# change to the job's counts (``ok_delta``, ``failed_delta``) goes in with it.
 RENEW_LEASE = """
 UPDATE jobs
 SET lease_expires_at = strftime('%Y-%m-%d %H:%M:%f', :now, :lease_seconds || ' seconds'),
     done = coalesce(:done, done),
     total = coalesce(:total, total),
     checkpoint = coalesce(:checkpoint, checkpoint),
+    items_ok = items_ok + :ok_delta,
+    items_failed = items_failed + :failed_delta,
     updated_at = :now
 WHERE id = :job_id AND claims = :claim AND attempts = :attempt AND lease_owner = :owner
   AND state = 'running'
 RETURNING cancel_requested
+"""
+
+# The outcomes already stored for the items about to be written: an item re-run after it
+# failed (a retry past max_item_failures) moves from failed to its new state.
+PRIOR_ITEM_STATES = """
+SELECT state, count(*) AS n FROM job_items
+WHERE job_id = :job_id AND item_index IN (SELECT value FROM json_each(:indexes))
+GROUP BY state
+"""
+
+STORE_ITEM = """
+INSERT INTO job_items (job_id, item_index, state, result, error, error_group, attempt, finished_at)
+VALUES (:job_id, :item_index, :state, :result, :error, :error_group, :attempt, :now)
+ON CONFLICT (job_id, item_index) DO UPDATE
+SET state = excluded.state, result = excluded.result, error = excluded.error,
+    error_group = excluded.error_group, attempt = excluded.attempt, finished_at = excluded.finished_at
 """
 
 # -- complete_jobs --
@@ -69,6 +89,8 @@ SET state = 'succeeded',
     -- the handler's last progress, if it came after the last heartbeat; success with a total is all done
     total = coalesce(:total, total),
     done = CASE WHEN coalesce(:total, total) > 0 THEN coalesce(:total, total) ELSE coalesce(:done, done) END,
+    items_ok = items_ok + :ok_delta,
+    items_failed = items_failed + :failed_delta,
     lease_expires_at = NULL,
     finished_at = :now,
     updated_at = :now
@@ -176,14 +198,23 @@ WHERE state IN (SELECT value FROM json_each(:states))
   AND (:kind IS NULL OR kind = :kind)
   AND (:error_like IS NULL OR error LIKE :error_like ESCAPE '\\')
   AND (:since IS NULL OR finished_at >= :since)
+  AND (NOT :failed_items OR items_failed > 0)
 ORDER BY id
 """
 
 REPLAY_JOB = """
 UPDATE jobs
 SET state = 'queued', attempts = 0, error = NULL, error_group = NULL, cancel_requested = 0, lease_owner = NULL,
-    lease_expires_at = NULL, run_after = :now, finished_at = NULL, updated_at = :now
+    lease_expires_at = NULL, run_after = :now, finished_at = NULL,
+    items_failed = CASE WHEN :failed_items THEN 0 ELSE items_failed END,
+    done = CASE WHEN :failed_items THEN items_ok ELSE done END,
+    updated_at = :now
 WHERE id = :job_id
+"""
+
+# A replay of failed items: their outcomes go, the ok ones stay (the next attempt skips those).
+CLEAR_FAILED_ITEMS = """
+DELETE FROM job_items WHERE job_id = :job_id AND state = 'failed'
 """
 
 RECORD_REPLAY = """
@@ -247,7 +278,7 @@ SET state = 'running',
     updated_at = :now
 WHERE id = :id AND state = 'queued'
 RETURNING id, kind, queue, tenant, payload, checkpoint, done, total, attempts, claims, max_attempts,
-          lease_expires_at, run_after
+          lease_expires_at, run_after, items_ok, items_failed
 """
 
 # The claim's additions: running + jobs, and the starts in the rate window :window.

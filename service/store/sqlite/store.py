@@ -46,6 +46,9 @@ from service.jobs import (
     FailResult,
     FailureGroup,
     Heartbeat,
+    ItemOutcome,
+    ItemPage,
+    ItemQuery,
     JobPage,
     JobQuery,
     JobState,
@@ -60,6 +63,7 @@ from service.jobs import (
     WorkerInfo,
     error_group,
     new_job_id,
+    replayable_states,
 )
 from service.limits import Limit, ScopeUsage, check_scope, job_scopes, rate_window
 from service.payloads import (
@@ -75,6 +79,7 @@ from service.store.base import PRUNE_BATCH, REAP_BATCH, Clock, DatabaseHealth, L
 from service.store.encoding import (
     bucket_counts,
     check_reap_delays,
+    item_rows,
     retry_params,
     substring_pattern,
 )
@@ -83,6 +88,7 @@ from service.store.rows import (
     Readers,
     api_token,
     claimed_job,
+    item_page,
     job_facts,
     job_status,
     limit_row,
@@ -102,7 +108,9 @@ from service.store.sqlite.queries import (
     GET_JOB,
     GET_PAYLOAD,
     GET_RESULT,
+    JOB_EXISTS,
     LEASE_EXPIRIES,
+    LIST_ITEMS,
     LIST_JOBS,
     LIST_LIMITS,
     LIST_TOKENS,
@@ -123,6 +131,7 @@ from service.store.sqlite.statements import (
     CANCEL_JOB,
     CHANGED_SCOPES,
     CLAIM_JOB,
+    CLEAR_FAILED_ITEMS,
     CLOSE_ATTEMPT,
     COMPLETE_JOBS,
     COUNT_STARTS,
@@ -137,6 +146,7 @@ from service.store.sqlite.statements import (
     NEXT_TENANT,
     NOW,
     OPEN_ATTEMPT,
+    PRIOR_ITEM_STATES,
     PUT_COUNTER,
     READ_ATTEMPT_RECEIPT,
     READ_BY_IDEMPOTENCY_KEYS,
@@ -146,6 +156,7 @@ from service.store.sqlite.statements import (
     RENEW_LEASE,
     REPLAY_JOB,
     SET_LIMIT,
+    STORE_ITEM,
     STORE_RESULT,
     TENANT_COUNTER,
     TENANT_JOBS,
@@ -495,10 +506,12 @@ class SqliteStore:
         done: int | None = None,
         total: int | None = None,
         checkpoint: JSON | None = None,
+        items: Sequence[ItemOutcome] = (),
     ) -> Heartbeat:
         check_lease_seconds(lease_seconds)
         check_progress(done, total)
         encoded = None if checkpoint is None else dump_json(checkpoint, "checkpoint")
+        rows = item_rows(lease, items)
         with self._write() as (conn, now):
             row = conn.execute(
                 RENEW_LEASE,
@@ -509,8 +522,11 @@ class SqliteStore:
                     "done": done,
                     "total": total,
                     "checkpoint": encoded,
+                    **_item_deltas(conn, lease, rows),
                 },
             ).fetchone()
+            if row is not None:
+                _store_items(conn, rows, now)
         if row is None:
             return Heartbeat(held=False, cancel_requested=False)
         return Heartbeat(held=True, cancel_requested=bool(row["cancel_requested"]))
@@ -523,9 +539,10 @@ class SqliteStore:
         for item in finished:
             check_progress(item.done, item.total)
         bodies = [dump_json(item.result, "result") for item in finished]
+        rows_per_job = [item_rows(item.lease, item.items) for item in finished]
         lost = []
         with self._write() as (conn, now):
-            for item, body in zip(finished, bodies, strict=True):
+            for item, body, rows in zip(finished, bodies, rows_per_job, strict=True):
                 lease = item.lease
                 params = {
                     **_fence(lease),
@@ -534,12 +551,14 @@ class SqliteStore:
                     "body": body,
                     "done": item.done,
                     "total": item.total,
+                    **_item_deltas(conn, lease, rows),
                 }
                 if conn.execute(COMPLETE_JOBS, params).fetchone() is None:
                     if _receipt(conn, lease, AttemptOutcome.SUCCEEDED) is None:
                         lost.append(lease)
                     continue
                 conn.execute(STORE_RESULT, params)
+                _store_items(conn, rows, now)
                 _close_attempt(conn, lease, now, AttemptOutcome.SUCCEEDED)
         return lost
 
@@ -652,9 +671,9 @@ class SqliteStore:
             return [scope_usage_row(row, _READ) for row in rows.fetchall()]
 
     def replay(self, which: ReplayFilter, by: str, dry_run: bool = False) -> list[uuid.UUID]:
-        states = ["failed", "cancelled"] if which.include_cancelled or which.ids else ["failed"]
         params = {
-            "states": json.dumps(states),
+            "states": json.dumps(replayable_states(which)),
+            "failed_items": which.failed_items,
             "tenant": which.tenant,
             "ids": json.dumps([str(i) for i in which.ids]) if which.ids else None,
             "kind": which.kind,
@@ -667,7 +686,9 @@ class SqliteStore:
                 for tenant in sorted({job["tenant"] for job in picked}):
                     conn.execute(TENANT_COUNTER, {"tenant": tenant})
                 for job in picked:
-                    conn.execute(REPLAY_JOB, {"job_id": job["id"], "now": now})
+                    if which.failed_items:
+                        conn.execute(CLEAR_FAILED_ITEMS, {"job_id": job["id"]})
+                    conn.execute(REPLAY_JOB, {"job_id": job["id"], "now": now, "failed_items": which.failed_items})
                     conn.execute(
                         RECORD_REPLAY,
                         {
@@ -705,6 +726,21 @@ class SqliteStore:
                     GET_JOB, {"job_id": str(read.job_id), "tenant": tenant, "now": now}).fetchone()
                 found.append(None if row is None else _status(row))
         return found
+
+    def list_items(self, query: ItemQuery) -> ItemPage:
+        check_page_size(query.limit)
+        params = {
+            "job_id": str(query.job_id),
+            "tenant": query.tenant,
+            "state": query.state.value if query.state else None,
+            "after_index": -1 if query.after_index is None else query.after_index,
+            "limit": query.limit + 1,
+        }
+        with self._read() as (conn, _now):
+            if conn.execute(JOB_EXISTS, params).fetchone() is None:
+                raise JobNotFound(query.job_id)
+            rows = conn.execute(LIST_ITEMS, params).fetchall()
+        return item_page(rows, query.limit, _READ)
 
     def get_result(self, job_id: uuid.UUID, tenant: str | None = None) -> JSON:
         with self._read() as (conn, _now):
@@ -752,6 +788,24 @@ def _width_bucket(value: float | None, bounds_json: str) -> int | None:
 
 def _fence(lease: Lease) -> dict[str, Any]:
     return {"job_id": str(lease.job_id), "claim": lease.claim, "attempt": lease.attempt, "owner": lease.owner}
+
+
+def _item_deltas(conn: sqlite3.Connection, lease: Lease, rows: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """What writing ``rows`` changes in the job's counts (an outcome replaced is taken back)."""
+    ok = sum(1 for row in rows if row["state"] == "ok")
+    failed = len(rows) - ok
+    if rows:
+        indexes = json.dumps([row["item_index"] for row in rows])
+        for prior in conn.execute(PRIOR_ITEM_STATES, {"job_id": str(lease.job_id), "indexes": indexes}):
+            if prior["state"] == "ok":
+                ok -= prior["n"]
+            else:
+                failed -= prior["n"]
+    return {"ok_delta": ok, "failed_delta": failed}
+
+
+def _store_items(conn: sqlite3.Connection, rows: Sequence[dict[str, Any]], now: str) -> None:
+    conn.executemany(STORE_ITEM, [{**row, "now": now} for row in rows])
 
 
 def _receipt(conn: sqlite3.Connection, lease: Lease, *outcomes: AttemptOutcome) -> sqlite3.Row | None:
