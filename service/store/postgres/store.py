@@ -143,6 +143,7 @@ from service.store.rows import (
     Readers,
     api_token,
     claimed_job,
+    item_page,
     job_facts,
     job_status,
     limit_row,
