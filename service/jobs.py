@@ -279,9 +279,9 @@ MAX_PAGE_SIZE = 200
 
 @dataclass(frozen=True)
 class JobQuery:
-    """Filters for listing one tenant's jobs, newest first, with keyset pagination."""
+    """Filters for listing jobs, newest first, with keyset pagination."""
 
-    tenant: str = "default"
+    tenant: str | None = "default"  # None: every tenant's jobs (the operator console)
     state: JobState | None = None
     kind: str | None = None
     queue: str | None = None
@@ -400,6 +400,11 @@ class ApiToken:
     name: str | None
     created_at: datetime
     revoked_at: datetime | None
+    admin: bool = False  # an operator's token: opens the console, never a tenant's /v1
+
+
+ADMIN_TENANT = "*"
+"""The tenant column of an admin token: it belongs to no tenant, and /v1 never accepts it."""
 
 
 @dataclass(frozen=True)
@@ -446,6 +451,7 @@ class QueueStats:
     queued: int
     running: int
     oldest_queued_age_seconds: float | None  # None when nothing is due
+    due: int = 0  # of the queued, those due now (the rest wait for a delay or a backoff)
 
 
 @dataclass(frozen=True)
@@ -456,3 +462,27 @@ class ActiveCount:
     kind: str
     state: JobState
     count: int
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt of a job, as ``job_attempts`` keeps it: who ran it, when, how it ended."""
+
+    attempt: int
+    claim: int
+    worker: str
+    due_at: datetime
+    started_at: datetime
+    finished_at: datetime | None  # None while it runs
+    outcome: AttemptOutcome | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Jobs of one queue that ended in one time bucket of a window (bucket 0 is the oldest)."""
+
+    queue: str
+    bucket: int
+    succeeded: int
+    failed: int

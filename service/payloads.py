@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from service.errors import InvalidInput
-from service.jobs import JSON, MAX_PAGE_SIZE, ItemOutcome, ItemState, NewJob
+from service.jobs import ADMIN_TENANT, JSON, MAX_PAGE_SIZE, ItemOutcome, ItemState, NewJob
 
 MAX_NAME_LENGTH = 200
 """kind, queue, tenant."""
@@ -152,3 +152,23 @@ def check_item_outcome(item: ItemOutcome) -> None:
         raise InvalidInput("an item index must be a non-negative integer")
     if item.state is ItemState.FAILED and (not isinstance(item.error, str) or not item.error.strip()):
         raise InvalidInput(f"failed item {item.index} needs a non-empty error")
+
+
+def check_throughput_window(window_seconds: float, buckets: int) -> float:
+    """A throughput window: positive seconds cut into 1 to 1,440 buckets; returns a bucket's width."""
+    if not is_int(buckets) or not 1 <= buckets <= 1_440:
+        raise InvalidInput("buckets must be an integer from 1 to 1440")
+    if not isinstance(window_seconds, int | float) or isinstance(window_seconds, bool) or not 0 < window_seconds < math.inf:
+        raise InvalidInput("window_seconds must be a positive number")
+    return float(window_seconds) / buckets
+
+
+def token_tenant(tenant: str, token_hash: str, admin: bool) -> str:
+    """The tenant column of a new token: an admin token's is ADMIN_TENANT; a tenant token names another."""
+    if not token_hash:
+        raise InvalidInput("a token needs a hash")
+    if admin:
+        return ADMIN_TENANT
+    if not tenant or tenant == ADMIN_TENANT:
+        raise InvalidInput(f"a tenant token needs a tenant other than {ADMIN_TENANT!r}")
+    return tenant

@@ -14,6 +14,7 @@ from service.cli.app import (
     open_cli_store,
 )
 from service.errors import InvalidInput
+from service.jobs import ADMIN_TENANT
 
 token_app = typer.Typer(help="API tokens: create (shown once), revoke, list.", no_args_is_help=True)
 app.add_typer(token_app, name="token")
@@ -22,20 +23,28 @@ app.add_typer(token_app, name="token")
 @token_app.command("create")
 def token_create(
     ctx: typer.Context,
-    tenant: Annotated[str, typer.Option(metavar="NAME", help="The tenant whose jobs the token may see.")],
+    tenant: Annotated[
+        str | None, typer.Option(metavar="NAME", help="The tenant whose jobs the token may see.")
+    ] = None,
     name: Annotated[str | None, typer.Option(metavar="TEXT", help="A note: who or what uses it.")] = None,
+    admin: Annotated[
+        bool, typer.Option("--admin", help="An operator's token for the console at /ui (every tenant); /v1 refuses it.")
+    ] = False,
 ) -> None:
     """Create an API token and print it once on stdout; only its SHA-256 is stored."""
     from service.api.auth import hash_token, new_token
 
-    if not tenant.strip() or len(tenant) > 200:
-        raise InvalidInput("--tenant must be a non-empty name of at most 200 characters")
+    if admin == (tenant is not None):
+        raise InvalidInput("give either --tenant NAME (an API token) or --admin (an operator's console token)")
+    if tenant is not None and (not tenant.strip() or len(tenant) > 200 or tenant == ADMIN_TENANT):
+        raise InvalidInput(f"--tenant must be a non-empty name of at most 200 characters, not {ADMIN_TENANT!r}")
     token = new_token()
     with open_cli_store(ctx) as store:
-        record = store.create_token(tenant, hash_token(token), name)
+        record = store.create_token(tenant or ADMIN_TENANT, hash_token(token), name, admin=admin)
     print(token)
+    whose = "an operator (admin, the console at /ui)" if admin else f"tenant {tenant!r}"
     print(
-        f"token {record.id} for tenant {tenant!r}: keep it now, it is not shown again "
+        f"token {record.id} for {whose}: keep it now, it is not shown again "
         f"(revoke: jobq token revoke {record.id})",
         file=sys.stderr,
     )
@@ -61,12 +70,13 @@ def token_list(
     ctx: typer.Context,
     tenant: Annotated[str | None, typer.Option(metavar="NAME", help="Only this tenant's tokens.")] = None,
 ) -> None:
-    """List tokens (never the tokens themselves): id, tenant, name, created, revoked."""
+    """List tokens (never the tokens themselves): id, tenant (``*`` for admin), name, created, revoked."""
     with open_cli_store(ctx) as store:
         records = store.list_tokens(tenant)
     for record in records:
         revoked = iso(record.revoked_at) or "-"
-        print(f"{record.id}  {record.tenant}  {record.name or '-'}  created {iso(record.created_at)}  revoked {revoked}")
+        tenant_or_admin = f"{record.tenant} (admin)" if record.admin else record.tenant
+        print(f"{record.id}  {tenant_or_admin}  {record.name or '-'}  created {iso(record.created_at)}  revoked {revoked}")
 
 
 # -- entry point ---------------------------------------------------------------------

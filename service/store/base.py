@@ -22,6 +22,7 @@ from service.jobs import (
     JSON,
     ActiveCount,
     ApiToken,
+    Attempt,
     ClaimedJob,
     Completion,
     FailResult,
@@ -41,6 +42,7 @@ from service.jobs import (
     ReapResult,
     ReplayFilter,
     StatusRead,
+    Throughput,
     WorkerInfo,
 )
 from service.limits import Limit, ScopeUsage
@@ -50,6 +52,9 @@ Clock = Callable[[], datetime]
 
 REAP_BATCH = 500
 """Rows one reap statement touches at most, so it never holds many locks at once."""
+
+RUNNING_JOBS_LIMIT = 1_000
+"""Running jobs one console page lists at most (a fleet's slots; more is a fleet no page shows)."""
 
 PRUNE_BATCH = 1_000
 """Jobs one prune statement deletes at most: short transactions, short locks."""
@@ -203,7 +208,15 @@ class Store(Protocol):
         ...
 
     def list_jobs(self, query: JobQuery) -> JobPage:
-        """One tenant's jobs, newest first, keyset-paginated."""
+        """One tenant's jobs (every tenant's when ``query.tenant`` is None), newest first, keyset-paginated."""
+        ...
+
+    def job_attempts(self, job_id: uuid.UUID) -> list[Attempt]:
+        """A job's attempts, oldest first (empty for a job never claimed or not there)."""
+        ...
+
+    def running_jobs(self, limit: int = RUNNING_JOBS_LIMIT) -> list[JobStatus]:
+        """Running jobs, every tenant's, by lease owner: what each worker runs now. Active rows only."""
         ...
 
     def explain_facts(self, job_id: uuid.UUID, tenant: str | None = None, *,
@@ -260,6 +273,11 @@ class Store(Protocol):
         """Time from due to claimed of attempts that ended in the window, per kind; buckets as above."""
         ...
 
+    def throughput(self, window_seconds: float, buckets: int) -> list[Throughput]:
+        """Jobs that succeeded or failed per queue within the last ``window_seconds``, cut into
+        ``buckets`` equal time buckets (0 the oldest); buckets with no job are left out."""
+        ...
+
     def queue_stats(self) -> list[QueueStats]:
         """Per queue: queued, running, and the age of the oldest due job. Reads active rows only."""
         ...
@@ -303,10 +321,16 @@ class Store(Protocol):
         ...
 
     # -- API tokens (hashed by the caller; the store never sees a token) ------------
-    def create_token(self, tenant: str, token_hash: str, name: str | None = None) -> ApiToken: ...
+    def create_token(self, tenant: str, token_hash: str, name: str | None = None, admin: bool = False) -> ApiToken:
+        """Store a token's hash; ``admin``: an operator's token (tenant ``ADMIN_TENANT``)."""
+        ...
 
     def tenant_for_token(self, token_hash: str) -> str | None:
-        """The tenant of a live token, or None for an unknown or revoked one."""
+        """The tenant of a live tenant token, or None for an unknown, revoked or admin one."""
+        ...
+
+    def admin_token(self, token_hash: str) -> ApiToken | None:
+        """A live admin token with this hash, or None (unknown, revoked, or a tenant's)."""
         ...
 
     def revoke_token(self, token_id: uuid.UUID) -> ApiToken:

@@ -17,6 +17,8 @@ from service.explain import JobFacts, LastAttempt, ScopeRunning
 from service.jobs import (
     JSON,
     ApiToken,
+    Attempt,
+    AttemptOutcome,
     ClaimedJob,
     ItemPage,
     ItemState,
@@ -113,6 +115,20 @@ def api_token(row: Mapping[str, Any], read: Readers) -> ApiToken:
         name=row["name"],
         created_at=read.time(row["created_at"]),
         revoked_at=_maybe(read.time, row["revoked_at"]),
+        admin=bool(row["admin"]),
+    )
+
+
+def attempt(row: Mapping[str, Any], read: Readers) -> Attempt:
+    return Attempt(
+        attempt=row["attempt"],
+        claim=row["claim"],
+        worker=row["worker"],
+        due_at=read.time(row["due_at"]),
+        started_at=read.time(row["started_at"]),
+        finished_at=_maybe(read.time, row["finished_at"]),
+        outcome=_maybe(AttemptOutcome, row["outcome"]),
+        error=row["error"],
     )
 
 

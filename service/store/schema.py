@@ -228,6 +228,8 @@ api_tokens = sa.Table(
     sa.Column("token_hash", sa.Text, nullable=False, unique=True),
     sa.Column("created_at", Timestamp, nullable=False),
     sa.Column("revoked_at", Timestamp, nullable=True),
+    # An operator's token (the console): it names no tenant and /v1 refuses it.
+    sa.Column("admin", sa.Boolean, nullable=False, server_default=sa.false()),
 )
 
 # Fleet-wide limits (service.limits): what operators set, one row per scope.

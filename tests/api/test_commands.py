@@ -19,6 +19,7 @@ from unittest import mock
 import httpx
 import pytest
 
+from service.api.auth import hash_token
 from service.cli import main
 from tests.api.conftest import REPO, LiveApi, free_port
 
@@ -64,6 +65,23 @@ def test_token_create_prints_it_once_and_revoke_makes_it_a_401(api: LiveApi, sto
     assert bad.returncode == 2 and bad.stderr.startswith("error: not a token id")
     assert jobq("token", "create", "--tenant", " ", env=env).returncode == 2
 
+
+
+def test_token_create_admin_makes_an_operators_token_that_v1_refuses(api: LiveApi, store_url: str) -> None:
+    env = {"JOBQ_DATABASE_URL": store_url}
+    created = jobq("token", "create", "--admin", "--name", "alice", env=env)
+    assert created.returncode == 0, created.stderr
+    token = created.stdout.strip()
+    assert re.fullmatch(r"jobq_[A-Za-z0-9_-]{43}", token) and "admin" in created.stderr
+    assert api.store.admin_token(hash_token(token)) is not None  # stored hashed, like the others
+    assert api.http(token).get("/v1/jobs").status_code == 401  # an operator's token is no tenant's
+    listed = jobq("token", "list", env=env)
+    assert "* (admin)  alice" in listed.stdout and token not in listed.stdout
+
+    for both_or_neither in (["--admin", "--tenant", "acme"], []):
+        refused = jobq("token", "create", *both_or_neither, env=env)
+        assert refused.returncode == 2 and refused.stderr.startswith("error: give either --tenant"), refused.stderr
+    assert jobq("token", "create", "--tenant", "*", env=env).returncode == 2
 
 def _wait_for(url: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout

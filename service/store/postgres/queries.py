@@ -23,17 +23,43 @@ SELECT payload FROM jobs
 WHERE id = %(job_id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
 """
 
-# Keyset pagination on the time-ordered id through ix_jobs_tenant_id.
-LIST_JOBS = """
-SELECT """ + STATUS_COLUMNS + """
-FROM jobs
-WHERE tenant = %(tenant)s
+_LIST_FILTERS = """
   AND (%(state)s::text IS NULL OR state = %(state)s)
   AND (%(kind)s::text IS NULL OR kind = %(kind)s)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
   AND (%(created_after)s::timestamptz IS NULL OR created_at > %(created_after)s::timestamptz)
   AND (%(after_id)s::uuid IS NULL OR id < %(after_id)s::uuid)
 ORDER BY id DESC
+LIMIT %(limit)s
+"""
+
+# Keyset pagination on the time-ordered id through ix_jobs_tenant_id.
+LIST_JOBS = """
+SELECT """ + STATUS_COLUMNS + """
+FROM jobs
+WHERE tenant = %(tenant)s""" + _LIST_FILTERS
+
+# The operators' list, every tenant: the same keyset walk down the primary key. A statement
+# of its own, not "tenant IS NULL OR": a generic plan of that could not use ix_jobs_tenant_id.
+LIST_ALL_JOBS = """
+SELECT """ + STATUS_COLUMNS + """
+FROM jobs
+WHERE true""" + _LIST_FILTERS
+
+# A job's attempts, oldest first, through uq_job_attempts_job_id_claim.
+JOB_ATTEMPTS = """
+SELECT attempt, claim, worker, due_at, started_at, finished_at, outcome, error
+FROM job_attempts
+WHERE job_id = %(job_id)s
+ORDER BY claim
+"""
+
+# What the fleet runs now, through the partial index ix_jobs_running: bounded by the slots.
+RUNNING_JOBS = """
+SELECT """ + STATUS_COLUMNS + """
+FROM jobs
+WHERE state = 'running'
+ORDER BY lease_owner, id
 LIMIT %(limit)s
 """
 
@@ -90,10 +116,26 @@ WHERE a.finished_at >= coalesce(%(now)s::timestamptz, now()) - make_interval(sec
 GROUP BY j.kind, bucket
 """
 
+# Jobs that ended per queue and time bucket of a window (ix_jobs_finished_at). A job
+# that ended exactly "now" goes in the last bucket, not in one past the window.
+THROUGHPUT = """
+SELECT queue,
+       least(%(buckets)s - 1, floor(extract(epoch FROM finished_at - (coalesce(%(now)s::timestamptz, now())
+             - make_interval(secs => %(window)s))) / %(bucket_seconds)s))::int AS bucket,
+       count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
+       count(*) FILTER (WHERE state = 'failed') AS failed
+FROM jobs
+WHERE finished_at >= coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)
+  AND state IN ('succeeded', 'failed')
+GROUP BY queue, bucket
+ORDER BY queue, bucket
+"""
+
 # Active rows only (the two partial indexes), never history.
 QUEUE_STATS = """
 SELECT queue,
        count(*) FILTER (WHERE state = 'queued') AS queued,
+       count(*) FILTER (WHERE state = 'queued' AND run_after <= coalesce(%(now)s::timestamptz, now())) AS due,
        count(*) FILTER (WHERE state = 'running') AS running,
        extract(epoch FROM coalesce(%(now)s::timestamptz, now())
                - min(run_after) FILTER (WHERE state = 'queued'
@@ -176,13 +218,20 @@ ORDER BY started_at DESC, id
 
 # -- api tokens --
 CREATE_TOKEN = """
-INSERT INTO api_tokens (id, tenant, name, token_hash, created_at)
-VALUES (%(id)s, %(tenant)s, %(name)s, %(token_hash)s, coalesce(%(now)s::timestamptz, now()))
-RETURNING id, tenant, name, created_at, revoked_at
+INSERT INTO api_tokens (id, tenant, name, token_hash, created_at, admin)
+VALUES (%(id)s, %(tenant)s, %(name)s, %(token_hash)s, coalesce(%(now)s::timestamptz, now()), %(admin)s)
+RETURNING id, tenant, name, created_at, revoked_at, admin
 """
 
+# An admin token is no tenant's: /v1 refuses it like an unknown one.
 TENANT_FOR_TOKEN = """
-SELECT tenant FROM api_tokens WHERE token_hash = %(token_hash)s AND revoked_at IS NULL
+SELECT tenant FROM api_tokens WHERE token_hash = %(token_hash)s AND revoked_at IS NULL AND NOT admin
+"""
+
+# The console's login and every console request: a live operator's token, or nothing.
+ADMIN_TOKEN = """
+SELECT id, tenant, name, created_at, revoked_at, admin FROM api_tokens
+WHERE token_hash = %(token_hash)s AND revoked_at IS NULL AND admin
 """
 
 # -- get_job_for_token --
@@ -198,7 +247,7 @@ LEFT JOIN LATERAL (
     FROM jobs
     WHERE id = %(job_id)s AND tenant = t.tenant
 ) AS s ON true
-WHERE t.token_hash = %(token_hash)s AND t.revoked_at IS NULL
+WHERE t.token_hash = %(token_hash)s AND t.revoked_at IS NULL AND NOT t.admin
 """
 
 # -- read_statuses --
@@ -210,7 +259,7 @@ READ_STATUSES = """
 SELECT q.ord, s.*
 FROM unnest(%(ids)s::uuid[], %(tenants)s::text[], %(token_hashes)s::text[])
      WITH ORDINALITY AS q(job_id, tenant, token_hash, ord)
-LEFT JOIN api_tokens AS t ON t.token_hash = q.token_hash AND t.revoked_at IS NULL
+LEFT JOIN api_tokens AS t ON t.token_hash = q.token_hash AND t.revoked_at IS NULL AND NOT t.admin
 JOIN LATERAL (
     SELECT """ + STATUS_COLUMNS + """
     FROM jobs
@@ -221,11 +270,11 @@ JOIN LATERAL (
 REVOKE_TOKEN = """
 UPDATE api_tokens SET revoked_at = coalesce(revoked_at, coalesce(%(now)s::timestamptz, now()))
 WHERE id = %(id)s
-RETURNING id, tenant, name, created_at, revoked_at
+RETURNING id, tenant, name, created_at, revoked_at, admin
 """
 
 LIST_TOKENS = """
-SELECT id, tenant, name, created_at, revoked_at FROM api_tokens
+SELECT id, tenant, name, created_at, revoked_at, admin FROM api_tokens
 WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s
 ORDER BY created_at, id
 """

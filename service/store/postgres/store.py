@@ -39,6 +39,7 @@ from service.jobs import (
     LEASE_EXPIRED_GROUP,
     ActiveCount,
     ApiToken,
+    Attempt,
     AttemptOutcome,
     ClaimedJob,
     Completion,
@@ -60,6 +61,7 @@ from service.jobs import (
     ReapResult,
     ReplayFilter,
     StatusRead,
+    Throughput,
     WorkerInfo,
     error_group,
     new_job_id,
@@ -71,14 +73,16 @@ from service.payloads import (
     check_lease_seconds,
     check_page_size,
     check_progress,
+    check_throughput_window,
     dump_batch,
     dump_json,
     storable_error,
     storable_json,
+    token_tenant,
     validate_new_job,
 )
 from service.retry import Decision
-from service.store.base import PRUNE_BATCH, REAP_BATCH, Clock, DatabaseHealth, Listener
+from service.store.base import PRUNE_BATCH, REAP_BATCH, RUNNING_JOBS_LIMIT, Clock, DatabaseHealth, Listener
 from service.store.encoding import (
     bucket_counts,
     check_reap_delays,
@@ -91,6 +95,7 @@ from service.store.postgres.errors import Retryable, translate_errors
 from service.store.postgres.listener import PostgresListener, connection_defaults
 from service.store.postgres.queries import (
     ACTIVE_COUNTS,
+    ADMIN_TOKEN,
     COUNT_PRUNABLE,
     CREATE_TOKEN,
     DEREGISTER_WORKER,
@@ -102,7 +107,9 @@ from service.store.postgres.queries import (
     GET_PAYLOAD,
     GET_RESULT,
     HEALTH_STATS,
+    JOB_ATTEMPTS,
     LEASE_EXPIRIES,
+    LIST_ALL_JOBS,
     LIST_FAILED_ITEMS,
     LIST_ITEMS,
     LIST_JOBS,
@@ -117,8 +124,10 @@ from service.store.postgres.queries import (
     REGISTER_WORKER,
     REVOKE_TOKEN,
     RUNNING_IN_SCOPE,
+    RUNNING_JOBS,
     SCOPE_USAGE,
     TENANT_FOR_TOKEN,
+    THROUGHPUT,
     TOUCH_WORKER,
 )
 from service.store.postgres.statements import (
@@ -142,6 +151,7 @@ from service.store.postgres.statements import (
 from service.store.rows import (
     Readers,
     api_token,
+    attempt,
     claimed_job,
     item_page,
     job_facts,
@@ -259,6 +269,13 @@ class PostgresStore:
         )
         return bucket_counts(rows, len(bounds))
 
+    def throughput(self, window_seconds: float, buckets: int) -> list[Throughput]:
+        width = check_throughput_window(window_seconds, buckets)
+        rows = self._fetchall(
+            THROUGHPUT, self._params(window=float(window_seconds), buckets=buckets, bucket_seconds=width)
+        )
+        return [Throughput(**row) for row in rows]
+
     def queue_stats(self) -> list[QueueStats]:
         return [QueueStats(**row) for row in self._fetchall(QUEUE_STATS, self._params())]
 
@@ -321,11 +338,11 @@ class PostgresStore:
         ]
 
     # -- API tokens -------------------------------------------------------------------
-    def create_token(self, tenant: str, token_hash: str, name: str | None = None) -> ApiToken:
-        if not tenant or not token_hash:
-            raise InvalidInput("a token needs a tenant and a hash")
+    def create_token(self, tenant: str, token_hash: str, name: str | None = None, admin: bool = False) -> ApiToken:
+        tenant = token_tenant(tenant, token_hash, admin)
         row = self._fetchone(
-            CREATE_TOKEN, self._params(id=new_job_id(), tenant=tenant, name=name, token_hash=token_hash)
+            CREATE_TOKEN,
+            self._params(id=new_job_id(), tenant=tenant, name=name, token_hash=token_hash, admin=admin),
         )
         assert row is not None  # INSERT … RETURNING always returns the row
         return api_token(row, _READ)
@@ -333,6 +350,10 @@ class PostgresStore:
     def tenant_for_token(self, token_hash: str) -> str | None:
         row = self._fetchone(TENANT_FOR_TOKEN, self._params(token_hash=token_hash))
         return row["tenant"] if row else None
+
+    def admin_token(self, token_hash: str) -> ApiToken | None:
+        row = self._fetchone(ADMIN_TOKEN, self._params(token_hash=token_hash))
+        return api_token(row, _READ) if row else None
 
     def revoke_token(self, token_id: uuid.UUID) -> ApiToken:
         row = self._fetchone(REVOKE_TOKEN, self._params(id=token_id))
@@ -657,7 +678,7 @@ class PostgresStore:
     def list_jobs(self, query: JobQuery) -> JobPage:
         check_page_size(query.limit)
         rows = self._fetchall(
-            LIST_JOBS,
+            LIST_ALL_JOBS if query.tenant is None else LIST_JOBS,
             self._params(
                 tenant=query.tenant,
                 state=query.state.value if query.state else None,
@@ -671,6 +692,12 @@ class PostgresStore:
         items = [_status(row) for row in rows[: query.limit]]
         more = len(rows) > query.limit
         return JobPage(items=items, next_after_id=items[-1].id if more else None)
+
+    def job_attempts(self, job_id: uuid.UUID) -> list[Attempt]:
+        return [attempt(row, _READ) for row in self._fetchall(JOB_ATTEMPTS, self._params(job_id=job_id))]
+
+    def running_jobs(self, limit: int = RUNNING_JOBS_LIMIT) -> list[JobStatus]:
+        return [_status(row) for row in self._fetchall(RUNNING_JOBS, self._params(limit=limit))]
 
 
 def _item_batch(outcomes: Sequence[tuple[Lease, Sequence[ItemOutcome]]]) -> str:

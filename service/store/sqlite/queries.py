@@ -19,16 +19,39 @@ GET_PAYLOAD = """
 SELECT payload FROM jobs WHERE id = :job_id AND (:tenant IS NULL OR tenant = :tenant)
 """
 
-LIST_JOBS = """
-SELECT """ + STATUS_COLUMNS + """
-FROM jobs
-WHERE tenant = :tenant
+_LIST_FILTERS = """
   AND (:state IS NULL OR state = :state)
   AND (:kind IS NULL OR kind = :kind)
   AND (:queue IS NULL OR queue = :queue)
   AND (:created_after IS NULL OR created_at > :created_after)
   AND (:after_id IS NULL OR id < :after_id)
 ORDER BY id DESC
+LIMIT :limit
+"""
+
+LIST_JOBS = """
+SELECT """ + STATUS_COLUMNS + """
+FROM jobs
+WHERE tenant = :tenant""" + _LIST_FILTERS
+
+# The operators' list, every tenant, down the primary key; its own statement, as on PostgreSQL.
+LIST_ALL_JOBS = """
+SELECT """ + STATUS_COLUMNS + """
+FROM jobs
+WHERE true""" + _LIST_FILTERS
+
+JOB_ATTEMPTS = """
+SELECT attempt, claim, worker, due_at, started_at, finished_at, outcome, error
+FROM job_attempts
+WHERE job_id = :job_id
+ORDER BY claim
+"""
+
+RUNNING_JOBS = """
+SELECT """ + STATUS_COLUMNS + """
+FROM jobs
+WHERE state = 'running'
+ORDER BY lease_owner, id
 LIMIT :limit
 """
 
@@ -84,9 +107,23 @@ WHERE a.finished_at >= strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :window || ' s
 GROUP BY j.kind, bucket
 """
 
+THROUGHPUT = """
+SELECT queue,
+       min(:buckets - 1, CAST(((julianday(finished_at) - julianday(:now)) * 86400.0 + :window)
+                              / :bucket_seconds AS INTEGER)) AS bucket,
+       count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
+       count(*) FILTER (WHERE state = 'failed') AS failed
+FROM jobs
+WHERE finished_at >= strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :window || ' seconds')
+  AND state IN ('succeeded', 'failed')
+GROUP BY queue, bucket
+ORDER BY queue, bucket
+"""
+
 QUEUE_STATS = """
 SELECT queue,
        count(*) FILTER (WHERE state = 'queued') AS queued,
+       count(*) FILTER (WHERE state = 'queued' AND run_after <= :now) AS due,
        count(*) FILTER (WHERE state = 'running') AS running,
        (julianday(:now) - julianday(min(run_after) FILTER (WHERE state = 'queued' AND run_after <= :now)))
            * 86400.0 AS oldest_queued_age_seconds
@@ -146,21 +183,29 @@ ORDER BY started_at DESC, id
 
 # -- api tokens --
 CREATE_TOKEN = """
-INSERT INTO api_tokens (id, tenant, name, token_hash, created_at)
-VALUES (:id, :tenant, :name, :token_hash, :now)
-RETURNING id, tenant, name, created_at, revoked_at
+INSERT INTO api_tokens (id, tenant, name, token_hash, created_at, admin)
+VALUES (:id, :tenant, :name, :token_hash, :now, :admin)
+RETURNING id, tenant, name, created_at, revoked_at, admin
 """
 
-TENANT_FOR_TOKEN = "SELECT tenant FROM api_tokens WHERE token_hash = :token_hash AND revoked_at IS NULL"
+# An admin token is no tenant's: /v1 refuses it like an unknown one.
+TENANT_FOR_TOKEN = (
+    "SELECT tenant FROM api_tokens WHERE token_hash = :token_hash AND revoked_at IS NULL AND NOT admin"
+)
+
+ADMIN_TOKEN = """
+SELECT id, tenant, name, created_at, revoked_at, admin FROM api_tokens
+WHERE token_hash = :token_hash AND revoked_at IS NULL AND admin
+"""
 
 REVOKE_TOKEN = """
 UPDATE api_tokens SET revoked_at = coalesce(revoked_at, :now)
 WHERE id = :id
-RETURNING id, tenant, name, created_at, revoked_at
+RETURNING id, tenant, name, created_at, revoked_at, admin
 """
 
 LIST_TOKENS = """
-SELECT id, tenant, name, created_at, revoked_at FROM api_tokens
+SELECT id, tenant, name, created_at, revoked_at, admin FROM api_tokens
 WHERE :tenant IS NULL OR tenant = :tenant
 ORDER BY created_at, id
 """

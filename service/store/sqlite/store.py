@@ -40,6 +40,7 @@ from service.jobs import (
     LEASE_EXPIRED_GROUP,
     ActiveCount,
     ApiToken,
+    Attempt,
     AttemptOutcome,
     ClaimedJob,
     Completion,
@@ -60,6 +61,7 @@ from service.jobs import (
     ReapResult,
     ReplayFilter,
     StatusRead,
+    Throughput,
     WorkerInfo,
     error_group,
     new_job_id,
@@ -70,12 +72,14 @@ from service.payloads import (
     check_lease_seconds,
     check_page_size,
     check_progress,
+    check_throughput_window,
     dump_json,
     storable_error,
+    token_tenant,
     validate_new_job,
 )
 from service.retry import Decision
-from service.store.base import PRUNE_BATCH, REAP_BATCH, Clock, DatabaseHealth, Listener
+from service.store.base import PRUNE_BATCH, REAP_BATCH, RUNNING_JOBS_LIMIT, Clock, DatabaseHealth, Listener
 from service.store.encoding import (
     bucket_counts,
     check_reap_delays,
@@ -87,6 +91,7 @@ from service.store.fairness import Candidate, advance_cursor, choose, tenants_to
 from service.store.rows import (
     Readers,
     api_token,
+    attempt,
     claimed_job,
     item_page,
     job_facts,
@@ -99,6 +104,7 @@ from service.store.sqlite.errors import translate_errors
 from service.store.sqlite.listener import SilentListener
 from service.store.sqlite.queries import (
     ACTIVE_COUNTS,
+    ADMIN_TOKEN,
     COUNT_PRUNABLE,
     CREATE_TOKEN,
     DEREGISTER_WORKER,
@@ -108,8 +114,10 @@ from service.store.sqlite.queries import (
     GET_JOB,
     GET_PAYLOAD,
     GET_RESULT,
+    JOB_ATTEMPTS,
     JOB_EXISTS,
     LEASE_EXPIRIES,
+    LIST_ALL_JOBS,
     LIST_ITEMS,
     LIST_JOBS,
     LIST_LIMITS,
@@ -122,8 +130,10 @@ from service.store.sqlite.queries import (
     REGISTER_WORKER,
     REVOKE_TOKEN,
     RUNNING_IN_SCOPE,
+    RUNNING_JOBS,
     SCOPE_USAGE,
     TENANT_FOR_TOKEN,
+    THROUGHPUT,
     TOUCH_WORKER,
 )
 from service.store.sqlite.statements import (
@@ -269,6 +279,13 @@ class SqliteStore:
             rows = conn.execute(statement, {**params, "now": now}).fetchall()
         return bucket_counts(rows, len(bounds))
 
+    def throughput(self, window_seconds: float, buckets: int) -> list[Throughput]:
+        width = check_throughput_window(window_seconds, buckets)
+        params = {"window": float(window_seconds), "buckets": buckets, "bucket_seconds": width}
+        with self._read() as (conn, now):
+            rows = conn.execute(THROUGHPUT, {**params, "now": now}).fetchall()
+        return [Throughput(row["queue"], row["bucket"], row["succeeded"], row["failed"]) for row in rows]
+
     def queue_stats(self) -> list[QueueStats]:
         with self._read() as (conn, now):
             rows = conn.execute(QUEUE_STATS, {"now": now}).fetchall()
@@ -278,6 +295,7 @@ class SqliteStore:
                 queued=row["queued"],
                 running=row["running"],
                 oldest_queued_age_seconds=row["oldest_queued_age_seconds"],
+                due=row["due"],
             )
             for row in rows
         ]
@@ -341,13 +359,13 @@ class SqliteStore:
         ]
 
     # -- API tokens -------------------------------------------------------------------
-    def create_token(self, tenant: str, token_hash: str, name: str | None = None) -> ApiToken:
-        if not tenant or not token_hash:
-            raise InvalidInput("a token needs a tenant and a hash")
+    def create_token(self, tenant: str, token_hash: str, name: str | None = None, admin: bool = False) -> ApiToken:
+        tenant = token_tenant(tenant, token_hash, admin)
         with self._write() as (conn, now):
             row = conn.execute(
                 CREATE_TOKEN,
-                {"id": str(new_job_id()), "tenant": tenant, "name": name, "token_hash": token_hash, "now": now},
+                {"id": str(new_job_id()), "tenant": tenant, "name": name, "token_hash": token_hash,
+                 "admin": admin, "now": now},
             ).fetchone()
         return api_token(row, _READ)
 
@@ -355,6 +373,11 @@ class SqliteStore:
         with self._read() as (conn, _now):
             row = conn.execute(TENANT_FOR_TOKEN, {"token_hash": token_hash}).fetchone()
         return row["tenant"] if row else None
+
+    def admin_token(self, token_hash: str) -> ApiToken | None:
+        with self._read() as (conn, _now):
+            row = conn.execute(ADMIN_TOKEN, {"token_hash": token_hash}).fetchone()
+        return api_token(row, _READ) if row else None
 
     def revoke_token(self, token_id: uuid.UUID) -> ApiToken:
         with self._write() as (conn, now):
@@ -762,7 +785,7 @@ class SqliteStore:
         check_page_size(query.limit)
         with self._read() as (conn, now):
             rows = conn.execute(
-                LIST_JOBS,
+                LIST_ALL_JOBS if query.tenant is None else LIST_JOBS,
                 {
                     "now": now,
                     "tenant": query.tenant,
@@ -777,6 +800,16 @@ class SqliteStore:
         items = [_status(row) for row in rows[: query.limit]]
         more = len(rows) > query.limit
         return JobPage(items=items, next_after_id=items[-1].id if more else None)
+
+    def job_attempts(self, job_id: uuid.UUID) -> list[Attempt]:
+        with self._read() as (conn, _now):
+            rows = conn.execute(JOB_ATTEMPTS, {"job_id": str(job_id)}).fetchall()
+        return [attempt(row, _READ) for row in rows]
+
+    def running_jobs(self, limit: int = RUNNING_JOBS_LIMIT) -> list[JobStatus]:
+        with self._read() as (conn, now):
+            rows = conn.execute(RUNNING_JOBS, {"now": now, "limit": limit}).fetchall()
+        return [_status(row) for row in rows]
 
 
 def _width_bucket(value: float | None, bounds_json: str) -> int | None:
