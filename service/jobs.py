@@ -304,6 +304,7 @@ class ReplayFilter:
     ids: tuple[uuid.UUID, ...] = ()
     kind: str | None = None
     error_like: str | None = None
+    error_group: str | None = None  # exactly one group of failure_groups (the console's "replay this group")
     since: datetime | None = None
     include_cancelled: bool = False
     failed_items: bool = False

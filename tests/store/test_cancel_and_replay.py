@@ -205,3 +205,17 @@ def test_handing_back_a_job_whose_cancel_was_requested_cancels_it(store, db: Dat
     status = store.get(job.id)
     assert status.state is JobState.CANCELLED
     assert store.claim("worker-b", ["default"], 10, 30) == []
+
+
+def test_replay_of_one_failure_group_takes_exactly_the_jobs_failure_groups_counted(store, clock: FakeClock):
+    """The console's "replay this group": the group failure_groups names, whatever ids and numbers its errors hold."""
+    rows = [_failed_job(store, "resize", f"ValueError: row {n} has {n + 3} columns") for n in (8, 17)]
+    _failed_job(store, "resize", "KeyError: 'width'")
+    _failed_job(store, "transcribe", "ValueError: row 1 has 2 columns")  # the same group text, another kind
+    [group] = [g for g in store.failure_groups(clock.now() - timedelta(hours=1)) if g.kind == "resize" and g.count == 2]
+
+    which = ReplayFilter(kind=group.kind, error_group=group.error_group)
+    assert sorted(store.replay(which, by="console:alice", dry_run=True)) == sorted(r.id for r in rows)
+    assert sorted(store.replay(which, by="console:alice")) == sorted(r.id for r in rows)
+    assert {store.get(r.id).state for r in rows} == {JobState.QUEUED}
+    assert store.replay(which, by="console:alice") == []  # replayed: the group is empty now

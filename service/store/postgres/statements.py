@@ -685,6 +685,7 @@ picked AS (
       AND (cardinality(%(ids)s::uuid[]) = 0 OR id = ANY(%(ids)s::uuid[]))
       AND (%(kind)s::text IS NULL OR kind = %(kind)s)
       AND (%(error_like)s::text IS NULL OR error ILIKE %(error_like)s)
+      AND (%(error_group)s::text IS NULL OR error_group = %(error_group)s)
       AND (%(since)s::timestamptz IS NULL OR finished_at >= %(since)s::timestamptz)
       AND (NOT %(failed_items)s OR items_failed > 0)
     ORDER BY id

@@ -718,6 +718,7 @@ def _replay_params(which: ReplayFilter) -> dict[str, Any]:
         "ids": list(which.ids),
         "kind": which.kind,
         "error_like": substring_pattern(which.error_like),
+        "error_group": which.error_group,
         "since": which.since,
     }
 

@@ -197,6 +197,7 @@ WHERE state IN (SELECT value FROM json_each(:states))
   AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
   AND (:kind IS NULL OR kind = :kind)
   AND (:error_like IS NULL OR error LIKE :error_like ESCAPE '\\')
+  AND (:error_group IS NULL OR error_group = :error_group)
   AND (:since IS NULL OR finished_at >= :since)
   AND (NOT :failed_items OR items_failed > 0)
 ORDER BY id

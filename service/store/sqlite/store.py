@@ -701,6 +701,7 @@ class SqliteStore:
             "ids": json.dumps([str(i) for i in which.ids]) if which.ids else None,
             "kind": which.kind,
             "error_like": substring_pattern(which.error_like),
+            "error_group": which.error_group,
             "since": to_text(which.since) if which.since else None,
         }
         with self._write() as (conn, now):
