@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.api.coalesce import CoalescedStatusReads
 from service.api.dependencies import DEFAULT_TENANT
+from service.api.docs import mount_docs
 from service.api.fast_poll import StatusPollFastPath
 from service.api.limits import BodySizeLimit
 from service.api.polling import NotifyWatcher, PollingWatcher, Watcher
@@ -31,6 +32,7 @@ from service.api.routes import health, router
 from service.api.routes_limits import limits_router
 from service.api.routes_ops import ops
 from service.config import Settings, load_settings
+from service.console import mount_console
 from service.errors import JobqError
 from service.store import open_store
 from service.store.base import Clock
@@ -101,12 +103,15 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         summary="A job queue for long-running work.",
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,  # mount_docs serves /docs and /redoc from local files instead of a CDN
+        redoc_url=None,
     )
     app.state.settings = settings
     now: Callable[[], datetime] = clock or _utc_now
     app.state.clock = now
 
-    # One handler for every error: the jobq tree, the framework's, and the unexpected.
+    # One handler for every error: the jobq tree, the framework's, and the unexpected
+    # (the console adds its own two, for a missing login and a refused CSRF token).
     for exception_class in (JobqError, RequestValidationError, StarletteHTTPException, Exception):
         app.add_exception_handler(exception_class, problem_handler)
     app.add_middleware(
@@ -120,6 +125,8 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     app.include_router(limits_router)
     app.include_router(router)
     app.include_router(health)
+    mount_docs(app)
+    mount_console(app)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 

@@ -198,14 +198,16 @@ async def get_job(
     elif not wait:
         status = await blocking(store.get, job_id, poller.tenant)
     else:
-        status = await _wait_for_change(job_id, poller.tenant, store, watcher, wait, if_none_match)
+        status = await wait_for_change(job_id, poller.tenant, store, watcher, wait, if_none_match)
     response.headers["ETag"] = change_tag(status)
     return _status_answer(status, now, response)
 
 
-async def _wait_for_change(
-    job_id: uuid.UUID, tenant: str, store: Store, watcher: WatcherDep, wait: float, known: str | None
+async def wait_for_change(
+    job_id: uuid.UUID, tenant: str | None, store: Store, watcher: WatcherDep, wait: float, known: str | None
 ) -> JobStatus:
+    """The job's status once its state or progress differs from ``known`` (or from its first read),
+    or after ``wait`` seconds. ``tenant`` None: any tenant's job (the operator console)."""
     deadline = time.monotonic() + wait
     # Watch before the first read: a change between the two is then never missed.
     with watcher.watch(str(job_id)) as waiter:

@@ -1,0 +1,106 @@
+"""Who may open the console: admin tokens only, a session cookie, CSRF on every change."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+
+from service.api.auth import hash_token
+from service.console.session import CSRF_COOKIE, SESSION_COOKIE
+from tests.api.conftest import LiveApi
+from tests.console.conftest import admin_token
+from tests.store.builders import new_job
+
+PAGES = ("/ui", "/ui/jobs", "/ui/failures", "/ui/workers")
+
+
+def csrf_of(http: httpx.Client, page: str = "/ui/login") -> str:
+    html = http.get(page).text
+    found = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert found, html
+    return found.group(1)
+
+
+def log_in(http: httpx.Client, token: str) -> httpx.Response:
+    return http.post("/ui/login", data={"csrf": csrf_of(http), "token": token, "next": "/ui/jobs"})
+
+
+def test_every_page_asks_for_a_login_first(api: LiveApi) -> None:
+    http = api.http()
+    for page in PAGES:
+        answer = http.get(page)
+        assert answer.status_code == 303 and answer.headers["location"].startswith("/ui/login?next="), page
+    assert http.get("/ui/jobs/status-of-nothing").status_code == 303
+
+
+def test_an_admin_token_logs_in_with_a_strict_http_only_cookie_and_a_tenant_token_is_refused(api: LiveApi) -> None:
+    http = api.http()
+    refused = log_in(http, api.token("acme"))
+    assert refused.status_code == 401 and "not a valid admin token" in refused.text
+    assert SESSION_COOKIE not in http.cookies
+    assert log_in(http, "jobq_" + "x" * 43).status_code == 401
+
+    token = admin_token(api)
+    answer = log_in(http, token)
+    assert answer.status_code == 303 and answer.headers["location"] == "/ui/jobs"
+    cookie = next(h for h in answer.headers.get_list("set-cookie") if h.startswith(SESSION_COOKIE))
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/ui" in cookie
+    assert "Secure" not in cookie  # plain HTTP here; over HTTPS the cookie is Secure
+    for page in PAGES:
+        assert http.get(page).status_code == 200, page
+    assert "Log out (alice)" in http.get("/ui").text
+    assert "JOBQ_AUTH=off" not in http.get("/ui").text
+
+    [record] = [t for t in api.store.list_tokens() if t.admin]
+    api.store.revoke_token(record.id)  # a revoked token ends its sessions at once
+    assert http.get("/ui").status_code == 303
+    assert api.store.admin_token(hash_token(token)) is None
+
+
+def test_the_session_cookie_is_secure_over_https(api: LiveApi) -> None:
+    token = admin_token(api)
+    # uvicorn behind a TLS proxy that says so (--proxy-headers): the request's scheme is https.
+    http = api.http()
+    http.headers["X-Forwarded-Proto"] = "https"
+    http.cookies.set(CSRF_COOKIE, "c" * 43, domain="127.0.0.1", path="/ui")
+    answer = http.post("/ui/login", data={"csrf": "c" * 43, "token": token})
+    assert answer.status_code == 303
+    cookie = next(h for h in answer.headers.get_list("set-cookie") if h.startswith(SESSION_COOKIE))
+    assert "Secure" in cookie
+
+
+def test_a_change_without_the_csrf_token_is_refused_and_changes_nothing(api: LiveApi) -> None:
+    job = api.store.enqueue(new_job(tenant="acme"))
+    http = api.http()
+    assert log_in(http, admin_token(api)).status_code == 303
+    csrf = csrf_of(http, f"/ui/jobs/{job.id}")
+
+    for data in ({}, {"csrf": ""}, {"csrf": "x" * 43}):
+        answer = http.post(f"/ui/jobs/{job.id}/cancel", data=data)
+        assert answer.status_code == 403 and "CSRF" in answer.text, data
+    assert api.store.get(job.id).state == "queued"
+    without_cookie = api.http(cookies={SESSION_COOKIE: http.cookies[SESSION_COOKIE]})
+    assert without_cookie.post(f"/ui/jobs/{job.id}/cancel", data={"csrf": csrf}).status_code == 403
+
+    answer = http.post(f"/ui/jobs/{job.id}/cancel", data={"csrf": csrf})
+    assert answer.status_code == 303 and answer.headers["location"].endswith("?notice=cancelled")
+    assert api.store.get(job.id).state == "cancelled"
+    assert http.post("/ui/login", data={"token": "anything"}).status_code == 403  # the login form too
+
+
+def test_with_auth_off_the_console_is_open_and_says_so(start_api, store_url: str) -> None:
+    api = start_api(store_url, auth=False)
+    http = api.http()
+    for page in PAGES:
+        answer = http.get(page)
+        assert answer.status_code == 200 and "JOBQ_AUTH=off" in answer.text, page
+    assert http.get("/ui/login").status_code == 303
+
+
+@pytest.mark.parametrize("target", ["https://evil.example/", "//evil.example/ui", "/v1/jobs"])
+def test_a_login_never_redirects_off_the_console(api: LiveApi, target: str) -> None:
+    http = api.http()
+    answer = http.post("/ui/login", data={"csrf": csrf_of(http), "token": admin_token(api), "next": target})
+    assert answer.status_code == 303 and answer.headers["location"] == "/ui"
