@@ -196,6 +196,8 @@ async def job(request: Request, job_id: str, who: OperatorDep, store: StoreDep, 
         workers = await blocking(store.list_workers, WORKER_ALIVE_SECONDS)
         due = {s.queue: s.due for s in await blocking(store.queue_stats)}.get(status.queue, 0)
         reason = why_not_running(status, now, workers, due)
+    if notice == "cancel-requested" and status.state.terminal:
+        notice = ""  # the page reloaded because the job ended: the request is history
     return render(
         request, "job.html", who, job=status, attempts=attempts, payload=payload, reason=reason,
         tag=change_tag(status), notice=NOTICES.get(notice), max_wait=MAX_WAIT_SECONDS,

@@ -1,0 +1,307 @@
+"""The console in a real browser: Debian's headless Chromium driven by Selenium through
+/usr/bin/chromedriver (no browser download), against the real API under uvicorn on
+PostgreSQL and a real ``jobq worker`` process running the example handlers.
+
+One world per module (a database, the API with auth on, a worker, one Chromium), so
+the browser starts once; each test makes jobs of its own (in its own queue where a
+count matters) and saves a screenshot under its tmp_path. After every test the
+browser's console log must hold no error.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from service.config import Settings
+from service.jobs import NewJob
+from tests.api.conftest import LiveApi, run_api
+from tests.conftest import Database, PostgresServer
+from tests.console.conftest import admin_token
+from tests.worker.harness import WorkerProcess
+
+webdriver = pytest.importorskip("selenium.webdriver")
+from selenium.common.exceptions import (  # noqa: E402
+    NoAlertPresentException,
+    NoSuchElementException,
+    StaleElementReferenceException,
+)
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+PARKED = "parked"  # a queue no worker serves: what is put there stays where it is put
+T = TypeVar("T")
+
+
+def until(predicate: Callable[[], T], timeout: float = 15.0, what: str = "condition") -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.1)
+
+
+class World:
+    def __init__(self, api: LiveApi, db: Database, driver: Any, worker: WorkerProcess) -> None:
+        self.api, self.db, self.driver, self.worker = api, db, driver, worker
+        self.token = admin_token(api, "alice")
+
+    def open(self, path: str) -> None:
+        self.driver.get(self.api.url + path)
+
+    def log_in(self) -> None:
+        self.open("/ui/login")
+        if self.driver.current_url.endswith("/ui/login") or "/ui/login?" in self.driver.current_url:
+            self.driver.find_element(By.ID, "token").send_keys(self.token)
+            self.driver.find_element(By.CSS_SELECTOR, "form.login button").click()
+            until(lambda: "/ui/login" not in self.driver.current_url, what="the login to go through")
+
+    def text(self, css: str) -> str:
+        """An element's text; "" while the page is being replaced (a job page reloads once its job ends)."""
+        try:
+            return str(self.driver.find_element(By.CSS_SELECTOR, css).text)
+        except (StaleElementReferenceException, NoSuchElementException):
+            return ""
+
+    def accept_confirmation(self) -> str:
+        def alert() -> Any:
+            try:
+                return self.driver.switch_to.alert
+            except NoAlertPresentException:
+                return None
+
+        dialog = until(alert, 5, "the confirmation dialog")
+        question = str(dialog.text)
+        dialog.accept()
+        return question
+
+    def console_errors(self) -> list[str]:
+        return [entry["message"] for entry in self.driver.get_log("browser") if entry["level"] == "SEVERE"]
+
+    def screenshot(self, tmp_path: Path, name: str) -> Path:
+        path = tmp_path / f"{name}.png"
+        assert self.driver.save_screenshot(str(path)), path
+        return path
+
+
+@pytest.fixture(scope="module")
+def world(postgres_server: PostgresServer, pg_template: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
+        pytest.fail("the browser tests need Debian's chromium and chromium-driver (.ci/run installs them)")
+    name, url = postgres_server.copy_of(pg_template)
+    logs = tmp_path_factory.mktemp("console-world")
+    worker = WorkerProcess(url, logs, "worker", ["--queues", "default", "--lease-seconds", "3", "--concurrency", "4"],
+                           app="service.examples")
+    api = run_api(Settings(database_url=url))
+    profile = tempfile.mkdtemp(prefix="jobq-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
+                 f"--user-data-dir={profile}", "--window-size=1280,900"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    db = Database(url)
+    try:
+        worker.wait_started(40)
+        yield World(api, db, driver, worker)
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+        worker.terminate()
+        try:
+            worker.wait(20)
+        except Exception:
+            worker.kill()
+        api.server.force_exit = True  # a job page's long poll may still be waiting: do not wait for it
+        api.stop()
+        db.close()
+        postgres_server.drop_database(name)
+
+
+@pytest.fixture
+def ui(world: World) -> Iterator[World]:
+    """The world, logged in, at 1280 px; after the test, the browser's console must hold no error."""
+    world.driver.set_window_size(1280, 900)
+    world.log_in()
+    world.console_errors()  # drain what came before this test
+    yield world
+    assert world.console_errors() == []
+
+
+def _park(world: World, **fields: Any) -> Any:
+    return world.api.store.enqueue(NewJob(queue=PARKED, **{"kind": "sleep", **fields}))
+
+
+def test_an_admin_token_logs_in_and_a_tenant_token_is_refused(world: World, tmp_path: Path) -> None:
+    driver = world.driver
+    driver.delete_all_cookies()
+    world.open("/ui/jobs")
+    until(lambda: "/ui/login" in driver.current_url, what="the login page")
+    driver.find_element(By.ID, "token").send_keys(world.api.token("acme"))
+    driver.find_element(By.CSS_SELECTOR, "form.login button").click()
+    assert "not a valid admin token" in until(lambda: world.text("main"), what="the refusal")
+    world.screenshot(tmp_path, "login-refused")
+    world.console_errors()  # the refusal's 401 is logged by the browser: expected, drained
+
+    driver.find_element(By.ID, "token").send_keys(world.token)
+    driver.find_element(By.CSS_SELECTOR, "form.login button").click()
+    until(lambda: driver.current_url.endswith("/ui/jobs"), what="the jobs page after login")
+    assert "Log out (alice)" in world.text("header")
+    world.screenshot(tmp_path, "logged-in")
+    assert world.console_errors() == []
+
+
+def test_the_overview_shows_the_counts_the_database_has(ui: World, tmp_path: Path) -> None:
+    store = ui.api.store
+    for _ in range(3):
+        _park(ui)
+    for _ in range(2):
+        _park(ui, delay_seconds=3600)
+    for outcome in ("ok", "ok", "failed"):
+        _park(ui, kind=f"seed-{outcome}")
+        [claimed] = store.claim("seeder", [PARKED], 1, 30, kinds=[f"seed-{outcome}"])
+        if outcome == "ok":
+            store.complete(claimed.lease, None)
+        else:
+            store.fail(claimed.lease, "ValueError: seeded", retryable=False)
+
+    ui.open("/ui")
+    row = ui.driver.find_element(By.CSS_SELECTOR, f'tr[data-queue="{PARKED}"]')
+    shown = {cell.get_attribute("data-col"): int(cell.text) for cell in row.find_elements(By.CSS_SELECTOR, "td[data-col]")}
+    counted = ui.db.one(
+        """SELECT count(*) FILTER (WHERE state = 'queued') AS queued,
+                  count(*) FILTER (WHERE state = 'queued' AND run_after <= now()) AS due,
+                  count(*) FILTER (WHERE state = 'queued' AND run_after > now()) AS waiting,
+                  count(*) FILTER (WHERE state = 'running') AS running,
+                  count(*) FILTER (WHERE state = 'succeeded' AND finished_at > now() - interval '1 hour') AS succeeded,
+                  count(*) FILTER (WHERE state = 'failed' AND finished_at > now() - interval '1 hour') AS failed
+           FROM jobs WHERE queue = %(queue)s""",
+        queue=PARKED,
+    )
+    assert shown == {name: int(value) for name, value in counted.items()}
+    assert shown == {"queued": 5, "due": 3, "waiting": 2, "running": 0, "succeeded": 2, "failed": 1}
+    assert int(ui.text("#workers-alive")) == ui.db.count("workers", "last_seen_at > now() - interval '30 seconds'") == 1
+    ui.screenshot(tmp_path, "overview")
+
+
+def test_the_job_list_filters_and_pages_through_every_job(ui: World, tmp_path: Path) -> None:
+    made = [_park(ui, kind="paged", payload={"i": i}).id for i in range(57)]
+    _park(ui, kind="other")
+    ui.open("/ui/jobs")
+    ui.driver.find_element(By.NAME, "kind").send_keys("paged")
+    ui.driver.find_element(By.NAME, "queue").send_keys(PARKED)
+    ui.driver.find_element(By.CSS_SELECTOR, "form.filters button").click()
+    until(lambda: "kind=paged" in ui.driver.current_url, what="the filtered list")
+
+    seen: list[str] = []
+    for _ in range(3):
+        links = ui.driver.find_elements(By.CSS_SELECTOR, "tr.job-row a")
+        seen += [str(link.get_attribute("href")).rsplit("/", 1)[1] for link in links]
+        ui.screenshot(tmp_path, f"jobs-page-{len(seen)}")
+        nexts = ui.driver.find_elements(By.ID, "next-page")
+        if not nexts:
+            break
+        nexts[0].click()
+    assert seen == [str(i) for i in reversed(made)]  # newest first, each once, 50 then 7
+
+    # The search box opens a job by its id.
+    box = ui.driver.find_element(By.CSS_SELECTOR, "form.search input")
+    box.send_keys(str(made[3]) + "\n")
+    until(lambda: ui.driver.current_url.endswith(f"/ui/jobs/{made[3]}"), what="the job page")
+    assert '"i": 3' in ui.text("main")
+
+
+def test_a_running_jobs_progress_bar_moves_without_a_reload_and_cancel_ends_it_cancelled(ui: World, tmp_path: Path) -> None:
+    job = ui.api.store.enqueue(NewJob(kind="sleep", payload={"seconds": 30}))
+    ui.open(f"/ui/jobs/{job.id}")
+    ui.driver.execute_script("window.__sameDocument = true;")  # gone if the page reloads
+    until(lambda: ui.text("#state") == "running", 20, "the job to run")
+
+    def width() -> float:
+        return float(ui.driver.execute_script("return parseFloat(document.getElementById('bar').style.width) || 0"))
+
+    first = until(width, 10, "some progress")
+    until(lambda: width() > first, 10, "the bar to move")
+    assert ui.driver.execute_script("return window.__sameDocument === true"), "the page reloaded"
+    ui.screenshot(tmp_path, "job-running")
+
+    ui.driver.find_element(By.ID, "cancel").click()
+    assert "Cancel job" in ui.accept_confirmation()
+    until(lambda: ui.text("#state") == "cancelled", 20, "the job to end cancelled")
+    assert ui.db.one("SELECT state FROM jobs WHERE id = %(id)s", id=job.id)["state"] == "cancelled"
+    assert [a["outcome"] for a in ui.db.attempts(job.id)] == ["cancelled"]
+    assert "Attempt 1 cancelled" in ui.text("ol.timeline")
+    ui.screenshot(tmp_path, "job-cancelled")
+
+
+def test_replaying_a_failure_group_queues_its_jobs_again_and_records_the_replay(ui: World, tmp_path: Path) -> None:
+    store = ui.api.store
+    failed = []
+    for n in (7, 19, 23):
+        _park(ui, kind="ocr", max_attempts=1)
+        [claimed] = store.claim("seeder", [PARKED], 1, 30, kinds=["ocr"])
+        store.fail(claimed.lease, f"OSError: disk {n} full", retryable=False)
+        failed.append(claimed.id)
+    ui.open("/ui/failures")
+    row = next(r for r in ui.driver.find_elements(By.CSS_SELECTOR, "tr.group") if r.text.startswith("ocr"))
+    assert "OSError: disk N full" in row.text and " 3 " in f" {row.text} "
+    row.find_element(By.CSS_SELECTOR, "a.replay-group").click()
+    assert ui.text("#replay-count") == "3"  # the dry run says how many, before anything changes
+    assert ui.db.count("job_replays") == 0
+    ui.screenshot(tmp_path, "replay-dry-run")
+
+    ui.driver.find_element(By.ID, "confirm-replay").click()
+    assert "Replay 3 job(s)?" in ui.accept_confirmation()
+    until(lambda: "Replayed 3 job(s)" in ui.text("main"), what="the replay's notice")
+    rows = ui.db.rows("SELECT job_id, replayed_by, previous_state FROM job_replays ORDER BY job_id")
+    assert [(r["job_id"], r["replayed_by"], r["previous_state"]) for r in rows] == [
+        (str(i), "console:alice", "failed") for i in sorted(failed, key=str)
+    ]
+    states = {r["state"] for r in ui.db.rows("SELECT state FROM jobs WHERE kind = 'ocr'")}
+    assert states == {"queued"}
+    ui.screenshot(tmp_path, "replayed")
+
+
+def test_a_post_without_the_csrf_token_is_refused(ui: World) -> None:
+    job = _park(ui)
+    ui.open(f"/ui/jobs/{job.id}")
+    status = ui.driver.execute_async_script(
+        """const done = arguments[arguments.length - 1];
+           fetch(arguments[0], {method: 'POST', credentials: 'same-origin',
+                                headers: {'Content-Type': 'application/x-www-form-urlencoded'}, body: ''})
+             .then((r) => done(r.status));""",
+        f"/ui/jobs/{job.id}/cancel",
+    )
+    assert status == 403
+    assert ui.db.one("SELECT state FROM jobs WHERE id = %(id)s", id=job.id)["state"] == "queued"
+    ui.console_errors()  # the browser logs the 403 it was given: expected, drained
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_every_page_fits_the_window_and_logs_no_error(ui: World, tmp_path: Path, width: int) -> None:
+    job = _park(ui, kind="fits")
+    ui.driver.set_window_size(width, 900)
+    for name, path in (("overview", "/ui"), ("jobs", "/ui/jobs"), ("job", f"/ui/jobs/{job.id}"),
+                       ("failures", "/ui/failures"), ("workers", "/ui/workers")):
+        ui.open(path)
+        until(lambda: ui.driver.execute_script("return document.readyState") == "complete", what="the page")
+        overflow = ui.driver.execute_script(
+            "return document.documentElement.scrollWidth - document.documentElement.clientWidth")
+        assert overflow <= 0, f"{path} at {width} px is {overflow} px wider than the window"
+        ui.screenshot(tmp_path, f"{name}-{width}")
+    assert ui.worker.worker_id in ui.text("main")  # the workers page names the live worker
