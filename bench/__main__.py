@@ -1,4 +1,4 @@
-"""``python -m bench NAME [options]``: enqueue, drain, pickup, poll, scale, cost, claim."""
+"""``python -m bench NAME [options]``: enqueue, drain, pickup, poll, scale, cost, claim, console."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 from bench.common import common_arguments
 
-NAMES = ("enqueue", "drain", "pickup", "poll", "scale", "cost", "claim")
+NAMES = ("enqueue", "drain", "pickup", "poll", "scale", "cost", "claim", "console")
 
 
 def main(argv: list[str] | None = None) -> int:

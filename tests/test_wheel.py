@@ -133,3 +133,15 @@ def test_the_wheel_carries_the_alembic_environment_and_every_migration(wheel: Pa
     expected = {"service/alembic/env.py", "service/alembic/script.py.mako", *versions}
     assert expected - names == set()
     assert not any(name.endswith("alembic.ini") or "__pycache__" in name for name in names)
+
+
+def test_the_wheel_carries_the_consoles_templates_and_assets(wheel: Path):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    console = ROOT / "service" / "console"
+    expected = {
+        f"service/console/{p.relative_to(console).as_posix()}"
+        for folder in ("templates", "static")
+        for p in (console / folder).iterdir()
+    }
+    assert {"service/console/templates/base.html", "service/console/static/console.js"} <= expected
+    assert expected - names == set()

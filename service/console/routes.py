@@ -138,7 +138,7 @@ async def jobs(
     request: Request,
     who: OperatorDep,
     store: StoreDep,
-    id: str = "",
+    job_id: Annotated[str, Query(alias="id")] = "",
     state: str = "",
     kind: str = "",
     queue: str = "",
@@ -146,11 +146,11 @@ async def jobs(
     created_after: str = "",
     after: str = "",
 ) -> Response:
-    if id.strip():
+    if job_id.strip():  # the header's search box: open the job
         try:
-            return redirect(f"/ui/jobs/{uuid.UUID(id.strip())}")
+            return redirect(f"/ui/jobs/{uuid.UUID(job_id.strip())}")
         except ValueError:
-            return render(request, "jobs.html", who, status_code=422, error=f"not a job id: {id.strip()!r}",
+            return render(request, "jobs.html", who, status_code=422, error=f"not a job id: {job_id.strip()!r}",
                           filters={}, page=None, next_url=None)
     filters = {"state": state, "kind": kind, "queue": queue, "tenant": tenant, "created_after": created_after}
     try:

@@ -25,6 +25,7 @@ TINY = {
     "claim": ["--queued", "200", "--tenants", "1,20", "--claims", "5", "--limit", "3"],
     "drain_limited": ["--jobs", "60", "--cases", "1x4", "--pgbench-seconds", "0", "--tenants", "10", "--limit", "2",
                       "--weighted"],
+    "console": ["--history", "500", "--trials", "2", "--queued", "30"],
 }
 
 

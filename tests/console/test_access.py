@@ -104,3 +104,33 @@ def test_a_login_never_redirects_off_the_console(api: LiveApi, target: str) -> N
     http = api.http()
     answer = http.post("/ui/login", data={"csrf": csrf_of(http), "token": admin_token(api), "next": target})
     assert answer.status_code == 303 and answer.headers["location"] == "/ui"
+
+
+def test_the_job_page_shows_attempts_payload_result_and_replays_a_failed_job(api: LiveApi, db) -> None:
+    store = api.store
+    http = api.http()
+    assert log_in(http, admin_token(api)).status_code == 303
+    store.enqueue(new_job("resize", payload={"image": "cat.png"}, queue="pages", tenant="acme"))
+    [ok] = store.claim("worker-a", ["pages"], 1, 30)
+    store.complete(ok.lease, {"width": 640})
+    page = http.get(f"/ui/jobs/{ok.id}").text
+    assert "worker-a" in page and "succeeded" in page and "cat.png" in page
+    assert f'href="/ui/jobs/{ok.id}/result"' in page
+    assert http.get(f"/ui/jobs/{ok.id}/result").json() == {"job_id": str(ok.id), "result": {"width": 640}}
+
+    store.enqueue(new_job("resize", queue="pages", max_attempts=1))
+    [bad] = store.claim("worker-b", ["pages"], 1, 30)
+    store.fail(bad.lease, "KeyError: 'width'", retryable=False)
+    page = http.get(f"/ui/jobs/{bad.id}").text
+    assert "KeyError: &#39;width&#39;" in page and 'id="replay"' in page and 'id="cancel"' not in page
+    answer = http.post(f"/ui/jobs/{bad.id}/replay", data={"csrf": csrf_of(http)})
+    assert answer.status_code == 303 and answer.headers["location"].endswith("?notice=replayed")
+    assert store.get(bad.id).state == "queued"
+    assert db.one("SELECT replayed_by FROM job_replays WHERE job_id = %(id)s", id=bad.id)["replayed_by"] == "console:alice"
+    # Queued again, in a queue no worker serves: the page says why it does not run.
+    assert "no live worker claims kind &#39;resize&#39; from queue &#39;pages&#39;" in http.get(f"/ui/jobs/{bad.id}").text
+
+    assert http.get("/ui/jobs?id=nope").status_code == 422
+    assert http.get(f"/ui/jobs?id={bad.id}").headers["location"] == f"/ui/jobs/{bad.id}"
+    assert http.get("/ui/jobs?state=bogus").status_code == 422
+    assert http.get("/ui/jobs/00000000-0000-0000-0000-000000000000").status_code == 404

@@ -131,18 +131,21 @@ GROUP BY queue, bucket
 ORDER BY queue, bucket
 """
 
-# Active rows only (the two partial indexes), never history.
+# Active rows only, never history: one arm per partial index (ix_jobs_claimable holds the
+# queued rows, ix_jobs_running the running ones). "state IN ('queued', 'running')" in one
+# scan would match neither index's predicate, and the planner reads the whole table.
 QUEUE_STATS = """
-SELECT queue,
-       count(*) FILTER (WHERE state = 'queued') AS queued,
-       count(*) FILTER (WHERE state = 'queued' AND run_after <= coalesce(%(now)s::timestamptz, now())) AS due,
-       count(*) FILTER (WHERE state = 'running') AS running,
-       extract(epoch FROM coalesce(%(now)s::timestamptz, now())
-               - min(run_after) FILTER (WHERE state = 'queued'
-                                          AND run_after <= coalesce(%(now)s::timestamptz, now()))
-       )::float8 AS oldest_queued_age_seconds
-FROM jobs
-WHERE state IN ('queued', 'running')
+SELECT queue, sum(queued)::int AS queued, sum(due)::int AS due, sum(running)::int AS running,
+       extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - min(oldest_due))::float8 AS oldest_queued_age_seconds
+FROM (
+    SELECT queue, count(*) AS queued,
+           count(*) FILTER (WHERE run_after <= coalesce(%(now)s::timestamptz, now())) AS due,
+           0 AS running,
+           min(run_after) FILTER (WHERE run_after <= coalesce(%(now)s::timestamptz, now())) AS oldest_due
+    FROM jobs WHERE state = 'queued' GROUP BY queue
+    UNION ALL
+    SELECT queue, 0, 0, count(*), NULL FROM jobs WHERE state = 'running' GROUP BY queue
+) AS active
 GROUP BY queue
 ORDER BY queue
 """

@@ -120,15 +120,17 @@ GROUP BY queue, bucket
 ORDER BY queue, bucket
 """
 
+# One arm per partial index, as on PostgreSQL (one scan for both states would read the table).
 QUEUE_STATS = """
-SELECT queue,
-       count(*) FILTER (WHERE state = 'queued') AS queued,
-       count(*) FILTER (WHERE state = 'queued' AND run_after <= :now) AS due,
-       count(*) FILTER (WHERE state = 'running') AS running,
-       (julianday(:now) - julianday(min(run_after) FILTER (WHERE state = 'queued' AND run_after <= :now)))
-           * 86400.0 AS oldest_queued_age_seconds
-FROM jobs
-WHERE state IN ('queued', 'running')
+SELECT queue, sum(queued) AS queued, sum(due) AS due, sum(running) AS running,
+       (julianday(:now) - julianday(min(oldest_due))) * 86400.0 AS oldest_queued_age_seconds
+FROM (
+    SELECT queue, count(*) AS queued, count(*) FILTER (WHERE run_after <= :now) AS due, 0 AS running,
+           min(run_after) FILTER (WHERE run_after <= :now) AS oldest_due
+    FROM jobs WHERE state = 'queued' GROUP BY queue
+    UNION ALL
+    SELECT queue, 0, 0, count(*), NULL FROM jobs WHERE state = 'running' GROUP BY queue
+)
 GROUP BY queue
 ORDER BY queue
 """
