@@ -158,7 +158,8 @@ def check_throughput_window(window_seconds: float, buckets: int) -> float:
     """A throughput window: positive seconds cut into 1 to 1,440 buckets; returns a bucket's width."""
     if not is_int(buckets) or not 1 <= buckets <= 1_440:
         raise InvalidInput("buckets must be an integer from 1 to 1440")
-    if not isinstance(window_seconds, int | float) or isinstance(window_seconds, bool) or not 0 < window_seconds < math.inf:
+    number = isinstance(window_seconds, int | float) and not isinstance(window_seconds, bool)
+    if not number or not 0 < window_seconds < math.inf:
         raise InvalidInput("window_seconds must be a positive number")
     return float(window_seconds) / buckets
 

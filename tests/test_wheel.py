@@ -24,8 +24,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
-
 from alembic.script import ScriptDirectory
+
 from service.store.migrate import alembic_config
 from tests.conftest import PostgresServer, sqlite_url_for
 

@@ -76,7 +76,8 @@ def token_list(
     for record in records:
         revoked = iso(record.revoked_at) or "-"
         tenant_or_admin = f"{record.tenant} (admin)" if record.admin else record.tenant
-        print(f"{record.id}  {tenant_or_admin}  {record.name or '-'}  created {iso(record.created_at)}  revoked {revoked}")
+        name = record.name or "-"
+        print(f"{record.id}  {tenant_or_admin}  {name}  created {iso(record.created_at)}  revoked {revoked}")
 
 
 # -- entry point ---------------------------------------------------------------------

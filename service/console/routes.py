@@ -42,7 +42,7 @@ NOTICES = {
     "finished": "The job had already finished: nothing to cancel.",
 }
 
-_env = Environment(loader=PackageLoader("service.console", "templates"), autoescape=select_autoescape(), enable_async=False)
+_env = Environment(loader=PackageLoader("service.console", "templates"), autoescape=select_autoescape())
 _env.globals.update(duration=duration, percent=percent, states=[s.value for s in JobState])
 templates = Jinja2Templates(env=_env)
 
@@ -240,7 +240,8 @@ async def cancel(request: Request, job_id: uuid.UUID, who: OperatorDep, store: S
         status = await blocking(store.cancel, job_id)
     except InvalidTransition:
         return redirect(f"/ui/jobs/{job_id}?notice=finished")
-    return redirect(f"/ui/jobs/{job_id}?notice={'cancelled' if status.state is JobState.CANCELLED else 'cancel-requested'}")
+    notice = "cancelled" if status.state is JobState.CANCELLED else "cancel-requested"
+    return redirect(f"/ui/jobs/{job_id}?notice={notice}")
 
 
 @console.post("/jobs/{job_id}/replay")
@@ -310,7 +311,8 @@ async def workers(request: Request, who: OperatorDep, store: StoreDep, now: NowD
 
 async def login_required(request: Request, exc: Exception) -> Response:
     if request.method == "GET":
-        return redirect("/ui/login?" + urlencode({"next": request.url.path + (f"?{request.url.query}" if request.url.query else "")}))
+        here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        return redirect("/ui/login?" + urlencode({"next": here}))
     return HTMLResponse("<h1>401</h1><p>Log in at <a href='/ui/login'>/ui/login</a> with an admin token.</p>", 401)
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from tests.api.conftest import LiveApi, api, start_api, start_worker  # noqa: F401  (fixtures)
 from service.api.auth import hash_token, new_token
+from tests.api.conftest import LiveApi, api, start_api, start_worker  # noqa: F401  (fixtures)
 
 
-def admin_token(api: LiveApi, name: str = "alice") -> str:
+def admin_token(live: LiveApi, name: str = "alice") -> str:
     """A fresh operator's token, made the way `jobq token create --admin` makes one."""
     token = new_token()
-    api.store.create_token("", hash_token(token), name, admin=True)
+    live.store.create_token("", hash_token(token), name, admin=True)
     return token

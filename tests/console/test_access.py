@@ -126,9 +126,11 @@ def test_the_job_page_shows_attempts_payload_result_and_replays_a_failed_job(api
     answer = http.post(f"/ui/jobs/{bad.id}/replay", data={"csrf": csrf_of(http)})
     assert answer.status_code == 303 and answer.headers["location"].endswith("?notice=replayed")
     assert store.get(bad.id).state == "queued"
-    assert db.one("SELECT replayed_by FROM job_replays WHERE job_id = %(id)s", id=bad.id)["replayed_by"] == "console:alice"
+    record = db.one("SELECT replayed_by FROM job_replays WHERE job_id = %(id)s", id=bad.id)
+    assert record["replayed_by"] == "console:alice"
     # Queued again, in a queue no worker serves: the page says why it does not run.
-    assert "no live worker claims kind &#39;resize&#39; from queue &#39;pages&#39;" in http.get(f"/ui/jobs/{bad.id}").text
+    why = "no live worker claims kind &#39;resize&#39; from queue &#39;pages&#39;"
+    assert why in http.get(f"/ui/jobs/{bad.id}").text
 
     assert http.get("/ui/jobs?id=nope").status_code == 422
     assert http.get(f"/ui/jobs?id={bad.id}").headers["location"] == f"/ui/jobs/{bad.id}"

@@ -98,7 +98,9 @@ class World:
 
 
 @pytest.fixture(scope="module")
-def world(postgres_server: PostgresServer, pg_template: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+def world(
+    postgres_server: PostgresServer, pg_template: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[World]:
     if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
         pytest.fail("the browser tests need Debian's chromium and chromium-driver (.ci/run installs them)")
     name, url = postgres_server.copy_of(pg_template)
@@ -182,7 +184,8 @@ def test_the_overview_shows_the_counts_the_database_has(ui: World, tmp_path: Pat
 
     ui.open("/ui")
     row = ui.driver.find_element(By.CSS_SELECTOR, f'tr[data-queue="{PARKED}"]')
-    shown = {cell.get_attribute("data-col"): int(cell.text) for cell in row.find_elements(By.CSS_SELECTOR, "td[data-col]")}
+    cells = row.find_elements(By.CSS_SELECTOR, "td[data-col]")
+    shown = {cell.get_attribute("data-col"): int(cell.text) for cell in cells}
     counted = ui.db.one(
         """SELECT count(*) FILTER (WHERE state = 'queued') AS queued,
                   count(*) FILTER (WHERE state = 'queued' AND run_after <= now()) AS due,
@@ -226,7 +229,7 @@ def test_the_job_list_filters_and_pages_through_every_job(ui: World, tmp_path: P
     assert '"i": 3' in ui.text("main")
 
 
-def test_a_running_jobs_progress_bar_moves_without_a_reload_and_cancel_ends_it_cancelled(ui: World, tmp_path: Path) -> None:
+def test_a_running_jobs_bar_moves_without_a_reload_and_cancel_ends_it_cancelled(ui: World, tmp_path: Path) -> None:
     job = ui.api.store.enqueue(NewJob(kind="sleep", payload={"seconds": 30}))
     ui.open(f"/ui/jobs/{job.id}")
     ui.driver.execute_script("window.__sameDocument = true;")  # gone if the page reloads

@@ -100,7 +100,9 @@ def _pg_full_scans(db: Database, statement: str, params: dict[str, Any]) -> tupl
         node = pending.pop()
         nodes.append(node)
         pending.extend(node.get("Plans", []))
-    scans = [n["Relation Name"] for n in nodes if n["Node Type"] == "Seq Scan" and n.get("Relation Name") in HISTORY_TABLES]
+    scans = [
+        n["Relation Name"] for n in nodes if n["Node Type"] == "Seq Scan" and n.get("Relation Name") in HISTORY_TABLES
+    ]
     return scans, json.dumps(plan, indent=1)
 
 

@@ -26,7 +26,8 @@ def test_list_jobs_without_a_tenant_lists_every_tenants_jobs_newest_first_in_pag
 
     assert [s.id for s in first.items + second.items] == ids[::-1]
     assert second.next_after_id is None
-    assert [s.id for s in store.list_jobs(JobQuery(tenant=None, kind="resize", state=JobState.QUEUED)).items] == ids[::-1]
+    filtered = store.list_jobs(JobQuery(tenant=None, kind="resize", state=JobState.QUEUED))
+    assert [s.id for s in filtered.items] == ids[::-1]
     assert store.list_jobs(JobQuery(tenant="acme")).items == [
         s for s in store.list_jobs(JobQuery(tenant=None)).items if s.tenant == "acme"
     ]
