@@ -9,6 +9,7 @@ import pytest
 
 from service.api.auth import hash_token
 from service.console.session import CSRF_COOKIE, SESSION_COOKIE
+from service.retry import GiveUp
 from tests.api.conftest import LiveApi
 from tests.console.conftest import admin_token
 from tests.store.builders import new_job
@@ -120,7 +121,7 @@ def test_the_job_page_shows_attempts_payload_result_and_replays_a_failed_job(api
 
     store.enqueue(new_job("resize", queue="pages", max_attempts=1))
     [bad] = store.claim("worker-b", ["pages"], 1, 30)
-    store.fail(bad.lease, "KeyError: 'width'", retryable=False)
+    store.fail(bad.lease, "KeyError: 'width'", GiveUp())
     page = http.get(f"/ui/jobs/{bad.id}").text
     assert "KeyError: &#39;width&#39;" in page and 'id="replay"' in page and 'id="cancel"' not in page
     answer = http.post(f"/ui/jobs/{bad.id}/replay", data={"csrf": csrf_of(http)})

@@ -21,6 +21,7 @@ import pytest
 
 from service.config import Settings
 from service.jobs import NewJob
+from service.retry import GiveUp
 from tests.api.conftest import LiveApi, run_api
 from tests.conftest import Database, PostgresServer
 from tests.console.conftest import admin_token
@@ -180,7 +181,7 @@ def test_the_overview_shows_the_counts_the_database_has(ui: World, tmp_path: Pat
         if outcome == "ok":
             store.complete(claimed.lease, None)
         else:
-            store.fail(claimed.lease, "ValueError: seeded", retryable=False)
+            store.fail(claimed.lease, "ValueError: seeded", GiveUp())
 
     ui.open("/ui")
     row = ui.driver.find_element(By.CSS_SELECTOR, f'tr[data-queue="{PARKED}"]')
@@ -258,7 +259,7 @@ def test_replaying_a_failure_group_queues_its_jobs_again_and_records_the_replay(
     for n in (7, 19, 23):
         _park(ui, kind="ocr", max_attempts=1)
         [claimed] = store.claim("seeder", [PARKED], 1, 30, kinds=["ocr"])
-        store.fail(claimed.lease, f"OSError: disk {n} full", retryable=False)
+        store.fail(claimed.lease, f"OSError: disk {n} full", GiveUp())
         failed.append(claimed.id)
     ui.open("/ui/failures")
     row = next(r for r in ui.driver.find_elements(By.CSS_SELECTOR, "tr.group") if r.text.startswith("ocr"))

@@ -11,6 +11,7 @@ import pytest
 
 from service.errors import InvalidInput, Unauthorized
 from service.jobs import ADMIN_TENANT, AttemptOutcome, JobQuery, JobState, StatusRead
+from service.retry import GiveUp, Retry
 from tests.conftest import FakeClock
 from tests.store.builders import claim_one, new_job
 
@@ -38,7 +39,7 @@ def test_job_attempts_are_the_timeline_of_a_job_oldest_first(store, clock: FakeC
     other = store.enqueue(new_job(queue="elsewhere"))  # never claimed
     first = claim_one(store, "worker-a")
     assert first.id == job.id
-    store.fail(first.lease, "RuntimeError: disk full", retryable=True)
+    store.fail(first.lease, "RuntimeError: disk full", Retry(0))
     clock.advance(3600)  # past any backoff
     second = claim_one(store, "worker-b")
     assert second.id == job.id
@@ -76,7 +77,7 @@ def test_throughput_counts_outcomes_per_queue_and_time_bucket(store, clock: Fake
         if ok:
             store.complete(job.lease, None)
         else:
-            store.fail(job.lease, "ValueError: bad", retryable=False)
+            store.fail(job.lease, "ValueError: bad", GiveUp())
 
     finish("default", True)  # 70 minutes ago: outside the hour
     clock.advance(17 * 60)
