@@ -80,7 +80,9 @@ def csrf_token(request: Request) -> str:
     existing = request.cookies.get(CSRF_COOKIE, "")
     if len(existing) == 43:  # secrets.token_urlsafe(32)
         return existing
-    made: str = request.state.__dict__.setdefault("new_csrf", secrets.token_urlsafe(32))
+    made: str | None = getattr(request.state, "new_csrf", None)
+    if made is None:
+        made = request.state.new_csrf = secrets.token_urlsafe(32)
     return made
 
 
@@ -96,7 +98,7 @@ def _secure(request: Request) -> bool:
 
 def set_cookies(request: Request, response: Response) -> None:
     """Give a browser that has no CSRF cookie the one its page's forms carry."""
-    made = request.state.__dict__.get("new_csrf")
+    made = getattr(request.state, "new_csrf", None)
     if made is not None:
         response.set_cookie(
             CSRF_COOKIE, made, path=COOKIE_PATH, httponly=True, samesite="strict", secure=_secure(request)
