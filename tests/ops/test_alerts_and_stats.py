@@ -75,11 +75,11 @@ def test_stats_shows_queues_kinds_and_live_workers(cli: Run, live: Store, db: Da
     report = json.loads(result.stdout)
     queues = {q["queue"]: q for q in report["queues"]}
     assert sorted(queues) == ["default", "gpu", "reports"]
-    assert {k: queues["default"][k] for k in ("queued", "running", "workers")} == {
-        "queued": 2, "running": 1, "workers": 1,
+    assert {k: queues["default"][k] for k in ("queued", "due", "running", "workers")} == {
+        "queued": 2, "due": 2, "running": 1, "workers": 1,
     }  # fmt: skip
     assert 0 <= queues["default"]["oldest_queued_age_seconds"] < 60
-    assert queues["gpu"] == {"queue": "gpu", "queued": 1, "running": 0, "oldest_queued_age_seconds": None,
+    assert queues["gpu"] == {"queue": "gpu", "queued": 1, "due": 0, "running": 0, "oldest_queued_age_seconds": None,
                              "workers": 0}  # fmt: skip
     assert queues["reports"]["workers"] == 1 and queues["reports"]["queued"] == 0
     assert report["kinds"] == [
