@@ -10,6 +10,7 @@ and write is a store call, the same ones ``jobq stats``, ``jobq failures`` and
 
 from __future__ import annotations
 
+import functools
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
@@ -25,9 +26,10 @@ from service.api.polling import MAX_WAIT_SECONDS, change_tag
 from service.api.routes import iso_datetime, wait_for_change
 from service.console import session
 from service.console.session import Operator
-from service.console.views import BUCKETS, WINDOW_SECONDS, duration, percent, queue_rows, why_not_running
+from service.console.views import BUCKETS, WINDOW_SECONDS, duration, percent, queue_rows
 from service.durations import parse_duration
 from service.errors import InvalidInput, InvalidTransition, JobNotFound
+from service.explain import explain
 from service.jobs import JobQuery, JobState, JobStatus, ReplayFilter
 from service.metrics import WORKER_ALIVE_SECONDS
 
@@ -122,12 +124,15 @@ async def overview(request: Request, who: OperatorDep, store: StoreDep) -> Respo
     stats = await blocking(store.queue_stats)
     throughput = await blocking(store.throughput, WINDOW_SECONDS, BUCKETS)
     workers = await blocking(store.list_workers, WORKER_ALIVE_SECONDS)
+    limits = await blocking(store.list_limits)
+    usage = {u.scope: u for u in await blocking(store.scope_usage)}
     rows = queue_rows(stats, throughput, workers)
     totals = {
         name: sum(getattr(row, name) for row in rows)
         for name in ("queued", "due", "waiting", "running", "succeeded", "failed")
     }
-    return render(request, "overview.html", who, rows=rows, totals=totals, workers_alive=len(workers))
+    return render(request, "overview.html", who, rows=rows, totals=totals, workers_alive=len(workers),
+                  limits=limits, usage=usage)
 
 
 # -- jobs -----------------------------------------------------------------------------------
@@ -184,22 +189,18 @@ def _instant(text: str) -> datetime | None:
 
 
 @console.get("/jobs/{job_id}")
-async def job(request: Request, job_id: str, who: OperatorDep, store: StoreDep, now: NowDep,
-              notice: str = "") -> Response:
+async def job(request: Request, job_id: str, who: OperatorDep, store: StoreDep, notice: str = "") -> Response:
     status = await _find(store, job_id)
     if status is None:
         return render(request, "missing.html", who, status_code=404, job_id=job_id)
     attempts = await blocking(store.job_attempts, status.id)
     payload = await blocking(store.get_payload, status.id)
-    reason = None
-    if status.state is JobState.QUEUED:
-        workers = await blocking(store.list_workers, WORKER_ALIVE_SECONDS)
-        due = {s.queue: s.due for s in await blocking(store.queue_stats)}.get(status.queue, 0)
-        reason = why_not_running(status, now, workers, due)
+    facts = await blocking(functools.partial(store.explain_facts, status.id, workers_seen_within=WORKER_ALIVE_SECONDS))
+    reasons = [reason.message for reason in explain(facts).reasons]  # the words of `jobq explain`
     if notice == "cancel-requested" and status.state.terminal:
         notice = ""  # the page reloaded because the job ended: the request is history
     return render(
-        request, "job.html", who, job=status, attempts=attempts, payload=payload, reason=reason,
+        request, "job.html", who, job=status, attempts=attempts, payload=payload, reasons=reasons,
         tag=change_tag(status), notice=NOTICES.get(notice), max_wait=MAX_WAIT_SECONDS,
     )
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 
 from service.jobs import JobState, JobStatus, QueueStats, Throughput, WorkerInfo
 
@@ -95,19 +94,6 @@ def _bars(counts: Sequence[tuple[int, int]], tallest: int) -> list[Bar]:
             )
         )
     return bars
-
-
-def why_not_running(status: JobStatus, now: datetime, workers: Sequence[WorkerInfo], due_in_queue: int) -> str | None:
-    """The answer to "why isn't it running?" for a queued job, from what the store knows."""
-    if status.state is not JobState.QUEUED:
-        return None
-    if status.run_after > now:
-        reason = f"not due yet: it runs after {status.run_after:%Y-%m-%d %H:%M:%S} UTC"
-        return reason + (f" (a retry; the last error: {status.error.splitlines()[-1]})" if status.error else "")
-    serving = [w for w in workers if status.queue in w.queues and (not w.kinds or status.kind in w.kinds)]
-    if not serving:
-        return f"no live worker claims kind {status.kind!r} from queue {status.queue!r}"
-    return f"waiting its turn: {due_in_queue} due job(s) in queue {status.queue!r}, {len(serving)} worker(s) serve it"
 
 
 def duration(seconds: float | None) -> str:

@@ -9,6 +9,7 @@ import pytest
 
 from service.api.auth import hash_token
 from service.console.session import CSRF_COOKIE, SESSION_COOKIE
+from service.limits import Limit
 from service.retry import GiveUp
 from tests.api.conftest import LiveApi
 from tests.console.conftest import admin_token
@@ -130,10 +131,23 @@ def test_the_job_page_shows_attempts_payload_result_and_replays_a_failed_job(api
     record = db.one("SELECT replayed_by FROM job_replays WHERE job_id = %(id)s", id=bad.id)
     assert record["replayed_by"] == "console:alice"
     # Queued again, in a queue no worker serves: the page says why it does not run.
-    why = "no live worker claims kind &#39;resize&#39; from queue &#39;pages&#39;"
+    why = "no live worker serves its queue &#39;pages&#39;"  # the words of `jobq explain`
     assert why in http.get(f"/ui/jobs/{bad.id}").text
 
     assert http.get("/ui/jobs?id=nope").status_code == 422
     assert http.get(f"/ui/jobs?id={bad.id}").headers["location"] == f"/ui/jobs/{bad.id}"
     assert http.get("/ui/jobs?state=bogus").status_code == 422
     assert http.get("/ui/jobs/00000000-0000-0000-0000-000000000000").status_code == 404
+
+
+def test_the_overview_shows_the_limits_and_their_use(api: LiveApi) -> None:
+    http = api.http()
+    assert log_in(http, admin_token(api)).status_code == 303
+    assert "No limits are set" in http.get("/ui").text
+    api.store.set_limit(Limit("kind:resize", concurrency=2))
+    api.store.enqueue(new_job("resize"))
+    api.store.claim("worker-a", ["default"], 1, 30)
+    page = http.get("/ui").text
+    row = re.search(r'<tr data-scope="kind:resize">(.*?)</tr>', page, re.S)
+    assert row, page
+    assert re.findall(r'<td class="num">([^<]*)</td>', row.group(1))[:2] == ["1", "2"]  # running, of 2
