@@ -1,7 +1,7 @@
 """Admin tokens: operators' tokens for the console (``jobq token create --admin``).
 
-Revision ID: 0005
-Revises: 0004
+Revision ID: 0006
+Revises: 0005
 Create Date: 2026-12-02
 
 An admin token opens the operator console (every tenant's jobs) and is refused
@@ -13,8 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0005"
-down_revision = "0004"
+revision = "0006"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 
