@@ -82,6 +82,7 @@ def test_a_paused_worker_past_its_lease_writes_no_item_outcome(
     store = make_store(store_url)
     job_id = start_job(store, store_fleet, db, log, items, 0.03, written=10)
     paused = store_fleet.workers[0]
+    time.sleep(0.25)  # half a flush interval after a heartbeat wrote outcomes: some are recorded, not yet written
     paused.signal(signal.SIGSTOP)
     stopped_at = time.monotonic()
     store_fleet.start(*ARGS)
