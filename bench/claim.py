@@ -93,7 +93,7 @@ def _time_claims(args: argparse.Namespace, url: str, limited: bool) -> tuple[flo
 def _explain(url: str, limit: int) -> str:
     params = {"now": None, "notify": False, "worker": "explain", "queues": ["default"], "kinds": None,
               "limit": limit, "visit": limit + 1, "cursor": "", "lease_seconds": 60.0}
-    with psycopg.connect(url, autocommit=True) as conn:
+    with psycopg.connect(url, autocommit=True, options="-c jit=off") as conn:  # as the store connects
         with conn.transaction(force_rollback=True):
             rows = conn.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + CLAIM_JOBS, params).fetchall()
     return "\n".join(row[0] for row in rows)
