@@ -195,22 +195,21 @@ walk(tenant, lap, first, step) AS (
     WHERE (w.tenant IS NULL AND w.lap = 0) OR (w.tenant IS NOT NULL AND (w.lap = 0 OR w.tenant < %(cursor)s))
 ),
 tenants AS (
+    -- scalar subqueries, not joins: the walk is then pulled only until %(visit)s tenants
+    -- with room are found (a hash join would build the whole walk, one probe per tenant)
     SELECT w.tenant, w.room, w.step,
-           coalesce(own.weight, dflt.weight, 1.0) AS weight,
+           coalesce((SELECT own.weight FROM limits AS own WHERE own.scope = 'tenant:' || w.tenant),
+                    (SELECT dflt.weight FROM limits AS dflt WHERE dflt.scope = 'tenant:*'), 1.0) AS weight,
            (SELECT count(*) FROM jobs AS r WHERE r.state = 'running' AND r.tenant = w.tenant) AS running
     FROM (
         SELECT w.tenant, w.step,
-               CASE WHEN c.scope IS NOT NULL THEN """ + _room("c") + """
-                    WHEN EXISTS (SELECT 1 FROM limits AS d WHERE d.scope = 'tenant:*'
-                                 AND (d.concurrency IS NOT NULL OR d.rate IS NOT NULL)) THEN 0
-               END AS room
+               coalesce((SELECT """ + _room("c") + """ FROM scope_counters AS c, n
+                         WHERE c.scope = 'tenant:' || w.tenant),
+                        CASE WHEN EXISTS (SELECT 1 FROM limits AS d WHERE d.scope = 'tenant:*'
+                                          AND (d.concurrency IS NOT NULL OR d.rate IS NOT NULL)) THEN 0 END) AS room
         FROM walk AS w
-        CROSS JOIN n
-        LEFT JOIN scope_counters AS c ON c.scope = 'tenant:' || w.tenant
         WHERE NOT w.first AND w.tenant IS NOT NULL AND (w.lap = 0 OR w.tenant <= %(cursor)s)
     ) AS w
-    LEFT JOIN limits AS own ON own.scope = 'tenant:' || w.tenant
-    LEFT JOIN limits AS dflt ON dflt.scope = 'tenant:*'
     WHERE w.room IS NULL OR w.room > 0
     LIMIT %(visit)s
 ),
