@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import json
 import os
 import re
 import threading
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from service.errors import InvalidInput
+from service.errors import IdempotencyConflict, InvalidInput
 
 JSON = Any
 """A value that round-trips through JSON."""
@@ -351,6 +352,44 @@ def queued_status(job: NewJob, job_id: uuid.UUID, run_after: datetime, created_a
         updated_at=created_at,
         result_id=None,
     )
+
+
+def require_same_job(job: NewJob, stored: JobStatus, stored_payload: JSON) -> None:
+    """A repeated idempotency key must name the same job, or it is an IdempotencyConflict.
+
+    The one rule for the API, the CLI and the producer API. Compared: kind, queue,
+    priority, max_attempts, concurrency_key, the payload, and ``total`` while no worker
+    has claimed the job yet (a worker may report a different total). ``delay_seconds``
+    is not compared: the stored run_after moves on retries.
+    """
+    expected = {
+        "kind": job.kind,
+        "payload": job.payload,
+        "queue": job.queue,
+        "priority": job.priority,
+        "max_attempts": job.max_attempts,
+        "total": job.total,
+        "concurrency_key": job.concurrency_key,
+    }
+    found = {
+        "kind": stored.kind,
+        "payload": stored_payload,
+        "queue": stored.queue,
+        "priority": stored.priority,
+        "max_attempts": stored.max_attempts,
+        "total": stored.total if stored.started_at is None else job.total,
+        "concurrency_key": stored.concurrency_key,
+    }
+    differing = [name for name in expected if _canonical(expected[name]) != _canonical(found[name])]
+    if differing:
+        raise IdempotencyConflict(
+            f"idempotency key {job.idempotency_key!r} was already used for job {stored.id} "
+            f"with a different {', '.join(differing)}; use a new key for a new job"
+        )
+
+
+def _canonical(value: JSON) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 ERROR_GROUP_LENGTH = 80

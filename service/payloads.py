@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from service.errors import InvalidInput
+from service.errors import InvalidInput, PayloadTooLarge
 from service.jobs import ADMIN_TENANT, JSON, MAX_PAGE_SIZE, ItemOutcome, ItemState, NewJob
 
 MAX_NAME_LENGTH = 200
@@ -87,6 +87,15 @@ def dump_batch(rows: Sequence[Mapping[str, Any]], values: Sequence[JSON], what: 
         for value in values:
             dump_json(value, what)  # raises for the first culprit, with its own reason
         raise InvalidInput(f"{what} is not JSON-serialisable: {exc}") from exc
+
+
+def check_payload_size(payload: JSON, limit: int, what: str = "payload") -> None:
+    """A payload over ``limit`` bytes of compact JSON is refused (PayloadTooLarge), as the API refuses it."""
+    size = len(dump_json(payload, what))
+    if size > limit:
+        raise PayloadTooLarge(
+            f"{what} is {size} bytes, over the limit of {limit} (JOBQ_MAX_BODY_BYTES); nothing was written"
+        )
 
 
 def storable_error(error: str) -> str:

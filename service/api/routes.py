@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import re
 import time
 import uuid
@@ -48,13 +47,22 @@ from service.api.schemas import (
     job_url,
 )
 from service.errors import (
-    IdempotencyConflict,
     InvalidInput,
-    PayloadTooLarge,
     StoreUnavailable,
     Unauthorized,
 )
-from service.jobs import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, ItemQuery, ItemState, JobQuery, JobState, JobStatus, NewJob
+from service.jobs import (
+    DEFAULT_PAGE_SIZE,
+    MAX_PAGE_SIZE,
+    ItemQuery,
+    ItemState,
+    JobQuery,
+    JobState,
+    JobStatus,
+    NewJob,
+    require_same_job,
+)
+from service.payloads import check_payload_size
 from service.store import Store
 
 router = APIRouter(prefix="/v1", tags=["jobs"], dependencies=[Depends(no_unknown_query_parameters)])
@@ -129,12 +137,7 @@ async def submit_batch(
 
     More jobs never get here: ``BatchSubmit`` refuses them (422), as its schema's maxItems says."""
     for index, item in enumerate(body.jobs):
-        size = len(json.dumps(item.payload, separators=(",", ":")))
-        if size > settings.max_body_bytes:
-            raise PayloadTooLarge(
-                f"jobs[{index}].payload is {size} bytes, over the limit of {settings.max_body_bytes} "
-                "(JOBQ_MAX_BODY_BYTES); nothing was written"
-            )
+        check_payload_size(item.payload, settings.max_body_bytes, f"jobs[{index}].payload")
     jobs = [item.to_new_job(tenant, None) for item in body.jobs]
     statuses = await blocking(store.enqueue_many, jobs)
     return BatchOut(jobs=[JobOut.of(status, poll_after_seconds(status, now)) for status in statuses])
@@ -359,48 +362,11 @@ def _status_answer(status: JobStatus, now: datetime, response: Response) -> JobO
     return JobOut.of(status, hint)
 
 
-def fingerprint(job: NewJob) -> dict[str, Any]:
-    """What must match for a repeated Idempotency-Key to name the same job."""
-    return {
-        "kind": job.kind,
-        "payload": job.payload,
-        "queue": job.queue,
-        "priority": job.priority,
-        "max_attempts": job.max_attempts,
-        "total": job.total,
-        "concurrency_key": job.concurrency_key,
-    }
-
-
 async def _require_same_request(store: Store, job: NewJob, stored: JobStatus) -> None:
-    """The key may have been used before: the stored job must be this very request.
-
-    Compared against the stored job: kind, queue, priority, max_attempts,
-    concurrency_key, the payload (read only on keyed submits), and ``total`` while
-    no worker has claimed the job yet (a worker may report a different total).
-    ``delay_seconds`` is not compared: the stored run_after moves on retries.
-    """
-    expected = fingerprint(job)
-    found: dict[str, Any] = {
-        "kind": stored.kind,
-        "queue": stored.queue,
-        "priority": stored.priority,
-        "max_attempts": stored.max_attempts,
-        "total": stored.total if stored.started_at is None else job.total,
-        "concurrency_key": stored.concurrency_key,
-    }
-    get_payload = getattr(store, "get_payload", None)
-    found["payload"] = await blocking(get_payload, stored.id, stored.tenant) if get_payload else job.payload
-    differing = [name for name in expected if _canonical(expected[name]) != _canonical(found[name])]
-    if differing:
-        raise IdempotencyConflict(
-            f"Idempotency-Key {job.idempotency_key!r} was already used for job {stored.id} "
-            f"with a different {', '.join(differing)}; send a new key for a new job"
-        )
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    """The key may have been used before: the stored job must be this very request
+    (the rule is :func:`service.jobs.require_same_job`; the payload is read only on keyed submits)."""
+    payload = await blocking(store.get_payload, stored.id, stored.tenant)
+    require_same_job(job, stored, payload)
 
 
 CURSOR_PATTERN = r"^[A-Za-z0-9_-]{22}$"

@@ -101,12 +101,17 @@ class Listener(Protocol):
 
 class Store(Protocol):
     # -- submitting ---------------------------------------------------------------
-    def enqueue(self, job: NewJob) -> JobStatus:
-        """Store one job. With an idempotency key already used by the tenant, return that job."""
+    def enqueue(self, job: NewJob, *, connection: object | None = None) -> JobStatus:
+        """Store one job. With an idempotency key already used by the tenant, return that job.
+
+        ``connection``: the caller's open PostgreSQL connection (psycopg, or a SQLAlchemy
+        Connection/Session on psycopg); the job is inserted in the caller's transaction and
+        exists only if the caller commits. SQLite refuses it (InvalidInput).
+        """
         ...
 
-    def enqueue_many(self, jobs: Sequence[NewJob]) -> list[JobStatus]:
-        """Store many jobs in one round trip; the answer is in the order given."""
+    def enqueue_many(self, jobs: Sequence[NewJob], *, connection: object | None = None) -> list[JobStatus]:
+        """Store many jobs in one round trip, all or none; the answer is in the order given."""
         ...
 
     # -- the worker's hot path (each write fenced by the lease) -------------------

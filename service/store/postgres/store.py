@@ -91,6 +91,7 @@ from service.store.encoding import (
     substring_pattern,
 )
 from service.store.fairness import advance_cursor, tenants_to_visit
+from service.store.postgres.caller import caller_connection
 from service.store.postgres.errors import Retryable, translate_errors
 from service.store.postgres.listener import PostgresListener, connection_defaults
 from service.store.postgres.queries import (
@@ -365,12 +366,17 @@ class PostgresStore:
         return [api_token(row, _READ) for row in self._fetchall(LIST_TOKENS, self._params(tenant=tenant))]
 
     # -- submitting -----------------------------------------------------------------
-    def enqueue(self, job: NewJob) -> JobStatus:
-        return self.enqueue_many([job])[0]
+    def enqueue(self, job: NewJob, *, connection: object | None = None) -> JobStatus:
+        return self.enqueue_many([job], connection=connection)[0]
 
-    def enqueue_many(self, jobs: Sequence[NewJob]) -> list[JobStatus]:
+    def enqueue_many(self, jobs: Sequence[NewJob], *, connection: object | None = None) -> list[JobStatus]:
+        """With ``connection`` (the caller's psycopg connection, or a SQLAlchemy Connection or
+        Session on psycopg: see :mod:`.caller`), the statements run in the caller's
+        transaction and are neither committed nor retried here: the jobs exist, and the
+        workers are woken, only when the caller commits."""
         if not jobs:
             return []
+        caller = caller_connection(connection) if connection is not None else None
         for job in jobs:
             validate_new_job(job)
             storable_json(job.payload, "payload")
@@ -394,14 +400,22 @@ class PostgresStore:
         ]
         params = self._params(batch=dump_batch(batch, [job.payload for job in jobs], "payload"),
                               wake_queues=",".join(sorted({j.queue for j in jobs})))
-        # One autocommit statement inserts and wakes the workers. Only when an idempotency
-        # key was taken does a second one read the existing jobs (committed by then: the
-        # insert waited for any transaction that held the key).
-        inserted = {row["id"]: row for row in self._fetchall(ENQUEUE_JOBS, params)}
+
+        def fetch(statement: str, values: Mapping[str, Any]) -> list[dict[str, Any]]:
+            if caller is None:
+                return self._fetchall(statement, values)
+            with translate_errors(), caller.cursor(row_factory=dict_row) as cursor:
+                cursor.execute(statement, values)
+                return cursor.fetchall()
+
+        # One statement inserts and wakes the workers (autocommit, or at the caller's commit).
+        # Only when an idempotency key was taken does a second one read the existing jobs
+        # (committed by then: the insert waited for any transaction that held the key).
+        inserted = {row["id"]: row for row in fetch(ENQUEUE_JOBS, params)}
         existing: dict[tuple[str, str], JobStatus] = {}
         if len(inserted) < len(jobs):
             keyed = [j for j in jobs if j.idempotency_key is not None]
-            rows = self._fetchall(
+            rows = fetch(
                 READ_BY_IDEMPOTENCY_KEYS,
                 self._params(tenants=[j.tenant for j in keyed], keys=[j.idempotency_key for j in keyed]),
             )

@@ -392,10 +392,15 @@ class SqliteStore:
         return [api_token(row, _READ) for row in rows]
 
     # -- submitting -----------------------------------------------------------------
-    def enqueue(self, job: NewJob) -> JobStatus:
-        return self.enqueue_many([job])[0]
+    def enqueue(self, job: NewJob, *, connection: object | None = None) -> JobStatus:
+        return self.enqueue_many([job], connection=connection)[0]
 
-    def enqueue_many(self, jobs: Sequence[NewJob]) -> list[JobStatus]:
+    def enqueue_many(self, jobs: Sequence[NewJob], *, connection: object | None = None) -> list[JobStatus]:
+        if connection is not None:
+            raise InvalidInput(
+                "an enqueue inside the caller's transaction (connection=) needs PostgreSQL; "
+                "on SQLite the Queue commits each enqueue itself"
+            )
         for job in jobs:
             validate_new_job(job)
         rows = [

@@ -1,0 +1,230 @@
+"""The producer API: enqueue and watch jobs from Python, straight on the database.
+
+No API process and no token: a :class:`Queue` opens the store of a database
+URL (or of the settings) and applies the rules the REST API applies: the same
+validation (:func:`~service.payloads.validate_new_job`, the payload size limit),
+the same idempotency rule (:func:`~service.jobs.require_same_job`) and the same
+exceptions from :mod:`service.errors`::
+
+    from service import Queue
+
+    with Queue("postgresql://app@db/app") as queue:
+        job = queue.enqueue("send_invoice", {"invoice_id": 42}, idempotency_key="invoice-42")
+        queue.wait(job.id, timeout=60)           # JobFailed / JobCancelled / TimeoutError
+        print(queue.result(job.id))
+
+On PostgreSQL, ``connection=`` enqueues inside the caller's own transaction (a
+psycopg connection, or a SQLAlchemy ``Connection`` or ``Session`` on psycopg):
+the job exists only if the caller commits, and the workers are woken at that
+commit. That is the transactional outbox: the business row and its job commit
+or roll back together.
+
+There is no async twin (STYLE.md: not the same API twice). From asyncio, call
+these methods in a thread (``await asyncio.to_thread(queue.enqueue, ...)``);
+each is one short statement on a pooled connection.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import fields, replace
+from datetime import datetime
+from types import TracebackType
+from typing import Any
+
+from service.config import Settings, load_settings
+from service.errors import InvalidInput, JobCancelled, JobFailed, JobNotFound
+from service.jobs import (
+    JSON,
+    JobPage,
+    JobQuery,
+    JobState,
+    JobStatus,
+    NewJob,
+    require_same_job,
+)
+from service.payloads import check_payload_size, validate_new_job
+from service.store import Store, open_store
+from service.store.base import JOB_CHANGED
+
+_OPTIONS = frozenset(f.name for f in fields(NewJob)) - {"kind", "payload", "tenant"}
+_POLL_SECONDS = 0.2
+"""How often ``wait`` re-reads the job between wake-ups (SQLite has no wake-ups at all)."""
+
+
+class Queue:
+    """Enqueue, read, wait for and cancel jobs of one tenant, on SQLite or PostgreSQL."""
+
+    def __init__(
+        self,
+        database_url: str | None = None,
+        *,
+        settings: Settings | None = None,
+        tenant: str = "default",
+        store: Store | None = None,
+    ) -> None:
+        """``database_url`` overrides the settings' (default: ``load_settings()``, i.e. the
+        ``JOBQ_*`` environment). ``store``: an open store to use instead (not closed here)."""
+        if settings is None:
+            settings = load_settings() if database_url is None else load_settings(database_url=database_url)
+        elif database_url is not None:
+            settings = settings.model_copy(update={"database_url": database_url})
+        self.settings = settings
+        self.tenant = tenant
+        self._owns_store = store is None
+        self.store = store if store is not None else open_store(self.settings)
+
+    # -- submitting -------------------------------------------------------------------
+    def enqueue(
+        self,
+        kind: str,
+        payload: Mapping[str, JSON] | None = None,
+        *,
+        connection: object | None = None,
+        **options: Any,
+    ) -> JobStatus:
+        """Queue one job; its status (``queued``). ``options``: queue, priority, max_attempts,
+        delay_seconds, run_after, total, concurrency_key, idempotency_key (as ``NewJob``).
+
+        With an idempotency key this tenant already used, the first job is returned and
+        nothing is added; used for a different job, IdempotencyConflict.
+        """
+        return self.enqueue_many([self._new_job(kind, payload, options)], connection=connection)[0]
+
+    def enqueue_many(
+        self, jobs: Iterable[NewJob | Mapping[str, Any]], *, connection: object | None = None
+    ) -> list[JobStatus]:
+        """Queue many jobs in one round trip, all or none; the statuses in the order given.
+        Each job is a ``NewJob`` or a mapping with ``kind``, ``payload`` and the options."""
+        batch = [self._of(job) for job in jobs]
+        statuses = self.store.enqueue_many(batch, connection=connection)
+        for job, status in zip(batch, statuses, strict=True):
+            if job.idempotency_key is not None:
+                self._require_same(job, status)
+        return statuses
+
+    # -- reading ----------------------------------------------------------------------
+    def get(self, job_id: uuid.UUID | str) -> JobStatus:
+        """The job's status (never its payload or result). JobNotFound for another tenant's job."""
+        return self.store.get(_job_id(job_id), self.tenant)
+
+    def result(self, job_id: uuid.UUID | str) -> JSON:
+        """The succeeded job's result; InvalidTransition (``.state``) before that."""
+        return self.store.get_result(_job_id(job_id), self.tenant)
+
+    def list(
+        self,
+        *,
+        state: JobState | str | None = None,
+        kind: str | None = None,
+        queue: str | None = None,
+        created_after: datetime | None = None,
+        limit: int = 50,
+        after: uuid.UUID | None = None,
+    ) -> JobPage:
+        """This tenant's jobs, newest first; pass ``page.next_after_id`` as ``after`` for the next page."""
+        return self.store.list_jobs(
+            JobQuery(
+                tenant=self.tenant,
+                state=JobState(state) if state is not None else None,
+                kind=kind,
+                queue=queue,
+                created_after=created_after,
+                limit=limit,
+                after_id=after,
+            )
+        )
+
+    def wait(self, job_id: uuid.UUID | str, timeout: float | None = None) -> JobStatus:
+        """Block until the job is terminal; its status if it succeeded.
+
+        Raises JobFailed (with the job's error), JobCancelled, or TimeoutError when
+        ``timeout`` seconds pass first. On PostgreSQL it wakes on the job's change
+        notifications; it also re-reads every 0.2 s, so a lost notification costs no more.
+        """
+        parsed = _job_id(job_id)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        listener = self.store.listen([JOB_CHANGED])
+        try:
+            status = self.get(parsed)
+            while not status.state.terminal:
+                remaining = _POLL_SECONDS if deadline is None else deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"job {parsed} is still {status.state.value} after {timeout:g} s")
+                listener.wait(min(remaining, _POLL_SECONDS))
+                status = self.get(parsed)
+        finally:
+            listener.close()
+        if status.state is JobState.FAILED:
+            raise JobFailed(status.id, status.error, status)
+        if status.state is JobState.CANCELLED:
+            raise JobCancelled(status.id, status)
+        return status
+
+    def cancel(self, job_id: uuid.UUID | str) -> JobStatus:
+        """Cancel a queued job now; a running one gets ``cancel_requested`` and ends cancelled
+        when its worker sees it. InvalidTransition for a finished job."""
+        return self.store.cancel(_job_id(job_id), self.tenant)
+
+    # -- lifetime -----------------------------------------------------------------------
+    def close(self) -> None:
+        if self._owns_store:
+            self.store.close()
+
+    def __enter__(self) -> Queue:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- plumbing -------------------------------------------------------------------------
+    def _new_job(self, kind: str, payload: Mapping[str, JSON] | None, options: Mapping[str, Any]) -> NewJob:
+        unknown = sorted(set(options) - _OPTIONS)
+        if unknown:
+            raise InvalidInput(f"unknown enqueue option(s): {', '.join(unknown)}; known: {', '.join(sorted(_OPTIONS))}")
+        given = {name: value for name, value in options.items() if value is not None}
+        if isinstance(payload, Mapping):
+            payload = dict(payload)  # a copy: the caller may change its dict after the call
+        job = NewJob(kind=kind, payload={} if payload is None else payload, tenant=self.tenant, **given)  # type: ignore[arg-type]
+        validate_new_job(job)
+        check_payload_size(job.payload, self.settings.max_body_bytes)
+        return job
+
+    def _of(self, job: NewJob | Mapping[str, Any]) -> NewJob:
+        if isinstance(job, NewJob):
+            if job.tenant != self.tenant:
+                job = replace(job, tenant=self.tenant)  # a Queue speaks for one tenant, as a token does
+            validate_new_job(job)
+            check_payload_size(job.payload, self.settings.max_body_bytes)
+            return job
+        if not isinstance(job, Mapping) or "kind" not in job:
+            raise InvalidInput("each job is a NewJob or a mapping with a 'kind'")
+        options = {name: value for name, value in job.items() if name not in ("kind", "payload")}
+        return self._new_job(job["kind"], job.get("payload"), options)
+
+    def _require_same(self, job: NewJob, status: JobStatus) -> None:
+        """A key used before must name this very job. The payload is read on the store's own
+        connection: an earlier job with the key is committed (the insert waits for any
+        transaction holding the key), so not finding it means the job is the one just
+        inserted in the caller's still-open transaction, which is this very job."""
+        try:
+            payload = self.store.get_payload(status.id, status.tenant)
+        except JobNotFound:
+            return
+        require_same_job(job, status, payload)
+
+
+def _job_id(value: uuid.UUID | str) -> uuid.UUID:
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise InvalidInput(f"not a job id (expected a UUID): {value!r}") from None
+
+
+__all__ = ["Queue"]
