@@ -35,6 +35,7 @@ from typing import Annotated, Any
 
 import pydantic
 import typer
+import typer.core
 
 from service.config import Settings, load_settings
 from service.errors import InvalidInput, JobqError, StoreUnavailable
@@ -50,6 +51,9 @@ app = typer.Typer(
     help="jobq: a job queue for long-running work, stored in PostgreSQL or SQLite.",
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain click help: rich's panels print a type beside every option (`--json <bool>`).
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 
@@ -75,6 +79,15 @@ class CliState:
             raise InvalidInput(f"invalid setting JOBQ_{field.upper()}: {first['msg']}") from exc
 
 
+def _print_version(value: bool) -> None:
+    """Eager: runs while the options are parsed, before click asks for a command."""
+    if value:
+        from importlib.metadata import version as installed_version
+
+        print(f"jobq {installed_version('jobq')}")
+        raise typer.Exit(EXIT_OK)
+
+
 @app.callback()
 def _global_options(
     ctx: typer.Context,
@@ -88,6 +101,10 @@ def _global_options(
             show_default=False,
         ),
     ] = None,
+    version: Annotated[
+        bool,
+        typer.Option("--version", is_eager=True, callback=_print_version, help="Print jobq's version and exit."),
+    ] = False,
 ) -> None:
     ctx.obj = CliState(database_url=database_url)
 
@@ -133,7 +150,27 @@ def parse_job_id(text: str) -> uuid.UUID:
         raise InvalidInput(f"not a job id (expected a UUID): {text!r}") from None
 
 
+def read_payload_text(text: str) -> str:
+    """``--payload``'s text: the argument itself, ``@path`` for a file's contents, ``-`` for stdin
+    (a payload of megabytes does not fit an argument list)."""
+    if text == "-":
+        return sys.stdin.read()
+    if text.startswith("@"):
+        path = text[1:]
+        try:
+            with open(path, encoding="utf-8") as file:
+                return file.read()
+        except OSError as exc:
+            raise InvalidInput(f"--payload {text}: cannot read {path!r}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise InvalidInput(f"--payload {text}: {path!r} is not UTF-8 text") from None
+    return text
+
+
 def parse_payload(text: str) -> dict[str, Any]:
+    """``--payload`` (see :func:`read_payload_text`) as a JSON object."""
+    text = read_payload_text(text)
+
     def reject_constant(name: str) -> None:
         raise InvalidInput(f"--payload is not valid JSON: {name} is not allowed")
 
@@ -171,12 +208,33 @@ def redact(url: str) -> str:
 _click_exceptions = importlib.import_module(typer.BadParameter.__module__)
 
 
+def _plain_help(command: Any) -> None:
+    """Help as click spells it: ``KIND`` and ``--port PORT``, not typer's ``{KIND}``,
+    ``KIND <str>`` and ``--port <int range>``. The type is noise; the help line says what to give."""
+    for param in getattr(command, "params", []):
+        metavar = param.metavar or (param.name or "value").upper()
+        if isinstance(param, typer.core.TyperArgument):
+            param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
+            param._usage_display_name = lambda metavar=metavar: metavar  # type: ignore[attr-defined]
+        elif isinstance(param, typer.core.TyperOption):
+            param.display_type_rich = lambda ctx, metavar=metavar: metavar  # type: ignore[method-assign]
+    for sub in getattr(command, "commands", {}).values():
+        _plain_help(sub)
+
+
+def cli_command() -> Any:
+    """The click command behind ``jobq``, its help made plain (see :func:`_plain_help`)."""
+    command = typer.main.get_command(app)
+    _plain_help(command)
+    return command
+
+
 def main(argv: list[str] | None = None) -> None:
     """The ``jobq`` console script. Exits with the codes in the module docstring."""
     args = sys.argv[1:] if argv is None else list(argv)
     # The pool logs a warning per failed connection attempt; the one-line error says it once.
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
-    command = typer.main.get_command(app)
+    command = cli_command()
     try:
         result = command.main(args=args or ["--help"], prog_name="jobq", standalone_mode=False)
     except _click_exceptions.ClickException as exc:

@@ -1,4 +1,4 @@
-"""Jobs from the command line: migrate, enqueue, status."""
+"""Jobs from the command line: migrate, enqueue, status, result, list, cancel."""
 
 from __future__ import annotations
 
@@ -12,12 +12,14 @@ import typer
 from service.cli.app import (
     app,
     cli_state,
+    iso,
     open_cli_store,
     parse_job_id,
     parse_payload,
     redact,
 )
-from service.jobs import JobStatus, NewJob
+from service.errors import InvalidInput
+from service.jobs import JobQuery, JobState, JobStatus, NewJob
 from service.payloads import validate_new_job
 
 
@@ -76,8 +78,14 @@ _DEFAULTS = {f.name: f.default for f in dataclasses.fields(NewJob)}
 @app.command()
 def enqueue(
     ctx: typer.Context,
-    kind: Annotated[str, typer.Argument(help="The job's kind: which handler runs it.")],
-    payload: Annotated[str, typer.Option(metavar="JSON", help="The handler's input, a JSON object.")] = "{}",
+    kind: Annotated[str, typer.Argument(metavar="KIND", help="The job's kind: which handler runs it.")],
+    payload: Annotated[
+        str,
+        typer.Option(
+            metavar="JSON",
+            help="The handler's input, a JSON object; @FILE reads it from a file, - from stdin.",
+        ),
+    ] = "{}",
     queue: Annotated[str, typer.Option(metavar="Q")] = _DEFAULTS["queue"],
     priority: Annotated[int, typer.Option(metavar="N", help="0..1000; higher runs first.")] = _DEFAULTS[
         "priority"
@@ -124,3 +132,75 @@ def status(
     print(json.dumps(fields, indent=2) if as_json else format_status(fields))
 
 
+
+
+@app.command()
+def result(
+    ctx: typer.Context,
+    job_id: Annotated[str, typer.Argument(metavar="JOB_ID", help="The id `jobq enqueue` printed.")],
+    as_json: Annotated[bool, typer.Option("--json", help="{job_id, result}, as GET /v1/jobs/{id}/result.")] = False,
+) -> None:
+    """Print a succeeded job's result (JSON). Exit 1 when the job has none yet, naming its state."""
+    parsed = parse_job_id(job_id)
+    with open_cli_store(ctx) as store:
+        body = store.get_result(parsed)
+    print(json.dumps({"job_id": str(parsed), "result": body} if as_json else body, indent=2))
+
+
+@app.command()
+def cancel(
+    ctx: typer.Context,
+    job_id: Annotated[str, typer.Argument(metavar="JOB_ID", help="The id `jobq enqueue` printed.")],
+) -> None:
+    """Cancel a queued job now, or ask a running one to stop (it ends cancelled when its
+    worker sees it, within a heartbeat). Exit 1 for a finished job."""
+    parsed = parse_job_id(job_id)
+    with open_cli_store(ctx) as store:
+        status = store.cancel(parsed)
+    if status.state is JobState.CANCELLED:
+        print(f"cancelled {status.id}")
+    else:
+        print(f"cancel requested for {status.id}: it is {status.state.value}; its worker stops it within a heartbeat")
+
+
+@app.command(name="list")
+def list_jobs(
+    ctx: typer.Context,
+    state: Annotated[
+        str | None, typer.Option(metavar="STATE", help="queued, running, succeeded, failed or cancelled.")
+    ] = None,
+    kind: Annotated[str | None, typer.Option(metavar="K")] = None,
+    queue: Annotated[str | None, typer.Option(metavar="Q")] = None,
+    tenant: Annotated[str, typer.Option(metavar="T")] = _DEFAULTS["tenant"],
+    limit: Annotated[int, typer.Option(metavar="N", help="Jobs per page, 1..200.")] = 50,
+    after: Annotated[
+        str | None, typer.Option(metavar="JOB_ID", help="The next page: the id the previous page named.")
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help='{"items": [...], "next_after": id or null}; items as `status --json`.')
+    ] = False,
+) -> None:
+    """A tenant's jobs, newest first, a page at a time (keyset pages, like GET /v1/jobs)."""
+    if state is not None and state not in {s.value for s in JobState}:
+        raise InvalidInput(f"--state must be one of {', '.join(s.value for s in JobState)}, not {state!r}")
+    query = JobQuery(
+        tenant=tenant,
+        state=JobState(state) if state else None,
+        kind=kind,
+        queue=queue,
+        limit=limit,
+        after_id=parse_job_id(after) if after else None,
+    )
+    with open_cli_store(ctx) as store:
+        page = store.list_jobs(query)
+    if as_json:
+        items = [status_fields(status) for status in page.items]
+        next_after = str(page.next_after_id) if page.next_after_id else None
+        print(json.dumps({"items": items, "next_after": next_after}, indent=2))
+        return
+    for status in page.items:
+        progress = f"{status.done}/{status.total}" if status.total is not None else str(status.done)
+        print(f"{status.id}  {status.state.value:<9}  {status.kind:<20}  {status.queue:<12}  "
+              f"{progress:>9}  {iso(status.created_at)}")
+    if page.next_after_id:
+        print(f"more: jobq list --after {page.next_after_id} (with the same filters)", file=sys.stderr)
