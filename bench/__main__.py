@@ -1,4 +1,4 @@
-"""``python -m bench NAME [options]``: enqueue, drain, pickup, poll, scale, cost, claim, console."""
+"""``python -m bench NAME [options]``: enqueue, drain, pickup, poll, scale, cost, claim, console, reap."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 from bench.common import common_arguments
 
-NAMES = ("enqueue", "drain", "pickup", "poll", "scale", "cost", "claim", "console")
+NAMES = ("enqueue", "drain", "pickup", "poll", "scale", "cost", "claim", "console", "reap")
 
 
 def main(argv: list[str] | None = None) -> int:

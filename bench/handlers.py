@@ -7,6 +7,7 @@
 - ``pickup``: tells the bench, over a local datagram socket named in the payload,
   the ``time.monotonic()`` at which the handler started (CLOCK_MONOTONIC is one
   clock for every process on the host), then returns.
+- ``sleep``: runs ``payload["seconds"]`` (a job to kill a worker under; ``bench reap``).
 """
 
 from __future__ import annotations
@@ -50,4 +51,11 @@ def steps(ctx: JobContext) -> dict[str, object]:
     delay = float(ctx.payload.get("delay", 0.0))
     for _ in ctx.items(range(int(ctx.payload["count"]))):
         time.sleep(delay)
+    return {}
+
+
+@app.handler("sleep")
+def sleep(ctx: JobContext) -> dict[str, object]:
+    """Runs ``payload["seconds"]`` (default 600), stopping early when asked: a job to kill a worker under."""
+    ctx.wait(float(ctx.payload.get("seconds", 600)))  # type: ignore[arg-type]
     return {}

@@ -6,13 +6,38 @@ Job events (``event`` field): ``job.claimed``, ``job.succeeded``, ``job.retrying
 ``duration_s``, the seconds the attempt ran in this worker. Worker events:
 ``worker.started``, ``worker.stopping``, ``worker.stopped``,
 ``store.unavailable``, ``store.available``, ``reaper.reaped``.
+
+How lines are written. Two lines per job make logging a hot path (with the
+logging module's per-record machinery, ``LogRecord``, the handler's lock and a
+``write`` per line, they were half a no-op job's worker CPU). So:
+
+- one encoder, :func:`encode_line`, makes every line, a job event's and a
+  logging record's alike (:class:`JsonFormatter` calls it);
+- under :func:`configure_logging` (the ``jobq worker`` process) events skip the
+  logging module: the line is encoded in the caller's thread and handed to a
+  :class:`LineWriter`, one thread that writes whatever lines are waiting with
+  one ``write`` per batch. Records from other loggers (psycopg's, a handler's
+  own) reach the same writer through a handler, so the lines keep one order;
+- elsewhere (the library used in-process, tests) events go through the logging
+  module as records, to whatever handlers the host program set up.
+
+What a SIGKILL loses: the lines waiting in the writer, at most those of the
+last :attr:`LineWriter.GATHER_SECONDS` (2 ms) plus one ``write`` — a job event
+is logged after the database write it reports, so a line lost is never a job
+lost. SIGTERM, SIGINT, ``sys.exit`` and a second signal's hard exit flush the
+writer first (``logging.shutdown`` flushes every handler; the writer's is one).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import queue
 import sys
+import threading
+import time
+import traceback
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,14 +49,130 @@ FIELDS_ATTR = "jobq_fields"
 logger = logging.getLogger(LOGGER_NAME)
 
 # Built once: json.dumps(..., default=str) builds a new encoder for every line.
-_encode_line = json.JSONEncoder(default=str).encode
+_encode = json.JSONEncoder(default=str).encode
+_LEVEL_NAMES = {logging.DEBUG: "debug", logging.INFO: "info", logging.WARNING: "warning",
+                logging.ERROR: "error", logging.CRITICAL: "critical"}
+
+
+class _Timestamps:
+    """``2030-01-01T12:00:00.123+00:00``; the date and time part is formatted once per second."""
+
+    def __init__(self) -> None:
+        self._cached = (-1, "")  # (second, its stamp): one tuple, so threads never see a torn pair
+
+    def format(self, created: float) -> str:
+        second = int(created)
+        micros = round((created - second) * 1_000_000)  # as datetime.fromtimestamp rounds
+        if micros >= 1_000_000:
+            second, micros = second + 1, micros - 1_000_000
+        cached_second, stamp = self._cached
+        if second != cached_second:
+            stamp = datetime.fromtimestamp(second, UTC).isoformat()
+            self._cached = (second, stamp)
+        return f"{stamp[:19]}.{micros // 1000:03d}{stamp[19:]}"
+
+
+_timestamps = _Timestamps()
+
+
+def encode_line(created: float, level: int, name: str, event: str, fields: dict[str, Any],
+                exc: str | None = None) -> str:
+    """The one encoder of every JSON log line: ts, level, logger, event, the fields, exc."""
+    line: dict[str, Any] = {
+        "ts": _timestamps.format(created),
+        "level": _LEVEL_NAMES.get(level) or logging.getLevelName(level).lower(),
+        "logger": name,
+        "event": event,
+    }
+    line.update(fields)
+    if exc:
+        line["exc"] = exc
+    return _encode(line)
+
+
+class LineWriter:
+    """One thread that writes waiting lines in batches: one ``write`` for all of them.
+
+    The thread sleeps in ``get`` while nothing is logged; once a line arrives it
+    waits ``GATHER_SECONDS`` for more, so a busy worker makes at most ~500 writes
+    a second, whatever its rate of lines, and a line reaches the file within a
+    few milliseconds.
+    """
+
+    GATHER_SECONDS = 0.002
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._queue: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._lock = threading.Lock()  # one writer at a time: the thread, or a flush at exit
+        self._thread = threading.Thread(target=self._run, name="jobq-log-writer", daemon=True)
+        self._thread.start()
+
+    def put(self, line: str) -> None:
+        self._queue.put(line)
+
+    def flush(self) -> None:
+        """Write every waiting line now (at exit; from any thread)."""
+        with self._lock:
+            self._write(self._take([]))
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            with self._lock:
+                time.sleep(self.GATHER_SECONDS)
+                self._write(self._take([first]))
+
+    def _take(self, lines: list[str]) -> list[str]:
+        while True:
+            try:
+                lines.append(self._queue.get_nowait())
+            except queue.Empty:
+                return lines
+
+    def _write(self, lines: list[str]) -> None:
+        if not lines:
+            return
+        data = ("\n".join(lines) + "\n").encode("utf-8", "backslashreplace")
+        try:
+            while data:
+                data = data[os.write(self._fd, data):]
+        except OSError:
+            pass  # stderr closed or full disk: a worker must not stop running jobs over its log
+
+
+class _WriterHandler(logging.Handler):
+    """Puts logging records (other loggers', or job events' with exc_info) through the writer."""
+
+    def __init__(self, writer: LineWriter) -> None:
+        super().__init__()
+        self.writer = writer
+        self.setFormatter(JsonFormatter())
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.writer.put(self.format(record))
+        except Exception:
+            self.handleError(record)
+
+    def flush(self) -> None:
+        self.writer.flush()
+
+
+_writer: LineWriter | None = None
+"""Set by configure_logging: events go straight to it, not through the logging module."""
 
 
 def log_event(event: str, level: int = logging.INFO, exc_info: bool = False, **fields: Any) -> None:
-    # Two log lines per job (claimed, succeeded) are a hot path: build the record directly,
-    # skipping Logger.log's search of the call stack for a source line no formatter shows.
     if not logger.isEnabledFor(level):
         return
+    writer = _writer
+    if writer is not None:
+        exc = "".join(traceback.format_exception(*sys.exc_info())).rstrip("\n") if exc_info else None
+        writer.put(encode_line(time.time(), level, LOGGER_NAME, event, fields, exc))
+        return
+    # Without a writer: a record for the host program's handlers, built directly
+    # (Logger.log would search the call stack for a source line no formatter shows).
     record = logger.makeRecord(
         LOGGER_NAME, level, "(jobq)", 0, event, (), sys.exc_info() if exc_info else None,
         extra={FIELDS_ATTR: fields},
@@ -48,6 +189,12 @@ def job_event(
     level: int = logging.INFO,
     **fields: Any,
 ) -> None:
+    if not logger.isEnabledFor(level):
+        return
+    writer = _writer
+    if writer is not None:
+        writer.put(_job_line(time.time(), level, event, job, worker, duration, fields))
+        return
     values: dict[str, Any] = {
         "worker": worker,
         "job_id": str(job.id),
@@ -61,44 +208,53 @@ def job_event(
     log_event(event, level, **values)
 
 
+_quote = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]  # C; what the encoder itself uses
+_heads: dict[tuple[int, str, str], str] = {}
+_places: dict[tuple[str, str], str] = {}
+
+
+def _job_line(created: float, level: int, event: str, job: ClaimedJob, worker: str,
+              duration: float | None, fields: dict[str, Any]) -> str:
+    """encode_line's output for a job event, from cached pieces: the JSON encoder's generic
+    walk of a ten-key dict was most of an event's cost. The pieces that repeat from job to
+    job (level, event and worker; kind and queue) are encoded once each."""
+    head = _heads.get((level, event, worker))
+    if head is None:
+        head = _heads.setdefault((level, event, worker), encode_line(0, level, LOGGER_NAME, event, {"worker": worker})
+                                 [len('{"ts": "1970-01-01T00:00:00.000+00:00", '):-1])
+    place = _places.get((job.kind, job.queue))
+    if place is None:
+        if len(_places) > 1000:  # kinds x queues is small; never let it grow without bound
+            _places.clear()
+        place = _places.setdefault((job.kind, job.queue), f'"kind": {_quote(job.kind)}, "queue": {_quote(job.queue)}')
+    line = (f'{{"ts": "{_timestamps.format(created)}", {head}, "job_id": "{job.id}", {place}, '
+            f'"attempt": {job.attempt:d}')
+    if duration is not None:
+        line += f', "duration_s": {round(duration, 3)!r}'
+    if fields:
+        line += ", " + _encode(fields)[1:-1]
+    return line + "}"
+
+
 class JsonFormatter(logging.Formatter):
-    _second = -1
-    _stamp = ""
-
     def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, Any] = {
-            "ts": self._timestamp(record.created),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "event": record.getMessage(),
-        }
-        line.update(getattr(record, FIELDS_ATTR, {}))
-        if record.exc_info:
-            line["exc"] = self.formatException(record.exc_info)
-        return _encode_line(line)
-
-    def _timestamp(self, created: float) -> str:
-        """``2030-01-01T12:00:00.123+00:00``; the date and time part is formatted once per second."""
-        second = int(created)
-        micros = round((created - second) * 1_000_000)  # as datetime.fromtimestamp rounds
-        if micros >= 1_000_000:
-            second, micros = second + 1, micros - 1_000_000
-        if second != self._second:
-            self._stamp = datetime.fromtimestamp(second, UTC).isoformat()
-            self._second = second
-        return f"{self._stamp[:19]}.{micros // 1000:03d}{self._stamp[19:]}"
+        exc = self.formatException(record.exc_info) if record.exc_info else None
+        return encode_line(record.created, record.levelno, record.name, record.getMessage(),
+                           getattr(record, FIELDS_ATTR, {}), exc)
 
 
 def configure_logging(level: str = "INFO") -> None:
-    """JSON lines on stderr for the ``jobq worker`` process."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter())
+    """JSON lines on stderr for the ``jobq worker`` process, through one writer thread."""
+    global _writer
+    sys.stderr.flush()  # anything printed before goes first
+    if _writer is None:
+        _writer = LineWriter(sys.stderr.fileno())
+    handler = _WriterHandler(_writer)
     root = logging.getLogger()
     for existing in list(root.handlers):
         root.removeHandler(existing)
     root.addHandler(handler)
     root.setLevel(level.upper())
-    # No line shows the thread or process names, and every record would look them up:
-    # two records per job make that a measurable share of a busy worker's CPU.
+    # No line shows the thread or process names, and every record would look them up.
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     logging.getLogger("psycopg").setLevel(logging.ERROR)  # the pool's reconnect chatter; we log outages ourselves

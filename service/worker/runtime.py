@@ -54,6 +54,9 @@ from service.worker.running import Phase, RunningJob
 
 T = TypeVar("T")
 
+REAP_SECONDS = 2.0
+"""The default reap interval's ceiling (WorkerConfig.reap_seconds)."""
+
 
 
 def connections_per_process(pool_size: int, listen: bool = True) -> int:
@@ -75,7 +78,10 @@ class WorkerConfig:
     poll_seconds: float = 2.0
     """Claim at least this often (+-50 % jitter) even without a wake-up."""
     reap_seconds: float | None = None
-    """How often this worker reaps expired leases; None: half the lease, within [0.5, 30] s."""
+    """How often this worker reaps expired leases (+-50 % jitter); None: every 2 s (half the
+    lease if that is shorter, at least 0.5 s). A killed worker's job then runs again at most
+    ~3 s after its lease expired; the probe when nothing expired is one partial-index read
+    of the running jobs (docs/PERFORMANCE.md, ``bench reap``)."""
     flush_seconds: float = 0.5
     """Progress reaches the database about this long after a handler reports it."""
     touch_seconds: float = 10.0
@@ -99,7 +105,7 @@ class WorkerConfig:
     def reap_every(self) -> float:
         if self.reap_seconds is not None:
             return self.reap_seconds
-        return min(30.0, max(0.5, self.lease_seconds / 2))
+        return min(REAP_SECONDS, max(0.5, self.lease_seconds / 2))
 
 
 def make_worker_id() -> str:

@@ -285,7 +285,8 @@ def test_worker_config_is_checked(kwargs: dict) -> None:
         WorkerConfig(**kwargs)
 
 
-def test_reap_interval_follows_the_lease() -> None:
+def test_reap_interval_follows_the_lease_up_to_two_seconds() -> None:
     assert WorkerConfig(lease_seconds=2).reap_every == 1
-    assert WorkerConfig(lease_seconds=600).reap_every == 30
+    assert WorkerConfig(lease_seconds=60).reap_every == 2  # the default lease: reclaimed within ~3 s of expiry
+    assert WorkerConfig(lease_seconds=600).reap_every == 2
     assert WorkerConfig(lease_seconds=0.4).reap_every == 0.5
