@@ -1,4 +1,4 @@
-"""``python -m bench NAME [options]``: enqueue, drain, pickup, poll, scale, cost, claim, console, reap."""
+"""``python -m bench NAME [options]``: enqueue, drain, pickup, poll, scale, cost, claim, console, reap, compare."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 from bench.common import common_arguments
 
-NAMES = ("enqueue", "drain", "pickup", "poll", "scale", "cost", "claim", "console", "reap")
+NAMES = ("enqueue", "drain", "pickup", "poll", "scale", "cost", "claim", "console", "reap", "compare")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -126,8 +126,7 @@ def _crash(report: Report, url: str, args: argparse.Namespace, logs: Path, trial
         os.kill(victim.proc.pid, signal.SIGKILL)
         victim.proc.wait(10)
         killed_at = scalar(url, "SELECT now()")
-        lease = float(scalar(url, "SELECT extract(epoch FROM lease_expires_at - started_at) FROM jobs WHERE id = %s",
-                             [job.id]))
+        lease = args.lease_seconds if args.lease_seconds is not None else Settings(database_url=url).lease_seconds
         expires = scalar(url, "SELECT lease_expires_at FROM jobs WHERE id = %s", [job.id])
         again = wait_for(lambda: scalar(url, "SELECT started_at FROM job_attempts WHERE job_id = %s AND claim = 2",
                                         [job.id]), lease * 3 + 120, 0.1, "the job to run again")
