@@ -124,18 +124,36 @@ def check_page_size(limit: int) -> None:
 
 def validate_new_job(job: NewJob) -> None:
     """Reject a job that must not be stored; raise InvalidInput naming the field."""
+    _validate_new_job(job, set())
+
+
+def validate_new_jobs(jobs: Sequence[NewJob]) -> None:
+    """validate_new_job for every job of a batch; a name the batch repeats (its kind, queue,
+    tenant) is checked for storable text once, not once per job."""
+    names: set[str] = set()
+    for job in jobs:
+        _validate_new_job(job, names)
+
+
+def _storable_name(value: str, what: str, names: set[str]) -> None:
+    if value not in names:
+        storable_text(value, what)
+        names.add(value)
+
+
+def _validate_new_job(job: NewJob, names: set[str]) -> None:
     if not isinstance(job.kind, str) or not job.kind.strip():
         raise InvalidInput("kind must be a non-empty string")
     if len(job.kind) > MAX_NAME_LENGTH:
         raise InvalidInput(f"kind must be at most {MAX_NAME_LENGTH} characters")
     if not isinstance(job.payload, dict):
         raise InvalidInput(f"payload must be a JSON object, not {type(job.payload).__name__}")
-    storable_text(job.kind, "kind")
+    _storable_name(job.kind, "kind", names)
     for name in ("queue", "tenant"):
         value = getattr(job, name)
         if not isinstance(value, str) or not value.strip() or len(value) > MAX_NAME_LENGTH:
             raise InvalidInput(f"{name} must be a non-empty string of at most {MAX_NAME_LENGTH} characters")
-        storable_text(value, name)
+        _storable_name(value, name, names)
     if not is_int(job.priority) or not 0 <= job.priority <= MAX_PRIORITY:
         raise InvalidInput(f"priority must be an integer from 0 to {MAX_PRIORITY}")
     if not is_int(job.max_attempts) or not 1 <= job.max_attempts <= MAX_ATTEMPTS_LIMIT:

@@ -75,6 +75,24 @@ def test_enqueue_many_answers_in_the_order_given(store, db: Database):
         assert db.job(status.id)["payload"] == {"i": i}
 
 
+def test_a_batch_answers_each_job_as_stored_delays_and_keys_mixed(store, clock: FakeClock):
+    """The statuses are built from one summary row (PostgreSQL): each must still equal the stored job."""
+    at = clock.now() + timedelta(hours=2)
+    store.enqueue(new_job(idempotency_key="taken"))
+    jobs = [new_job(delay_seconds=0), new_job(delay_seconds=1.5), new_job(run_after=at),
+            new_job(idempotency_key="taken"), new_job(idempotency_key="fresh", delay_seconds=30), new_job()]
+
+    statuses = store.enqueue_many(jobs)
+
+    for status in statuses:
+        assert status == store.get(status.id)
+    assert statuses[1].run_after - statuses[1].created_at == timedelta(seconds=1.5)
+    assert statuses[2].run_after == at
+    assert statuses[4].run_after == statuses[4].created_at + timedelta(seconds=30)
+    new = [s.id for i, s in enumerate(statuses) if i != 3]
+    assert new == sorted(new), "ids are time-ordered in the order given"
+
+
 def test_enqueue_many_of_nothing_writes_nothing(store, db: Database):
     assert store.enqueue_many([]) == []
     assert db.count("jobs") == 0

@@ -82,12 +82,14 @@ counters AS (
 # Many jobs in one statement: the batch is one jsonb parameter, so psycopg dumps
 # one string (not twelve arrays element by element) and the plan does not depend
 # on the batch's length. A tenant's idempotency key that is already taken inserts
-# nothing: the existing job is read back by READ_BY_IDEMPOTENCY_KEYS. Only what
-# the database decides comes back (id, run_after, created_at); the rest of a new
-# job's status is what was inserted. The wake-up for idle workers rides in the
-# same statement (one round trip, one commit): an uncorrelated subquery runs once,
-# so one JOBS_QUEUED notification per statement, never per row, delivered at
-# commit; none when nothing was inserted.
+# nothing: the existing job is read back by READ_BY_IDEMPOTENCY_KEYS. The caller
+# made the ids (time-ordered, in batch order), so one row comes back whatever the
+# batch's size: the database's clock, how many rows went in, the ids that went in
+# when the batch has keys (``keyed``; without keys every row goes in or none),
+# and the run_after of the jobs not due at once. Everything else in a new job's
+# status is what was inserted. The wake-up for idle workers rides in the same
+# statement (one round trip, one commit): one JOBS_QUEUED notification per
+# statement, never per row, delivered at commit; none when nothing was inserted.
 ENQUEUE_JOBS = """
 WITH n AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS ts
@@ -105,8 +107,12 @@ FROM jsonb_to_recordset(%(batch)s::jsonb)
 ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, tenant, run_after, created_at
 ),""" + tenant_counters("inserted") + """
-SELECT inserted.id, inserted.run_after, inserted.created_at,
-       (SELECT CASE WHEN %(notify)s THEN pg_notify('jobq_jobs', %(wake_queues)s) END) AS woke
+SELECT (SELECT ts FROM n) AS created_at,
+       count(*) AS inserted,
+       CASE WHEN %(keyed)s THEN array_agg(id) END AS ids,
+       array_agg(id) FILTER (WHERE run_after <> created_at) AS later_ids,
+       array_agg(run_after) FILTER (WHERE run_after <> created_at) AS later_run_after,
+       CASE WHEN %(notify)s AND count(*) > 0 THEN pg_notify('jobq_jobs', %(wake_queues)s) END AS woke
 FROM inserted
 """
 

@@ -79,7 +79,7 @@ from service.payloads import (
     storable_error,
     storable_json,
     token_tenant,
-    validate_new_job,
+    validate_new_jobs,
 )
 from service.retry import Decision
 from service.store.base import PRUNE_BATCH, REAP_BATCH, RUNNING_JOBS_LIMIT, Clock, DatabaseHealth, Listener
@@ -377,8 +377,8 @@ class PostgresStore:
         if not jobs:
             return []
         caller = caller_connection(connection) if connection is not None else None
+        validate_new_jobs(jobs)
         for job in jobs:
-            validate_new_job(job)
             storable_json(job.payload, "payload")
         ids = [new_job_id() for _ in jobs]
         batch = [
@@ -398,7 +398,8 @@ class PostgresStore:
             }
             for job_id, job in zip(ids, jobs, strict=True)
         ]
-        params = self._params(batch=dump_batch(batch, [job.payload for job in jobs], "payload"),
+        keyed = any(job.idempotency_key is not None for job in jobs)
+        params = self._params(batch=dump_batch(batch, [job.payload for job in jobs], "payload"), keyed=keyed,
                               wake_queues=",".join(sorted({j.queue for j in jobs})))
 
         def fetch(statement: str, values: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -411,22 +412,25 @@ class PostgresStore:
         # One statement inserts and wakes the workers (autocommit, or at the caller's commit).
         # Only when an idempotency key was taken does a second one read the existing jobs
         # (committed by then: the insert waited for any transaction that held the key).
-        inserted = {row["id"]: row for row in fetch(ENQUEUE_JOBS, params)}
+        row = fetch(ENQUEUE_JOBS, params)[0]  # an aggregate answers one row
+        created_at = row["created_at"]
+        later = dict(zip(row["later_ids"] or (), row["later_run_after"] or (), strict=True))
+        inserted = set(row["ids"] or ()) if keyed else None
         existing: dict[tuple[str, str], JobStatus] = {}
-        if len(inserted) < len(jobs):
-            keyed = [j for j in jobs if j.idempotency_key is not None]
+        if row["inserted"] < len(jobs):
+            taken = [j for j in jobs if j.idempotency_key is not None]
             rows = fetch(
                 READ_BY_IDEMPOTENCY_KEYS,
-                self._params(tenants=[j.tenant for j in keyed], keys=[j.idempotency_key for j in keyed]),
+                self._params(tenants=[j.tenant for j in taken], keys=[j.idempotency_key for j in taken]),
             )
-            existing = {(row["tenant"], row["idempotency_key"]): _status(row) for row in rows}
+            existing = {(r["tenant"], r["idempotency_key"]): _status(r) for r in rows}
         statuses = []
         for job_id, job in zip(ids, jobs, strict=True):
-            row = inserted.get(job_id)
-            if row is None:
+            if inserted is not None and job_id not in inserted:
                 statuses.append(existing[(job.tenant, job.idempotency_key)])  # type: ignore[index]
             else:
-                statuses.append(queued_status(job, job_id, run_after=row["run_after"], created_at=row["created_at"]))
+                statuses.append(queued_status(job, job_id, run_after=later.get(job_id, created_at),
+                                              created_at=created_at))
         return statuses
 
     # -- the worker's hot path ------------------------------------------------------

@@ -76,7 +76,7 @@ from service.payloads import (
     dump_json,
     storable_error,
     token_tenant,
-    validate_new_job,
+    validate_new_jobs,
 )
 from service.retry import Decision
 from service.store.base import PRUNE_BATCH, REAP_BATCH, RUNNING_JOBS_LIMIT, Clock, DatabaseHealth, Listener
@@ -401,8 +401,7 @@ class SqliteStore:
                 "an enqueue inside the caller's transaction (connection=) needs PostgreSQL; "
                 "on SQLite the Queue commits each enqueue itself"
             )
-        for job in jobs:
-            validate_new_job(job)
+        validate_new_jobs(jobs)
         rows = [
             {
                 "id": str(new_job_id()),
