@@ -128,7 +128,7 @@ async def submit_job(
     status_code=202,
     response_model=BatchOut,
     summary="Submit many jobs at once",
-    responses=problem_responses(401, 413, 422, 503),
+    responses=problem_responses(401, 409, 413, 422, 503),
 )
 async def submit_batch(
     body: BatchSubmit, tenant: TenantDep, store: StoreDep, settings: SettingsDep, now: NowDep
@@ -138,8 +138,11 @@ async def submit_batch(
     More jobs never get here: ``BatchSubmit`` refuses them (422), as its schema's maxItems says."""
     for index, item in enumerate(body.jobs):
         check_payload_size(item.payload, settings.max_body_bytes, f"jobs[{index}].payload")
-    jobs = [item.to_new_job(tenant, None) for item in body.jobs]
+    jobs = [item.to_new_job(tenant, item.idempotency_key) for item in body.jobs]
     statuses = await blocking(store.enqueue_many, jobs)
+    for job, status in zip(jobs, statuses, strict=True):
+        if job.idempotency_key is not None:  # a key used before (or twice here) must name this very job
+            await _require_same_request(store, job, status)
     return BatchOut(jobs=[JobOut.of(status, poll_after_seconds(status, now)) for status in statuses])
 
 

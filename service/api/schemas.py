@@ -116,15 +116,25 @@ class JobSubmit(_Request):
         )
 
 
+class BatchJob(JobSubmit):
+    """A job of a batch: as a single submit, with its Idempotency-Key in the body."""
+
+    idempotency_key: Key | None = Field(
+        default=None,
+        description="Submit at most once per key (per tenant), as the Idempotency-Key header of a single "
+        "submit: a key already used for the same job answers that job; for another job, a 409.",
+    )
+
+
 class BatchSubmit(_Request):
-    jobs: list[JobSubmit] = Field(
+    jobs: list[BatchJob] = Field(
         # One rule, validated and published (maxItems) by the same Field: more jobs is a 422 like
         # any other schema violation. 413 is for bytes (the body caps), which a schema cannot state.
         min_length=1,
         max_length=MAX_BATCH_JOBS,
         description=f"Up to {MAX_BATCH_JOBS} jobs, stored in one round trip, all or none (more is a 422). "
-        "Batches take no idempotency keys: submit one by one with Idempotency-Key where a retry "
-        "must never duplicate a job.",
+        "A job with an idempotency_key is stored at most once: retrying a batch whose jobs all carry "
+        "keys never duplicates one.",
     )
 
 

@@ -107,6 +107,33 @@ def test_a_batch_of_1000_is_stored_in_one_round_trip_in_order(api: LiveApi, db: 
     assert [payloads[s["job_id"]] for s in statuses] == list(range(1000))
 
 
+def test_a_batch_takes_idempotency_keys_and_a_retried_batch_duplicates_nothing(api: LiveApi, db: Database) -> None:
+    http = api.http(api.token())
+    single = http.post("/v1/jobs", json={"kind": "classify", "payload": {"n": 0}}, headers={"Idempotency-Key": "k-0"})
+    jobs = [{"kind": "classify", "payload": {"n": n}, "idempotency_key": f"k-{n}"} for n in range(5)]
+
+    first = http.post("/v1/jobs/batch", json={"jobs": jobs})
+    again = http.post("/v1/jobs/batch", json={"jobs": jobs})
+
+    assert first.status_code == again.status_code == 202, first.text
+    ids = [s["job_id"] for s in first.json()["jobs"]]
+    assert ids[0] == single.json()["job_id"]  # the key a single submit used names the same job
+    assert [s["job_id"] for s in again.json()["jobs"]] == ids
+    assert db.count("jobs") == 5
+
+
+def test_a_batch_key_used_for_another_job_is_a_409(api: LiveApi, db: Database) -> None:
+    http = api.http(api.token())
+    http.post("/v1/jobs/batch", json={"jobs": [{"kind": "classify", "payload": {"n": 1}, "idempotency_key": "k"}]})
+    for jobs in (
+        [{"kind": "classify", "payload": {"n": 2}, "idempotency_key": "k"}],  # another body, an earlier batch's key
+        [{"kind": "x", "idempotency_key": "twice"}, {"kind": "y", "idempotency_key": "twice"}],  # twice in one batch
+    ):
+        problem = assert_problem(http.post("/v1/jobs/batch", json={"jobs": jobs}), 409, "idempotency-conflict")
+        assert "Idempotency-Key" in problem["detail"]
+    assert db.job(db.scalar("SELECT id FROM jobs WHERE idempotency_key = 'k'"))["payload"] == {"n": 1}
+
+
 def test_a_batch_over_1000_is_a_422_as_its_schema_says_and_writes_nothing(api: LiveApi, db: Database) -> None:
     # The status any client that reads the schema's maxItems expects (schemathesis does), whatever
     # the jobs in it: a well-formed batch that is one too long, and one with a bad job in it too.
