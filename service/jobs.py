@@ -172,6 +172,18 @@ class ItemPage:
 
 
 @dataclass(frozen=True)
+class ClaimRequest:
+    """What ``Store.claim`` takes, for a claim made together with another write
+    (``Store.complete_and_claim``): up to ``limit`` jobs for ``worker``."""
+
+    worker: str
+    queues: tuple[str, ...]
+    limit: int
+    lease_seconds: float
+    kinds: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
 class ClaimedJob:
     """A job handed to a worker: everything the handler needs, with its lease."""
 

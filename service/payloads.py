@@ -117,6 +117,15 @@ def check_lease_seconds(lease_seconds: float, what: str = "lease_seconds") -> No
         raise InvalidInput(f"{what} must be a number in (0, {MAX_LEASE_SECONDS}]")
 
 
+def check_claim(worker: str, limit: int, lease_seconds: float) -> None:
+    """A claim's arguments, as both stores check them before writing anything."""
+    if limit < 1:
+        raise InvalidInput("claim limit must be at least 1")
+    if not worker:
+        raise InvalidInput("worker must be a non-empty string")
+    check_lease_seconds(lease_seconds)
+
+
 def check_page_size(limit: int) -> None:
     if not is_int(limit) or not 1 <= limit <= MAX_PAGE_SIZE:
         raise InvalidInput(f"a page holds 1 to {MAX_PAGE_SIZE} jobs, not {limit!r}")

@@ -24,6 +24,7 @@ from service.jobs import (
     ApiToken,
     Attempt,
     ClaimedJob,
+    ClaimRequest,
     Completion,
     FailResult,
     FailureGroup,
@@ -124,6 +125,14 @@ class Store(Protocol):
         kinds: Sequence[str] | None = None,
     ) -> list[ClaimedJob]:
         """Take up to ``limit`` due jobs: running, attempts + 1, a lease from the database clock."""
+        ...
+
+    def complete_and_claim(
+        self, finished: Sequence[Completion], claim: ClaimRequest
+    ) -> tuple[list[Lease], list[ClaimedJob]]:
+        """``complete_many(finished)`` and then ``claim`` with the request, in one transaction
+        (PostgreSQL: pipelined, one round trip): a worker refills the slots its finished jobs
+        free with the same write. Returns the lost leases and the jobs claimed."""
         ...
 
     def heartbeat(

@@ -21,13 +21,14 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
 from service.errors import InvalidInput
-from service.jobs import JSON, Lease
+from service.jobs import JSON, ClaimedJob, ClaimRequest, Lease
 from service.store.base import COMPLETE_BATCH, Store
 from service.worker.logs import job_event, log_event
 from service.worker.running import RunningJob
@@ -49,14 +50,22 @@ class Finisher:
         persist: Callable[[Callable[[], Any]], Any],
         refused: Callable[[RunningJob, str, float], None],
         done: Callable[[RunningJob], None],
+        refill: Callable[[int], ClaimRequest | None] | None = None,
+        start: Callable[[list[ClaimedJob], float], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``persist`` retries a write while the database is away; ``refused`` fails a job whose result the
-        database refused; ``done`` frees the job's slot once its outcome is written (or cannot be)."""
+        database refused; ``done`` frees the job's slot once its outcome is written (or cannot be).
+        ``refill(n)`` asks for the claim that refills the n slots a batch frees (None: claim nothing,
+        the worker is stopping), made in the same transaction as the batch; ``start`` runs what it claimed."""
         self.store = store
         self.worker_id = worker_id
         self._persist = persist
         self._refused = refused
         self._done = done
+        self._refill = refill
+        self._start = start
+        self._clock = clock
         self._queue: queue.SimpleQueue[Success] = queue.SimpleQueue()
         self.batches = 0
         self.written = 0
@@ -90,8 +99,11 @@ class Finisher:
     def write(self, batch: list[Success]) -> None:
         """One statement for the batch; lost leases are reported, refused results split the batch."""
         self.batches += 1
+        request = self._refill(len(batch)) if self._refill is not None and self._start is not None else None
+        claimed: list[ClaimedJob] = []
         try:
-            lost = self._persist(lambda: self._complete(batch))
+            sent = self._clock()
+            lost, claimed = self._persist(lambda: self._complete(batch, request))
         except InvalidInput as exc:
             if len(batch) == 1:
                 success = batch[0]
@@ -103,6 +115,10 @@ class Finisher:
             for success in batch:  # one result the database refuses must not fail the others
                 self.write([success])
             return
+        if claimed:
+            # The new jobs take their slots before the finished ones give theirs up: the claim
+            # loop, woken by each freed slot, then finds none free and claims nothing.
+            self._start(claimed, sent)  # type: ignore[misc]  # set whenever request was
         lost_set = set(lost)
         for success in batch:
             job = success.running.job
@@ -114,13 +130,17 @@ class Finisher:
                 job_event("job.succeeded", job, self.worker_id, duration=success.duration)
             self._settled(success.running)
 
-    def _complete(self, batch: list[Success]) -> list[Lease]:
+    def _complete(self, batch: list[Success], request: ClaimRequest | None) -> tuple[list[Lease], list[ClaimedJob]]:
         """One try: each job's pending progress and item outcomes go with its result, read while
-        no heartbeat of the job is in flight (one writer at a time; the keeper skips meanwhile)."""
+        no heartbeat of the job is in flight (one writer at a time; the keeper skips meanwhile);
+        with a request, the claim that refills the batch's slots goes in the same transaction."""
         with ExitStack() as held:
             for success in batch:
                 held.enter_context(success.running.writing)
-            return self.store.complete_many([s.running.completion(s.result) for s in batch])
+            completions = [s.running.completion(s.result) for s in batch]
+            if request is None:
+                return self.store.complete_many(completions), []
+            return self.store.complete_and_claim(completions, request)
 
     def _settled(self, running: RunningJob) -> None:
         running.finished()

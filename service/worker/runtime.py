@@ -37,7 +37,17 @@ from types import FrameType
 from typing import TypeVar
 
 from service.errors import InvalidInput, LeaseLost, StoreUnavailable
-from service.jobs import MAX_PAGE_SIZE, ClaimedJob, ItemPage, ItemQuery, JobItem, JobState, Lease, WorkerInfo
+from service.jobs import (
+    MAX_PAGE_SIZE,
+    ClaimedJob,
+    ClaimRequest,
+    ItemPage,
+    ItemQuery,
+    JobItem,
+    JobState,
+    Lease,
+    WorkerInfo,
+)
 from service.maintenance.reaper import Reaper
 from service.payloads import check_lease_seconds
 from service.retry import RetryPolicy
@@ -155,7 +165,7 @@ class Worker:
         )
         self.reaper = Reaper(store, self.retry_policy)
         self.finisher = Finisher(store, self.id, persist=self._persist, refused=self._refused,
-                                 done=self._free_slot)
+                                 done=self._free_slot, refill=self._refill, start=self._start_jobs, clock=clock)
         self._job_threads = JobThreads(self._run_job)
         self.started = threading.Event()  # registered and claiming (tests wait on it)
         self.claimed = 0
@@ -248,6 +258,17 @@ class Worker:
                     continue  # every slot is taken: wait for one to free (next round)
             self._wake.wait(jittered(self.config.poll_seconds))
 
+    def _refill(self, freed: int) -> ClaimRequest | None:
+        """The claim the finisher makes with a batch of results: one job for each slot the batch frees
+        (prefetch stays one per slot), none once the worker is stopping."""
+        if self._stopping.is_set():
+            return None
+        return ClaimRequest(self.id, self.queues, freed, self.config.lease_seconds, self.kinds)
+
+    def _start_jobs(self, jobs: list[ClaimedJob], sent: float) -> None:
+        for job in jobs:
+            self._start_job(job, sent)
+
     def _start_job(self, job: ClaimedJob, sent: float) -> None:
         spec = self.app.spec(job.kind)
         running = RunningJob(
@@ -262,7 +283,7 @@ class Worker:
             # Keyed by the lease, not the job id: this worker may claim a job again (a new
             # attempt) while the thread of its abandoned earlier attempt is still running.
             self._running[job.lease] = running
-        self.claimed += 1
+            self.claimed += 1  # two threads claim: the claim loop and the finisher
         job_event("job.claimed", job, self.id, max_attempts=job.max_attempts)
         self._job_threads.submit(running)
 

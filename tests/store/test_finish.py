@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from service.errors import InvalidInput, InvalidTransition, JobNotFound
-from service.jobs import Completion, FailResult, JobState
+from service.jobs import ClaimRequest, Completion, FailResult, JobState
 from service.retry import RetryPolicy
 from tests.conftest import Database, FakeClock
 from tests.store.builders import claim_one, fail_job, new_job
@@ -50,6 +50,49 @@ def test_complete_takes_the_handlers_final_progress(store):
     assert (store.get(counted.id).done, store.get(counted.id).total) == (3, None)
     assert (store.get(sized.id).done, store.get(sized.id).total) == (5, 5)  # a finished job is fully done
     assert (store.get(heartbeat_only.id).done, store.get(heartbeat_only.id).total) == (8, 8)
+
+
+def test_complete_and_claim_finishes_the_batch_and_refills_its_slots(store, db: Database, clock: FakeClock):
+    store.enqueue_many([new_job(payload={"n": n}) for n in range(5)])
+    first, second = store.claim("worker-a", ["default"], 2, 30)
+    stolen = claim_one(store, "worker-b")
+    clock.advance(3)
+    store.heartbeat(stolen.lease, 30)
+    lost_lease = dataclasses.replace(stolen.lease, owner="worker-a")  # a token worker-a never held
+
+    lost, claimed = store.complete_and_claim(
+        [Completion(first.lease, {"ok": 1}), Completion(second.lease, {"ok": 2}), Completion(lost_lease, "x")],
+        ClaimRequest("worker-a", ("default",), 3, 30),
+    )
+
+    assert lost == [lost_lease]
+    assert store.get_result(first.id) == {"ok": 1} and store.get_result(second.id) == {"ok": 2}
+    assert store.get(stolen.id).state is JobState.RUNNING  # the lost lease wrote nothing
+    assert len(claimed) == 2  # as many as were left: never more than the limit
+    for job in claimed:
+        status = store.get(job.id)
+        assert (status.state, status.lease_owner, status.attempts) == (JobState.RUNNING, "worker-a", 1)
+        assert status.lease_expires_at == clock.now() + timedelta(seconds=30)
+        assert [a["outcome"] for a in db.attempts(job.id)] == [None]
+    assert [job.id for job in claimed] == sorted(job.id for job in claimed)
+
+
+def test_complete_and_claim_with_nothing_left_to_claim_still_completes(store):
+    store.enqueue(new_job())
+    job = claim_one(store, "worker-a")
+
+    assert store.complete_and_claim([Completion(job.lease, None)], ClaimRequest("worker-a", ("default",), 1, 30)) \
+        == ([], [])
+    assert store.get(job.id).state is JobState.SUCCEEDED
+
+
+def test_complete_and_claim_refuses_a_bad_claim_before_writing(store):
+    store.enqueue(new_job())
+    job = claim_one(store, "worker-a")
+
+    with pytest.raises(InvalidInput):
+        store.complete_and_claim([Completion(job.lease, None)], ClaimRequest("worker-a", ("default",), 0, 30))
+    assert store.get(job.id).state is JobState.RUNNING
 
 
 @pytest.mark.parametrize("done, total", [(-1, None), (6, 5), (True, None), (1, "5")])

@@ -246,7 +246,8 @@ def test_shutdown_hands_running_jobs_back_after_the_grace(live_store: Store, db:
 class FlakyStore:
     """A real store whose worker-side calls fail with StoreUnavailable while ``down`` is set."""
 
-    FLAKY = {"claim", "heartbeat", "complete", "complete_many", "fail", "release", "acknowledge_cancel", "reap", "touch_worker"}
+    FLAKY = {"claim", "heartbeat", "complete", "complete_many", "complete_and_claim", "fail", "release",
+             "acknowledge_cancel", "reap", "touch_worker"}
 
     def __init__(self, store: Store) -> None:
         self._store = store

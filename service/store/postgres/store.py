@@ -42,6 +42,7 @@ from service.jobs import (
     Attempt,
     AttemptOutcome,
     ClaimedJob,
+    ClaimRequest,
     Completion,
     FailResult,
     FailureGroup,
@@ -70,6 +71,7 @@ from service.jobs import (
 )
 from service.limits import Limit, ScopeUsage, check_scope, job_scopes
 from service.payloads import (
+    check_claim,
     check_lease_seconds,
     check_page_size,
     check_progress,
@@ -442,25 +444,25 @@ class PostgresStore:
         lease_seconds: float,
         kinds: Sequence[str] | None = None,
     ) -> list[ClaimedJob]:
-        if limit < 1:
-            raise InvalidInput("claim limit must be at least 1")
-        if not worker:
-            raise InvalidInput("worker must be a non-empty string")
-        check_lease_seconds(lease_seconds)
-        rows = self._fetchall(
-            CLAIM_JOBS,
-            self._params(
-                worker=worker,
-                queues=list(queues),
-                limit=limit,
-                visit=tenants_to_visit(limit),
-                cursor=self._claim_cursor,
-                lease_seconds=float(lease_seconds),
-                kinds=list(kinds) if kinds is not None else None,
-            ),
+        request = ClaimRequest(worker, tuple(queues), limit, lease_seconds, tuple(kinds) if kinds is not None else None)
+        statement, params = self._claim_statement(request)
+        return self._claimed(request, self._fetchall(statement, params))
+
+    def _claim_statement(self, request: ClaimRequest) -> tuple[str, dict[str, Any]]:
+        check_claim(request.worker, request.limit, request.lease_seconds)
+        return CLAIM_JOBS, self._params(
+            worker=request.worker,
+            queues=list(request.queues),
+            limit=request.limit,
+            visit=tenants_to_visit(request.limit),
+            cursor=self._claim_cursor,
+            lease_seconds=float(request.lease_seconds),
+            kinds=list(request.kinds) if request.kinds is not None else None,
         )
+
+    def _claimed(self, request: ClaimRequest, rows: list[dict[str, Any]]) -> list[ClaimedJob]:
         self._claim_cursor = advance_cursor(self._claim_cursor, (row["tenant"] for row in rows))
-        return [claimed_job(row, worker, _READ) for row in rows]
+        return [claimed_job(row, request.worker, _READ) for row in rows]
 
     def heartbeat(
         self,
@@ -495,25 +497,38 @@ class PostgresStore:
     def complete_many(self, finished: Sequence[Completion]) -> list[Lease]:
         if not finished:
             return []
-        for item in finished:
-            check_progress(item.done, item.total)
-        items = _item_batch([(item.lease, item.items) for item in finished])
         finished = sorted(finished, key=lambda item: item.lease.job_id)  # rows lock in id order
-        batch = json.dumps([
-            {
-                "job_id": str(item.lease.job_id),
-                "claim": item.lease.claim,
-                "attempt": item.lease.attempt,
-                "owner": item.lease.owner,
-                "result_id": str(new_job_id()),
-                "body": dump_json(item.result, "result"),  # JSON text in a JSON string: a null result stays JSON null
-                "done": item.done,
-                "total": item.total,
-            }
-            for item in finished
-        ])
-        rows = self._fetchall(COMPLETE_JOBS, self._params(batch=batch, items=items))
-        written = {row["id"] for row in rows}
+        rows = self._fetchall(COMPLETE_JOBS, self._complete_params(finished))
+        return self._lost(finished, rows)
+
+    def complete_and_claim(
+        self, finished: Sequence[Completion], claim: ClaimRequest
+    ) -> tuple[list[Lease], list[ClaimedJob]]:
+        # COMPLETE_JOBS and the claim statement as they are, one after the other in one
+        # transaction, pipelined: BEGIN, both statements and COMMIT leave in one send and
+        # their answers come back together, so a steady worker pays one round trip and one
+        # commit per batch of jobs, finished and refilled.
+        finished = sorted(finished, key=lambda item: item.lease.job_id)
+        complete_params = self._complete_params(finished) if finished else None
+        claim_statement, claim_params = self._claim_statement(claim)
+
+        def run() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+            with self._connection() as conn:
+                with conn.pipeline():
+                    with conn.transaction():
+                        done = conn.execute(COMPLETE_JOBS, complete_params) if complete_params else None
+                        got = conn.execute(claim_statement, claim_params)
+                return (done.fetchall() if done is not None else []), got.fetchall()
+
+        completed, claimed = self._retrying(run)
+        return self._lost(finished, completed), self._claimed(claim, claimed)
+
+    def _complete_params(self, finished: Sequence[Completion]) -> dict[str, Any]:
+        return self._params(batch=_completion_batch(finished),
+                            items=_item_batch([(item.lease, item.items) for item in finished]))
+
+    def _lost(self, finished: Sequence[Completion], written_rows: list[dict[str, Any]]) -> list[Lease]:
+        written = {row["id"] for row in written_rows}
         return [
             item.lease
             for item in finished
@@ -722,6 +737,25 @@ def _item_batch(outcomes: Sequence[tuple[Lease, Sequence[ItemOutcome]]]) -> str:
     """The item outcomes of one statement as one JSON parameter (see ITEM_INPUT); each
     result is JSON text inside it, read back as jsonb."""
     return json.dumps([row for lease, items in outcomes for row in item_rows(lease, items)])
+
+
+def _completion_batch(finished: Sequence[Completion]) -> str:
+    """COMPLETE_JOBS's batch parameter: one JSON document, in the (id) order given."""
+    for item in finished:
+        check_progress(item.done, item.total)
+    return json.dumps([
+        {
+            "job_id": str(item.lease.job_id),
+            "claim": item.lease.claim,
+            "attempt": item.lease.attempt,
+            "owner": item.lease.owner,
+            "result_id": str(new_job_id()),
+            "body": dump_json(item.result, "result"),  # JSON text in a JSON string: a null result stays JSON null
+            "done": item.done,
+            "total": item.total,
+        }
+        for item in finished
+    ])
 
 
 def _fence(lease: Lease) -> dict[str, Any]:

@@ -43,6 +43,7 @@ from service.jobs import (
     Attempt,
     AttemptOutcome,
     ClaimedJob,
+    ClaimRequest,
     Completion,
     FailResult,
     FailureGroup,
@@ -69,6 +70,7 @@ from service.jobs import (
 )
 from service.limits import Limit, ScopeUsage, check_scope, job_scopes, rate_window
 from service.payloads import (
+    check_claim,
     check_lease_seconds,
     check_page_size,
     check_progress,
@@ -439,11 +441,7 @@ class SqliteStore:
         lease_seconds: float,
         kinds: Sequence[str] | None = None,
     ) -> list[ClaimedJob]:
-        if limit < 1:
-            raise InvalidInput("claim limit must be at least 1")
-        if not worker:
-            raise InvalidInput("worker must be a non-empty string")
-        check_lease_seconds(lease_seconds)
+        check_claim(worker, limit, lease_seconds)
         kinds_json = json.dumps(list(kinds)) if kinds is not None else None
         with self._write() as (conn, now):
             picked = self._pick(conn, now, list(queues), kinds_json, limit)
@@ -588,6 +586,14 @@ class SqliteStore:
                 _store_items(conn, rows, now)
                 _close_attempt(conn, lease, now, AttemptOutcome.SUCCEEDED)
         return lost
+
+    def complete_and_claim(
+        self, finished: Sequence[Completion], claim: ClaimRequest
+    ) -> tuple[list[Lease], list[ClaimedJob]]:
+        # Two write transactions, one after the other: a local file has no round trip to save.
+        check_claim(claim.worker, claim.limit, claim.lease_seconds)
+        lost = self.complete_many(finished)
+        return lost, self.claim(claim.worker, claim.queues, claim.limit, claim.lease_seconds, claim.kinds)
 
     def fail(self, lease: Lease, error: str, decision: Decision) -> FailResult:
         if not isinstance(error, str) or not error.strip():
