@@ -6,7 +6,7 @@ import argparse
 import importlib
 import sys
 
-from bench.common import common_arguments
+from bench.common import CODE, ROOT, common_arguments
 
 NAMES = ("enqueue", "drain", "pickup", "poll", "scale", "cost", "claim", "console", "reap", "compare")
 
@@ -23,6 +23,7 @@ def main(argv: list[str] | None = None) -> int:
         common_arguments(sub)
         module.add_arguments(sub)
     args = parser.parse_args(argv)
+    CODE["root"] = args.code.resolve() if args.code else ROOT
     report = modules[args.name].run(args)
     report.finish()
     return 0

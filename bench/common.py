@@ -193,9 +193,14 @@ def flush_stats(conn: psycopg.Connection[Any], settle: float = SETTLE_SECONDS) -
 # -- processes --------------------------------------------------------------------------------
 
 
+CODE = {"root": ROOT}
+"""Where the worker and API processes load jobq from: this checkout, or another one
+(``--code PATH``: an A/B of two versions under the same bench, interleaved)."""
+
+
 def python_env(database_url: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBQ_")}
-    env.update({"PYTHONPATH": str(ROOT), "JOBQ_DATABASE_URL": database_url, **extra})
+    env.update({"PYTHONPATH": str(CODE["root"]), "JOBQ_DATABASE_URL": database_url, **extra})
     return env
 
 
@@ -220,7 +225,7 @@ class WorkerProcess:
             stdout=out,
             stderr=out,
             env=python_env(database_url, **(env or {})),
-            cwd=ROOT,
+            cwd=CODE["root"],
         )
 
     def stop(self, timeout: float = 20.0) -> int | None:
@@ -278,7 +283,7 @@ class ApiProcess:
             stdout=out,
             stderr=out,
             env=python_env(database_url, **extra),
-            cwd=ROOT,
+            cwd=CODE["root"],
         )
         wait_for(self._answers, 30, 0.1, "the API to answer")
 
@@ -349,6 +354,8 @@ def common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep", action="store_true", help="keep the bench database afterwards")
     parser.add_argument("--settle-seconds", type=float, default=SETTLE_SECONDS,
                         help="wait for backends to report statistics before reading counters")
+    parser.add_argument("--code", type=Path, default=None,
+                        help="run the worker and API processes from this checkout instead (A/B runs)")
     parser.add_argument("--synchronous-commit", choices=["on", "off"], default="on",
                         help="off: the bench database's commits do not wait for the WAL flush (diagnostic: "
                         "what the CPU allows when the disk is not the limit); never jobq's default")

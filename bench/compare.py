@@ -219,7 +219,7 @@ class _PgqProcess:
         self._out = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen([sys.executable, "-m", "bench.pgqueuer_worker", url, *options],
                                      stdin=subprocess.DEVNULL, stdout=self._out, stderr=self._out,
-                                     env=python_env(url), cwd=ROOT)
+                                     env={**python_env(url), "PYTHONPATH": str(ROOT)}, cwd=ROOT)
 
     def stop(self) -> None:
         self.proc.terminate()

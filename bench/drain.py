@@ -27,12 +27,15 @@ import tempfile
 import time
 from pathlib import Path
 
+import psycopg
+
 from bench.common import (
     BackendCpu,
     Report,
     WorkerProcess,
     bench_database,
     cpu_seconds,
+    database_counters,
     load_average,
     median,
     pgbench_tps,
@@ -84,6 +87,7 @@ def run(args: argparse.Namespace) -> Report:
                            runs=[round(r) for r in rates],
                            worker_cpu_us_per_job=median([r[1] for r in runs]),
                            postgres_cpu_us_per_job=median([r[2] for r in runs]),
+                           statements_per_job=median([r[3] for r in runs]),
                            all_succeeded=True, load=load_average())
     if args.pgbench_seconds > 0:
         for clients in (1, 8):
@@ -93,8 +97,12 @@ def run(args: argparse.Namespace) -> Report:
 
 
 def _drain_once(args: argparse.Namespace, url: str, processes: int, concurrency: int, limit: int | None,
-                log_prefix: Path) -> tuple[float, float, float]:
-    """(jobs/s, worker CPU µs per job, PostgreSQL backend CPU µs per job)."""
+                log_prefix: Path) -> tuple[float, float, float, float]:
+    """(jobs/s, worker CPU µs per job, PostgreSQL backend CPU µs per job, statements per job).
+
+    Statements are committed transactions (each autocommit statement is one) from
+    pg_stat_database, read after the workers exited (a backend reports its counts when
+    it ends); they include the bench's own polls for the end of the drain, ten a second."""
     reset_jobs(url)
     env = {"JOBQ_NOTIFY": "true" if args.notify == "on" else "false"}
     if args.pool_size:
@@ -106,6 +114,8 @@ def _drain_once(args: argparse.Namespace, url: str, processes: int, concurrency:
     try:
         wait_for(lambda: workers_registered(url, processes), 60, 0.1, "the workers to register")
         time.sleep(1.0)  # their listeners connect, their first (empty) claims pass
+        with psycopg.connect(url, autocommit=True) as conn:
+            commits_before = database_counters(conn)["xact_commit"]
         backends = BackendCpu(url)
         backends.start()
         worker_cpu = sum(cpu_seconds(w.proc.pid) for w in workers)
@@ -126,6 +136,9 @@ def _drain_once(args: argparse.Namespace, url: str, processes: int, concurrency:
         postgres_cpu = backends.stop()
     finally:
         codes = [w.stop() for w in workers]
+    time.sleep(1.0)  # the workers' backends end and report their counts
+    with psycopg.connect(url, autocommit=True) as conn:
+        statements = database_counters(conn)["xact_commit"] - commits_before
     succeeded = int(scalar(url, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"))
     if succeeded != args.jobs:
         raise RuntimeError(f"{succeeded} of {args.jobs} jobs succeeded (worker exit codes {codes}; logs {log_prefix}-*)")
@@ -133,4 +146,5 @@ def _drain_once(args: argparse.Namespace, url: str, processes: int, concurrency:
         url,
         "SELECT extract(epoch FROM (SELECT max(finished_at) FROM jobs) - (SELECT min(started_at) FROM job_attempts))",
     ))
-    return args.jobs / span, worker_cpu / args.jobs * 1e6, postgres_cpu / args.jobs * 1e6
+    per_job = 1e6 / args.jobs
+    return args.jobs / span, worker_cpu * per_job, postgres_cpu * per_job, statements / args.jobs
