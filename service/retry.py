@@ -2,8 +2,8 @@
 
 This is the one place the decision is made. The worker asks :meth:`RetryPolicy.decide`
 when a handler fails, the reaper asks :meth:`RetryPolicy.delays_by_attempt` before it
-reclaims expired leases (an expired lease is a retryable failure), and the stores
-persist what they are told: they hold no policy.
+reclaims expired leases (an expired lease is a retryable failure, due again at once),
+and the stores persist what they are told: they hold no policy.
 
 Backoff is exponential with full jitter (the delay is uniform in
 ``[0, min(cap, base * 2 ** (attempt - 1))]``), so jobs that failed together do
@@ -55,8 +55,13 @@ class RetryPolicy:
             return Retry(self.delay(attempt, rng))
         return GiveUp()
 
-    def delays_by_attempt(self, rng: random.Random | None = None) -> list[float]:
+    def delays_by_attempt(self) -> list[float]:
         """The reaper's decision, made before it knows which jobs expired: element ``a - 1``
-        is the delay for a job whose attempt ``a`` lost its lease, if attempts remain
-        (``decide`` with ``retryable=True``). Drawn anew for every reap batch."""
-        return [self.delay(attempt, rng) for attempt in range(1, MAX_ATTEMPTS_LIMIT + 1)]
+        is the delay for a job whose attempt ``a`` lost its lease, if attempts remain.
+
+        No backoff: an expired lease has already kept the job from running for about a
+        lease (60 s by default) since its worker died, which spaces the attempts of a job
+        that kills its worker more than the backoff would (2 s, 4 s, ...), and a job whose
+        worker merely crashed should run again at once. A crash-looping job still fails
+        after ``max_attempts``: the attempt is charged at claim."""
+        return [0.0] * MAX_ATTEMPTS_LIMIT

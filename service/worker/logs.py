@@ -208,7 +208,7 @@ def job_event(
     log_event(event, level, **values)
 
 
-_quote = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]  # C; what the encoder itself uses
+_quote = json.encoder.encode_basestring_ascii  # C; what the encoder itself uses
 _heads: dict[tuple[int, str, str], str] = {}
 _places: dict[tuple[str, str], str] = {}
 
