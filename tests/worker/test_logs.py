@@ -106,7 +106,7 @@ def test_sigkill_loses_only_the_last_few_milliseconds_of_lines(tmp_path: Path) -
     assert written == list(range(len(written)))
     lost = logged - len(written)
     rate = logged / 3.0
-    assert logged > 1000
+    assert logged > 200  # the child ran (a loaded machine may give it little CPU)
     # GATHER_SECONDS (2 ms), then the GIL: the writer waits up to the switch interval (5 ms) for
     # it each time it wakes, so a CPU-bound child loses ~20-40 ms of lines; a batching writer
     # that buffered for a second, or until exit, would lose far more.
