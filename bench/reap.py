@@ -38,6 +38,7 @@ from bench.common import (
 )
 from service.config import Settings
 from service.jobs import Completion, NewJob
+from service.retry import RetryPolicy
 from service.store import open_store
 
 
@@ -74,14 +75,15 @@ def _probe(report: Report, url: str, running: int, churned: int, trials: int) ->
             store.enqueue_many([NewJob(kind="noop") for _ in range(running)])
             claimed = store.claim("bench-holder", ["default"], running, 3_600)
             assert len(claimed) == running
+        delays = RetryPolicy().delays_by_attempt()
         for _ in range(10):
-            store.reap()  # prepared (psycopg prepares after 5 runs), as on a worker that has run a while
+            store.reap(delays)  # prepared (psycopg prepares after 5 runs), as on a worker that has run a while
         backends = BackendCpu(url)
         backends.start()
         times = []
         for _ in range(trials):
             started = time.perf_counter()
-            result = store.reap()
+            result = store.reap(delays)
             times.append((time.perf_counter() - started) * 1000)
             assert result.total == 0
         cpu = backends.stop()
