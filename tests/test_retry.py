@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 
-
 from service.payloads import MAX_ATTEMPTS_LIMIT
 from service.retry import GiveUp, Retry, RetryPolicy
 
