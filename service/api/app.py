@@ -20,6 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Receive, Scope, Send
 
 from service.api.coalesce import CoalescedStatusReads
 from service.api.dependencies import DEFAULT_TENANT
@@ -62,7 +63,7 @@ class JobqApi(FastAPI):
 
     fast_poll: StatusPollFastPath | None = None  # None: every request goes to the routes
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.fast_poll is not None and await self.fast_poll.answered(scope, send):
             return
         await super().__call__(scope, receive, send)

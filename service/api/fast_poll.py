@@ -24,6 +24,7 @@ import uuid
 from typing import Any
 
 from pydantic import TypeAdapter
+from starlette.types import Scope, Send
 
 from service.api.auth import hash_token, plausible
 from service.api.dependencies import DEFAULT_TENANT
@@ -40,7 +41,7 @@ class StatusPollFastPath:
     def __init__(self, state: Any) -> None:
         self.state = state  # the FastAPI app's state: settings, clock, status_reads (once started)
 
-    async def answered(self, scope: dict[str, Any], send: Any) -> bool:
+    async def answered(self, scope: Scope, send: Send) -> bool:
         """True if this was a plain poll it has answered; False leaves the request to the app."""
         if scope["type"] == "http" and scope["method"] == "GET" and not scope.get("query_string"):
             found = _PATH.fullmatch(scope["path"])
@@ -53,7 +54,7 @@ class StatusPollFastPath:
                     return True
         return False
 
-    async def _answer(self, scope: dict[str, Any], job_id: str) -> tuple[list[tuple[bytes, bytes]], bytes] | None:
+    async def _answer(self, scope: Scope, job_id: str) -> tuple[list[tuple[bytes, bytes]], bytes] | None:
         reads = getattr(self.state, "status_reads", None)
         settings = getattr(self.state, "settings", None)
         if reads is None or settings is None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 from typing import Annotated, Any
@@ -72,7 +71,7 @@ def migrate(ctx: typer.Context) -> None:
     print(f"jobq: schema is at the newest migration ({redact(url)})", file=sys.stderr)
 
 
-_DEFAULTS = {f.name: f.default for f in dataclasses.fields(NewJob)}
+_DEFAULTS = NewJob(kind="-", payload={})  # the options default to what a NewJob does
 
 
 @app.command()
@@ -86,16 +85,12 @@ def enqueue(
             help="The handler's input, a JSON object; @FILE reads it from a file, - from stdin.",
         ),
     ] = "{}",
-    queue: Annotated[str, typer.Option(metavar="Q")] = _DEFAULTS["queue"],
-    priority: Annotated[int, typer.Option(metavar="N", help="0..1000; higher runs first.")] = _DEFAULTS[
-        "priority"
-    ],
-    max_attempts: Annotated[int, typer.Option(metavar="N", help="1..100 attempts before it fails.")] = _DEFAULTS[
-        "max_attempts"
-    ],
+    queue: Annotated[str, typer.Option(metavar="Q")] = _DEFAULTS.queue,
+    priority: Annotated[int, typer.Option(metavar="N", help="0..1000; higher runs first.")] = _DEFAULTS.priority,
+    max_attempts: Annotated[int, typer.Option(metavar="N", help="1..100 attempts before it fails.")] = _DEFAULTS.max_attempts,
     total: Annotated[int | None, typer.Option(metavar="N", help="Items to do, for progress.")] = None,
     delay: Annotated[float, typer.Option(metavar="SECONDS", help="Run no sooner than this.")] = 0.0,
-    tenant: Annotated[str, typer.Option(metavar="T")] = _DEFAULTS["tenant"],
+    tenant: Annotated[str, typer.Option(metavar="T")] = _DEFAULTS.tenant,
     idempotency_key: Annotated[
         str | None,
         typer.Option(metavar="K", help="Enqueue once per tenant and key; a repeat prints the first job's id."),
@@ -171,7 +166,7 @@ def list_jobs(
     ] = None,
     kind: Annotated[str | None, typer.Option(metavar="K")] = None,
     queue: Annotated[str | None, typer.Option(metavar="Q")] = None,
-    tenant: Annotated[str, typer.Option(metavar="T")] = _DEFAULTS["tenant"],
+    tenant: Annotated[str, typer.Option(metavar="T")] = _DEFAULTS.tenant,
     limit: Annotated[int, typer.Option(metavar="N", help="Jobs per page, 1..200.")] = 50,
     after: Annotated[
         str | None, typer.Option(metavar="JOB_ID", help="The next page: the id the previous page named.")

@@ -33,6 +33,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from types import FrameType
 from typing import TypeVar
 
@@ -444,7 +445,7 @@ class Worker:
             running.ctx.request_stop(StopReason.SHUTDOWN)
             self.keeper.renew(running, wait=True)  # the item outcomes so far stay done
             try:
-                self._persist(lambda r=running: self.store.release(r.job.lease), deadline=release_deadline)
+                self._persist(partial(self.store.release, running.job.lease), deadline=release_deadline)
                 job_event("job.released", running.job, self.id, duration=self.clock() - running.started)
             except LeaseLost:
                 job_event("job.lease_lost", running.job, self.id, level=logging.WARNING,

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import psycopg
 from psycopg.pq import ExecStatus
@@ -205,7 +205,8 @@ class PostgresStore:
         with translate_errors():
             try:
                 with self._pool.connection() as conn:
-                    yield conn
+                    # The pool's connections are made with row_factory=dict_row (see __init__).
+                    yield cast("psycopg.Connection[dict[str, Any]]", conn)
             except PoolTimeout as exc:
                 raise StoreUnavailable(f"no PostgreSQL connection: {self._why_unreachable()}") from exc
 
@@ -219,13 +220,13 @@ class PostgresStore:
 
     def _retrying(self, operation: Callable[[], T]) -> T:
         """Retry deadlocks and serialization failures with jitter; nothing else."""
-        for attempt in range(_RETRIES):
+        for tries in range(_RETRIES):
             try:
                 return operation()
             except Retryable as exc:
-                if attempt == _RETRIES - 1:
+                if tries == _RETRIES - 1:
                     raise StoreUnavailable(f"gave up after {_RETRIES} tries: {exc}") from exc
-                time.sleep(random.uniform(0, 0.01 * 2**attempt))
+                time.sleep(random.uniform(0, 0.01 * 2**tries))
         raise AssertionError("unreachable")
 
     def _fetchall(self, statement: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:

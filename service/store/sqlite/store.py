@@ -20,7 +20,7 @@ import threading
 import urllib.parse
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -891,7 +891,7 @@ def _fail_result(state: str, run_after: str | None) -> FailResult:
 _READ = Readers(time=from_text, ident=uuid.UUID, names=lambda text: tuple(json.loads(text)), json=json.loads)
 
 
-def _status(row: sqlite3.Row) -> JobStatus:
+def _status(row: Mapping[str, Any]) -> JobStatus:  # a sqlite3.Row reads as one
     return job_status(row, _READ)
 
 
