@@ -189,7 +189,7 @@ class Queue:
         given = {name: value for name, value in options.items() if value is not None}
         if isinstance(payload, Mapping):
             payload = dict(payload)  # a copy: the caller may change its dict after the call
-        job = NewJob(kind=kind, payload={} if payload is None else payload, tenant=self.tenant, **given)  # type: ignore[arg-type]
+        job = NewJob(kind=kind, payload={} if payload is None else payload, tenant=self.tenant, **given)
         validate_new_job(job)
         check_payload_size(job.payload, self.settings.max_body_bytes)
         return job

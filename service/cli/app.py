@@ -28,7 +28,7 @@ import json
 import logging
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -208,16 +208,21 @@ def redact(url: str) -> str:
 _click_exceptions = importlib.import_module(typer.BadParameter.__module__)
 
 
+def _returning(value: str | None) -> Callable[..., Any]:
+    """A stand-in for one of typer's display methods that answers ``value`` whatever it is asked."""
+    return lambda *args, **kwargs: value
+
+
 def _plain_help(command: Any) -> None:
     """Help as click spells it: ``KIND`` and ``--port PORT``, not typer's ``{KIND}``,
     ``KIND <str>`` and ``--port <int range>``. The type is noise; the help line says what to give."""
     for param in getattr(command, "params", []):
         metavar = param.metavar or (param.name or "value").upper()
         if isinstance(param, typer.core.TyperArgument):
-            param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
-            param._usage_display_name = lambda metavar=metavar: metavar  # type: ignore[attr-defined]
+            param.display_type_rich = _returning(None)  # type: ignore[method-assign]
+            param._usage_display_name = _returning(metavar)  # type: ignore[method-assign]
         elif isinstance(param, typer.core.TyperOption):
-            param.display_type_rich = lambda ctx, metavar=metavar: metavar  # type: ignore[method-assign]
+            param.display_type_rich = _returning(metavar)  # type: ignore[method-assign]
     for sub in getattr(command, "commands", {}).values():
         _plain_help(sub)
 
