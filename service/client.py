@@ -270,9 +270,7 @@ class Client:
         )
         return Job.from_json(response.json(), etag=response.headers.get("ETag"))
 
-    def wait(
-        self, job_id: uuid.UUID | str, timeout: float | None = None, *, long_poll: bool = True
-    ) -> Job:
+    def wait(self, job_id: uuid.UUID | str, timeout: float | None = None, *, long_poll: bool = True) -> Job:
         """Block until the job is terminal; return it if it succeeded.
 
         Raises JobFailed (with the job's error) or JobCancelled, and TimeoutError

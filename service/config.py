@@ -26,9 +26,7 @@ class Settings(BaseSettings):
         description="Send LISTEN/NOTIFY wake-ups on PostgreSQL. Turn off behind "
         "PgBouncer in transaction mode; workers then rely on polling alone.",
     )
-    pool_size: int = Field(
-        default=2, ge=1, le=64, description="Database connections per process (PostgreSQL)."
-    )
+    pool_size: int = Field(default=2, ge=1, le=64, description="Database connections per process (PostgreSQL).")
     lease_seconds: float = Field(default=60.0, gt=0, le=MAX_LEASE_SECONDS)
     retry_base_seconds: float = Field(default=2.0, ge=0)
     retry_cap_seconds: float = Field(default=600.0, ge=0)
@@ -45,7 +43,9 @@ class Settings(BaseSettings):
         default=16_777_216, ge=1_024, description="Largest body of POST /v1/jobs/batch in bytes; 413 above."
     )
     api_pool_size: int = Field(
-        default=4, ge=1, le=64,
+        default=4,
+        ge=1,
+        le=64,
         description="Database connections per API process (PostgreSQL), plus one for long-poll wake-ups.",
     )
 

@@ -65,8 +65,17 @@ class Reason:
 
 
 REASON_CODES = (
-    "not_due", "no_worker_for_queue", "no_worker_for_kind", "scope_full", "rate_limited", "in_line",
-    "running", "stale", "succeeded", "failed", "cancelled",
+    "not_due",
+    "no_worker_for_queue",
+    "no_worker_for_kind",
+    "scope_full",
+    "rate_limited",
+    "in_line",
+    "running",
+    "stale",
+    "succeeded",
+    "failed",
+    "cancelled",
 )
 
 
@@ -101,8 +110,10 @@ def _queued(facts: JobFacts) -> list[Reason]:
         last = facts.last_attempt
         if status.attempts > 0 and status.error:
             number = last.attempt if last is not None else status.attempts
-            message = (f"due at {_at(status.run_after)} (in {wait}): a retry backoff after attempt {number}"
-                       f" of {status.max_attempts}, whose error was: {status.error.splitlines()[0]}")
+            message = (
+                f"due at {_at(status.run_after)} (in {wait}): a retry backoff after attempt {number}"
+                f" of {status.max_attempts}, whose error was: {status.error.splitlines()[0]}"
+            )
             details = {"due_at": _at(status.run_after), "after_attempt": number, "error": status.error}
         else:
             message = f"due at {_at(status.run_after)} (in {wait}): it was submitted with a delay"
@@ -110,69 +121,104 @@ def _queued(facts: JobFacts) -> list[Reason]:
         reasons.append(Reason("not_due", message, details))
     serving = [w for w in facts.live_workers if status.queue in w.queues]
     if not serving:
-        reasons.append(Reason(
-            "no_worker_for_queue",
-            f"no live worker serves its queue {status.queue!r}",
-            {"queue": status.queue, "live_workers": len(facts.live_workers),
-             "queues_served": sorted({q for w in facts.live_workers for q in w.queues})},
-        ))
+        reasons.append(
+            Reason(
+                "no_worker_for_queue",
+                f"no live worker serves its queue {status.queue!r}",
+                {
+                    "queue": status.queue,
+                    "live_workers": len(facts.live_workers),
+                    "queues_served": sorted({q for w in facts.live_workers for q in w.queues}),
+                },
+            )
+        )
     elif not any(status.kind in w.kinds for w in serving):
         kinds = sorted({k for w in serving for k in w.kinds})
-        reasons.append(Reason(
-            "no_worker_for_kind",
-            f"no live worker of queue {status.queue!r} handles its kind {status.kind!r}"
-            f" (they handle: {', '.join(kinds) or 'nothing'})",
-            {"kind": status.kind, "kinds_handled": kinds},
-        ))
+        reasons.append(
+            Reason(
+                "no_worker_for_kind",
+                f"no live worker of queue {status.queue!r} handles its kind {status.kind!r}"
+                f" (they handle: {', '.join(kinds) or 'nothing'})",
+                {"kind": status.kind, "kinds_handled": kinds},
+            )
+        )
     if facts.tenant_counter_missing:
-        reasons.append(Reason("scope_full", f"the scope tenant:{status.tenant} has no counter yet",
-                              {"scope": f"tenant:{status.tenant}"}))
+        reasons.append(
+            Reason(
+                "scope_full",
+                f"the scope tenant:{status.tenant} has no counter yet",
+                {"scope": f"tenant:{status.tenant}"},
+            )
+        )
     for scope in facts.scopes:
         usage = scope.usage
         if usage.concurrency is not None and usage.running >= usage.concurrency:
             shown = [str(i) for i in scope.visible_job_ids[:SHOWN_RUNNING_IDS]]
-            reasons.append(Reason(
-                "scope_full",
-                f"the scope {usage.scope} is full ({usage.running} of {usage.concurrency} running)",
-                {"scope": usage.scope, "running": usage.running, "limit": usage.concurrency,
-                 "running_job_ids": shown},
-            ))
+            reasons.append(
+                Reason(
+                    "scope_full",
+                    f"the scope {usage.scope} is full ({usage.running} of {usage.concurrency} running)",
+                    {
+                        "scope": usage.scope,
+                        "running": usage.running,
+                        "limit": usage.concurrency,
+                        "running_job_ids": shown,
+                    },
+                )
+            )
         next_start = usage.next_start_at(now)
         if next_start is not None:
-            reasons.append(Reason(
-                "rate_limited",
-                f"the rate limit of {usage.scope} ({usage.rate} per {usage.per_seconds:g} s) allows the next"
-                f" start at {_at(next_start)}",
-                {"scope": usage.scope, "next_start_at": _at(next_start)},
-            ))
+            reasons.append(
+                Reason(
+                    "rate_limited",
+                    f"the rate limit of {usage.scope} ({usage.rate} per {usage.per_seconds:g} s) allows the next"
+                    f" start at {_at(next_start)}",
+                    {"scope": usage.scope, "next_start_at": _at(next_start)},
+                )
+            )
     if not reasons:
         ahead = facts.ahead_in_tenant
-        reasons.append(Reason(
-            "in_line",
-            f"it is due and waits its turn: {ahead} job(s) of its tenant are ahead of it in its tenant's share"
-            if ahead else "it is due and next in its tenant's line: a free worker slot takes it",
-            {"ahead": ahead},
-        ))
+        reasons.append(
+            Reason(
+                "in_line",
+                f"it is due and waits its turn: {ahead} job(s) of its tenant are ahead of it in its tenant's share"
+                if ahead
+                else "it is due and next in its tenant's line: a free worker slot takes it",
+                {"ahead": ahead},
+            )
+        )
     return reasons
 
 
 def _running(facts: JobFacts) -> Reason:
     status, now = facts.status, facts.now
     worker = facts.lease_worker
-    where = (f"on worker {status.lease_owner} (host {worker.host}, pid {worker.pid})" if worker is not None
-             else f"on worker {status.lease_owner} (no longer registered)")
+    where = (
+        f"on worker {status.lease_owner} (host {worker.host}, pid {worker.pid})"
+        if worker is not None
+        else f"on worker {status.lease_owner} (no longer registered)"
+    )
     heartbeat = facts.status.updated_at
     ago = format_duration((now - heartbeat).total_seconds())
     details = {
-        "worker": status.lease_owner, "host": worker.host if worker else None, "pid": worker.pid if worker else None,
-        "attempt": status.attempts, "max_attempts": status.max_attempts,
-        "last_heartbeat_at": _at(heartbeat), "lease_expires_at": _at(status.lease_expires_at),
+        "worker": status.lease_owner,
+        "host": worker.host if worker else None,
+        "pid": worker.pid if worker else None,
+        "attempt": status.attempts,
+        "max_attempts": status.max_attempts,
+        "last_heartbeat_at": _at(heartbeat),
+        "lease_expires_at": _at(status.lease_expires_at),
     }
-    message = (f"running {where}, attempt {status.attempts} of {status.max_attempts}, last heartbeat {ago} ago,"
-               f" lease until {_at(status.lease_expires_at)}")
+    message = (
+        f"running {where}, attempt {status.attempts} of {status.max_attempts}, last heartbeat {ago} ago,"
+        f" lease until {_at(status.lease_expires_at)}"
+    )
     if status.stale:
-        return Reason("stale", message + ": stale, the lease expired (its worker is gone or stuck);"
-                      " the reaper will queue it again", details)
+        return Reason(
+            "stale",
+            message + ": stale, the lease expired (its worker is gone or stuck); the reaper will queue it again",
+            details,
+        )
     return Reason("running", message, details)
 
 
@@ -183,5 +229,8 @@ def _ended(facts: JobFacts) -> Reason:
     message = f"it {how[status.state]} at {_at(status.finished_at)} after {status.attempts} attempt(s)"
     if error and status.state is not JobState.SUCCEEDED:
         message += f"; last error: {error.splitlines()[0]}"
-    return Reason(status.state.value, message,
-                  {"finished_at": _at(status.finished_at), "attempts": status.attempts, "error": error})
+    return Reason(
+        status.state.value,
+        message,
+        {"finished_at": _at(status.finished_at), "attempts": status.attempts, "error": error},
+    )

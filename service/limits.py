@@ -28,8 +28,18 @@ MAX_CONCURRENCY = 1_000_000
 MAX_RATE = 1_000_000
 MAX_WEIGHT = 1_000.0
 
-RATE_PERIODS = {"s": 1.0, "sec": 1.0, "second": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0,
-                "h": 3_600.0, "hour": 3_600.0, "d": 86_400.0, "day": 86_400.0}
+RATE_PERIODS = {
+    "s": 1.0,
+    "sec": 1.0,
+    "second": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "minute": 60.0,
+    "h": 3_600.0,
+    "hour": 3_600.0,
+    "d": 86_400.0,
+    "day": 86_400.0,
+}
 RATE_PATTERN = r"^[1-9][0-9]{0,6}/(s|sec|second|m|min|minute|h|hour|d|day)$"
 _RATE = re.compile(RATE_PATTERN)
 _PERIOD_NAMES = {1.0: "s", 60.0: "min", 3_600.0: "h", 86_400.0: "day"}
@@ -48,7 +58,8 @@ class Limit:
     def __post_init__(self) -> None:
         check_scope(self.scope)
         if self.concurrency is not None and not (
-            isinstance(self.concurrency, int) and not isinstance(self.concurrency, bool)
+            isinstance(self.concurrency, int)
+            and not isinstance(self.concurrency, bool)
             and 0 <= self.concurrency <= MAX_CONCURRENCY
         ):
             raise InvalidInput(f"concurrency must be a whole number from 0 to {MAX_CONCURRENCY}")
@@ -61,8 +72,10 @@ class Limit:
         if self.per_seconds is not None and self.per_seconds not in RATE_PERIODS.values():
             raise InvalidInput("a rate's period is one second, minute, hour or day")
         if self.weight is not None:
-            if isinstance(self.weight, bool) or not isinstance(self.weight, int | float) or not (
-                math.isfinite(self.weight) and 0 < self.weight <= MAX_WEIGHT
+            if (
+                isinstance(self.weight, bool)
+                or not isinstance(self.weight, int | float)
+                or not (math.isfinite(self.weight) and 0 < self.weight <= MAX_WEIGHT)
             ):
                 raise InvalidInput(f"weight must be a number above 0 and at most {MAX_WEIGHT:g}")
             if not self.scope.startswith("tenant:"):
@@ -122,9 +135,7 @@ def check_scope(scope: str) -> str:
         raise InvalidInput("a scope is text like tenant:acme")
     kind, sep, name = scope.partition(":")
     if not sep or kind not in SCOPE_KINDS or not name.strip() or name != name.strip():
-        raise InvalidInput(
-            f"a scope is tenant:NAME, tenant:*, kind:NAME, queue:NAME or key:NAME, not {scope!r}"
-        )
+        raise InvalidInput(f"a scope is tenant:NAME, tenant:*, kind:NAME, queue:NAME or key:NAME, not {scope!r}")
     if len(scope) > MAX_SCOPE_LENGTH:
         raise InvalidInput(f"a scope is at most {MAX_SCOPE_LENGTH} characters")
     if name == "*" and kind != "tenant":

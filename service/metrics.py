@@ -162,8 +162,9 @@ class SnapshotCollector:
 
     def collect(self) -> Iterator[Metric]:
         s = self.snapshot
-        jobs = GaugeMetricFamily("jobq_jobs", "Queued and running jobs by queue, kind and state.",
-                                 labels=["queue", "kind", "state"])
+        jobs = GaugeMetricFamily(
+            "jobq_jobs", "Queued and running jobs by queue, kind and state.", labels=["queue", "kind", "state"]
+        )
         counts = {(a.queue, a.kind, a.state): a.count for a in s.active}
         for queue, kind in sorted({(q, k) for q, k, _ in counts}):
             for state in ACTIVE_STATES:  # both states, 0 included: a series that vanishes cannot be alerted on
@@ -182,13 +183,17 @@ class SnapshotCollector:
         yield depth
         yield oldest
 
-        succeeded = GaugeMetricFamily("jobq_jobs_succeeded_last_hour",
-                                      "Jobs per kind that succeeded within the last hour.", labels=["kind"])
-        failed = GaugeMetricFamily("jobq_jobs_failed_last_hour",
-                                   "Jobs per kind that failed for good within the last hour.", labels=["kind"])
-        ratio = GaugeMetricFamily("jobq_job_failure_ratio",
-                                  "failed / (succeeded + failed) per kind, jobs finished within the last hour.",
-                                  labels=["kind"])
+        succeeded = GaugeMetricFamily(
+            "jobq_jobs_succeeded_last_hour", "Jobs per kind that succeeded within the last hour.", labels=["kind"]
+        )
+        failed = GaugeMetricFamily(
+            "jobq_jobs_failed_last_hour", "Jobs per kind that failed for good within the last hour.", labels=["kind"]
+        )
+        ratio = GaugeMetricFamily(
+            "jobq_job_failure_ratio",
+            "failed / (succeeded + failed) per kind, jobs finished within the last hour.",
+            labels=["kind"],
+        )
         for o in s.outcomes:
             succeeded.add_metric([o.kind], o.succeeded)
             failed.add_metric([o.kind], o.failed)
@@ -231,11 +236,14 @@ class SnapshotCollector:
                 "Age of the oldest open transaction on the database (PostgreSQL); a long one holds back vacuum.",
                 value=s.health.oldest_transaction_age_seconds,
             )
-        running = GaugeMetricFamily("jobq_scope_running", "Jobs running in each limited kind:, queue: or key: scope.",
-                                    labels=["scope"])
-        limit = GaugeMetricFamily("jobq_scope_limit",
-                                  "The concurrency limit of each limited kind:, queue: or key: scope (-1: rate only).",
-                                  labels=["scope"])
+        running = GaugeMetricFamily(
+            "jobq_scope_running", "Jobs running in each limited kind:, queue: or key: scope.", labels=["scope"]
+        )
+        limit = GaugeMetricFamily(
+            "jobq_scope_limit",
+            "The concurrency limit of each limited kind:, queue: or key: scope (-1: rate only).",
+            labels=["scope"],
+        )
         tenants = [u for u in s.scopes if tenant_of(u.scope) is not None]
         for u in s.scopes:
             if tenant_of(u.scope) is None:
@@ -243,10 +251,12 @@ class SnapshotCollector:
                 limit.add_metric([u.scope], -1 if u.concurrency is None else u.concurrency)
         yield running
         yield limit
-        yield GaugeMetricFamily("jobq_tenant_scopes", "Tenants with a limit of their own or from tenant:*.",
-                                value=len(tenants))
         yield GaugeMetricFamily(
-            "jobq_tenant_scopes_at_limit", "Tenants running as many jobs as their concurrency limit allows.",
+            "jobq_tenant_scopes", "Tenants with a limit of their own or from tenant:*.", value=len(tenants)
+        )
+        yield GaugeMetricFamily(
+            "jobq_tenant_scopes_at_limit",
+            "Tenants running as many jobs as their concurrency limit allows.",
             value=sum(1 for u in tenants if u.concurrency is not None and u.running >= u.concurrency),
         )
         yield GaugeMetricFamily(
@@ -256,9 +266,7 @@ class SnapshotCollector:
         )
 
 
-def _gauge_histogram(
-    name: str, documentation: str, bounds: Sequence[float], per_kind: dict[str, list[int]]
-) -> Metric:
+def _gauge_histogram(name: str, documentation: str, bounds: Sequence[float], per_kind: dict[str, list[int]]) -> Metric:
     """A gauge histogram per kind: cumulative ``_bucket`` samples and ``_gcount``, no ``_gsum``."""
     metric = Metric(name, documentation, "gaugehistogram")
     for kind in sorted(per_kind):
@@ -300,4 +308,3 @@ class MetricsCache:
                 self._text = render(read_snapshot(self.store, self.clock))
                 self._expires = self.clock() + self.ttl
             return self._text
-

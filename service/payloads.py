@@ -112,8 +112,11 @@ def check_progress(done: int | None, total: int | None) -> None:
 
 
 def check_lease_seconds(lease_seconds: float, what: str = "lease_seconds") -> None:
-    if (not isinstance(lease_seconds, int | float) or isinstance(lease_seconds, bool)
-            or not 0 < lease_seconds <= MAX_LEASE_SECONDS):
+    if (
+        not isinstance(lease_seconds, int | float)
+        or isinstance(lease_seconds, bool)
+        or not 0 < lease_seconds <= MAX_LEASE_SECONDS
+    ):
         raise InvalidInput(f"{what} must be a number in (0, {MAX_LEASE_SECONDS}]")
 
 
@@ -169,8 +172,11 @@ def _validate_new_job(job: NewJob, names: set[str]) -> None:
         raise InvalidInput(f"max_attempts must be an integer from 1 to {MAX_ATTEMPTS_LIMIT}")
     if job.total is not None and (not is_int(job.total) or not 0 <= job.total <= MAX_TOTAL):
         raise InvalidInput(f"total must be a non-negative integer (at most {MAX_TOTAL})")
-    if (not isinstance(job.delay_seconds, int | float) or isinstance(job.delay_seconds, bool)
-            or not 0 <= job.delay_seconds <= MAX_DELAY_SECONDS):
+    if (
+        not isinstance(job.delay_seconds, int | float)
+        or isinstance(job.delay_seconds, bool)
+        or not 0 <= job.delay_seconds <= MAX_DELAY_SECONDS
+    ):
         raise InvalidInput(f"delay_seconds must be a non-negative number of seconds (at most {MAX_DELAY_SECONDS})")
     if job.run_after is not None and job.run_after.tzinfo is None:
         raise InvalidInput("run_after must carry a time zone")

@@ -176,9 +176,7 @@ class Queue:
     def __enter__(self) -> Queue:
         return self
 
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
     # -- plumbing -------------------------------------------------------------------------

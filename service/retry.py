@@ -47,9 +47,7 @@ class RetryPolicy:
         """A jittered delay in seconds before the next attempt."""
         return (rng or random).uniform(0.0, self.ceiling(attempt))
 
-    def decide(
-        self, attempt: int, max_attempts: int, retryable: bool, rng: random.Random | None = None
-    ) -> Decision:
+    def decide(self, attempt: int, max_attempts: int, retryable: bool, rng: random.Random | None = None) -> Decision:
         """After attempt ``attempt`` (1-based) of ``max_attempts`` failed: retry with backoff, or give up."""
         if retryable and attempt < max_attempts:
             return Retry(self.delay(attempt, rng))

@@ -195,4 +195,3 @@ class PollingWatcher:
     @contextmanager
     def watch(self, job_id: str) -> Iterator[Waiter]:
         yield _SleepingWaiter(self.interval)
-

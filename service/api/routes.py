@@ -164,7 +164,10 @@ async def batch_is_post_only() -> None:
             "description": "The job's status. Never the result: fetch result_url for that.",
             "headers": {
                 **_POLL_HINT_HEADERS,
-                "ETag": {"description": "The job's state and progress; see If-None-Match.", "schema": {"type": "string"}},
+                "ETag": {
+                    "description": "The job's state and progress; see If-None-Match.",
+                    "schema": {"type": "string"},
+                },
             },
         },
         **problem_responses(401, 404, 422, 503),

@@ -48,8 +48,12 @@ class ScopeOut(BaseModel):
 
     @classmethod
     def of(cls, usage: ScopeUsage) -> ScopeOut:
-        return cls(scope=usage.scope, running=usage.running, concurrency=usage.concurrency,
-                   rate=format_rate(usage.rate, usage.per_seconds))
+        return cls(
+            scope=usage.scope,
+            running=usage.running,
+            concurrency=usage.concurrency,
+            rate=format_rate(usage.rate, usage.per_seconds),
+        )
 
 
 class LimitsOut(BaseModel):
@@ -74,8 +78,10 @@ async def list_limits(tenant: TenantDep, store: StoreDep) -> LimitsOut:
 class ReasonOut(BaseModel):
     code: str = Field(description="One of: " + ", ".join(REASON_CODES) + ".")
     message: str
-    details: dict[str, Any] = Field(description="The reason's facts: due_at, scope, running, limit, "
-                                    "running_job_ids, next_start_at, kinds_handled, ahead, worker, ...")
+    details: dict[str, Any] = Field(
+        description="The reason's facts: due_at, scope, running, limit, "
+        "running_job_ids, next_start_at, kinds_handled, ahead, worker, ..."
+    )
 
 
 class ExplanationOut(BaseModel):
@@ -97,6 +103,8 @@ async def explain_job(job_id: uuid.UUID, tenant: TenantDep, store: StoreDep) -> 
     facts = await blocking(lambda: store.explain_facts(job_id, tenant, workers_seen_within=WORKER_ALIVE_SECONDS))
     explanation = explain(facts)
     return ExplanationOut(
-        job_id=explanation.job_id, state=explanation.state, summary=explanation.summary,
+        job_id=explanation.job_id,
+        state=explanation.state,
+        summary=explanation.summary,
         reasons=[ReasonOut(code=r.code, message=r.message, details=r.details) for r in explanation.reasons],
     )

@@ -187,7 +187,8 @@ class JobOut(BaseModel):
             # Scheduled later than its last change (enqueue or retry): the database set it in
             # the future, and a status is read without a clock of its own to compare.
             run_after=_utc(status.run_after)
-            if status.state is JobState.QUEUED and status.run_after > status.updated_at else None,
+            if status.state is JobState.QUEUED and status.run_after > status.updated_at
+            else None,
             stale=status.stale,
             cancel_requested=status.cancel_requested,
             created_at=_utc(status.created_at),
@@ -220,8 +221,14 @@ class ItemOut(BaseModel):
 
     @classmethod
     def of(cls, item: JobItem) -> ItemOut:
-        return cls(index=item.index, state=item.state, result=item.result, error=item.error,
-                   attempt=item.attempt, finished_at=_utc(item.finished_at))
+        return cls(
+            index=item.index,
+            state=item.state,
+            result=item.result,
+            error=item.error,
+            attempt=item.attempt,
+            finished_at=_utc(item.finished_at),
+        )
 
 
 class ItemPageOut(BaseModel):

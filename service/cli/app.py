@@ -19,7 +19,6 @@ is the one place that maps the exception tree of :mod:`service.errors`):
        or run ``jobq migrate``
 """
 
-
 from __future__ import annotations
 
 import dataclasses
@@ -96,8 +95,7 @@ def _global_options(
         typer.Option(
             "--database-url",
             metavar="URL",
-            help="postgresql://… or sqlite:///path; overrides JOBQ_DATABASE_URL "
-            "(default sqlite:///./jobq.db).",
+            help="postgresql://… or sqlite:///path; overrides JOBQ_DATABASE_URL (default sqlite:///./jobq.db).",
             show_default=False,
         ),
     ] = None,
@@ -183,15 +181,11 @@ def parse_payload(text: str) -> dict[str, Any]:
     return value
 
 
-
 def iso(moment: datetime | None) -> str | None:
     """ISO-8601 in UTC, spelled as pydantic (and so the API) spells it."""
     if moment is None:
         return None
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-
 
 
 def redact(url: str) -> str:

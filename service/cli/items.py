@@ -28,8 +28,7 @@ def every_item(store: Store, query: ItemQuery) -> Iterator[JobItem]:
         yield from page.items
         if page.next_after_index is None:
             return
-        query = ItemQuery(job_id=query.job_id, state=query.state, after_index=page.next_after_index,
-                          limit=query.limit)
+        query = ItemQuery(job_id=query.job_id, state=query.state, after_index=page.next_after_index, limit=query.limit)
 
 
 @app.command()

@@ -32,7 +32,6 @@ def status_fields(status: JobStatus) -> dict[str, Any]:
     return JobOut.of(status, None).model_dump(mode="json", exclude={"result_url", "poll_after_seconds"})
 
 
-
 def format_status(fields: dict[str, Any]) -> str:
     """The human-readable status: one ``name  value`` line per field, the error last."""
     lines = []
@@ -87,7 +86,9 @@ def enqueue(
     ] = "{}",
     queue: Annotated[str, typer.Option(metavar="Q")] = _DEFAULTS.queue,
     priority: Annotated[int, typer.Option(metavar="N", help="0..1000; higher runs first.")] = _DEFAULTS.priority,
-    max_attempts: Annotated[int, typer.Option(metavar="N", help="1..100 attempts before it fails.")] = _DEFAULTS.max_attempts,
+    max_attempts: Annotated[
+        int, typer.Option(metavar="N", help="1..100 attempts before it fails.")
+    ] = _DEFAULTS.max_attempts,
     total: Annotated[int | None, typer.Option(metavar="N", help="Items to do, for progress.")] = None,
     delay: Annotated[float, typer.Option(metavar="SECONDS", help="Run no sooner than this.")] = 0.0,
     tenant: Annotated[str, typer.Option(metavar="T")] = _DEFAULTS.tenant,
@@ -125,8 +126,6 @@ def status(
     with open_cli_store(ctx) as store:
         fields = status_fields(store.get(parsed))
     print(json.dumps(fields, indent=2) if as_json else format_status(fields))
-
-
 
 
 @app.command()
@@ -195,7 +194,9 @@ def list_jobs(
         return
     for status in page.items:
         progress = f"{status.done}/{status.total}" if status.total is not None else str(status.done)
-        print(f"{status.id}  {status.state.value:<9}  {status.kind:<20}  {status.queue:<12}  "
-              f"{progress:>9}  {iso(status.created_at)}")
+        print(
+            f"{status.id}  {status.state.value:<9}  {status.kind:<20}  {status.queue:<12}  "
+            f"{progress:>9}  {iso(status.created_at)}"
+        )
     if page.next_after_id:
         print(f"more: jobq list --after {page.next_after_id} (with the same filters)", file=sys.stderr)

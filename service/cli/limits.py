@@ -25,7 +25,8 @@ def limits_set(
         int | None, typer.Option(metavar="N", help="At most N jobs of the scope run at once.")
     ] = None,
     rate: Annotated[
-        str | None, typer.Option(metavar="N/PERIOD", help="At most N starts per second, minute, hour or day: 5/s, 60/min.")
+        str | None,
+        typer.Option(metavar="N/PERIOD", help="At most N starts per second, minute, hour or day: 5/s, 60/min."),
     ] = None,
     weight: Annotated[
         float | None, typer.Option(metavar="W", help="Tenants only: the share of free slots (default 1).")
@@ -60,10 +61,14 @@ def limits_list(
         limits = store.list_limits()
         usage = store.scope_usage()
     if as_json:
-        print(json.dumps({
-            "limits": [limit_fields(limit) for limit in limits],
-            "scopes": [usage_fields(u) for u in usage],
-        }))
+        print(
+            json.dumps(
+                {
+                    "limits": [limit_fields(limit) for limit in limits],
+                    "scopes": [usage_fields(u) for u in usage],
+                }
+            )
+        )
         return
     for limit in limits:
         print(describe(limit))
@@ -87,5 +92,9 @@ def limit_fields(limit: Limit) -> dict[str, object]:
 
 
 def usage_fields(usage: ScopeUsage) -> dict[str, object]:
-    return {"scope": usage.scope, "running": usage.running, "concurrency": usage.concurrency,
-            "rate": format_rate(usage.rate, usage.per_seconds)}
+    return {
+        "scope": usage.scope,
+        "running": usage.running,
+        "concurrency": usage.concurrency,
+        "rate": format_rate(usage.rate, usage.per_seconds),
+    }

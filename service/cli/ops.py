@@ -135,7 +135,9 @@ def alert_check(
     min_jobs: Annotated[
         int, typer.Option(min=1, metavar="N", help="Judge only kinds with at least N finished jobs in the window.")
     ] = 10,
-    window: Annotated[str, typer.Option(metavar="DURATION", help="The window: jobs that finished this recently.")] = "1h",
+    window: Annotated[
+        str, typer.Option(metavar="DURATION", help="The window: jobs that finished this recently.")
+    ] = "1h",
     kind: Annotated[str | None, typer.Option(metavar="K", help="Judge only this kind.")] = None,
 ) -> None:
     """Exit 1 when a kind's failure ratio is over R, else 0; one line why (cron).
@@ -163,7 +165,9 @@ def alert_check(
               f"{top.succeeded + top.failed}) in the last {window}, at most {max_failure_ratio:g}")  # fmt: skip
     else:
         finished = sum(o.succeeded + o.failed for o in outcomes)
-        print(f"OK: no kind finished {min_jobs} or more jobs in the last {window} ({finished} in all); nothing to judge")
+        print(
+            f"OK: no kind finished {min_jobs} or more jobs in the last {window} ({finished} in all); nothing to judge"
+        )
 
 
 @app.command()
@@ -198,11 +202,23 @@ def stats(
         return
     queue_rows = [[name, q.queued, q.running, _age(q.oldest_queued_age_seconds), n] for name, q, n in per_queue]
     kind_rows = [[o.kind, o.succeeded, o.failed, f"{o.failure_ratio:.2f}"] for o in outcomes]
-    print(_table(["QUEUE", "QUEUED", "RUNNING", "OLDEST DUE", "WORKERS"], queue_rows,
-                 right=("QUEUED", "RUNNING", "OLDEST DUE", "WORKERS"), empty="(no queued or running jobs)"))
+    print(
+        _table(
+            ["QUEUE", "QUEUED", "RUNNING", "OLDEST DUE", "WORKERS"],
+            queue_rows,
+            right=("QUEUED", "RUNNING", "OLDEST DUE", "WORKERS"),
+            empty="(no queued or running jobs)",
+        )
+    )
     print()
-    print(_table(["KIND", "SUCCEEDED 1H", "FAILED 1H", "FAILURE RATIO"], kind_rows,
-                 right=("SUCCEEDED 1H", "FAILED 1H", "FAILURE RATIO"), empty="(no job finished in the last hour)"))
+    print(
+        _table(
+            ["KIND", "SUCCEEDED 1H", "FAILED 1H", "FAILURE RATIO"],
+            kind_rows,
+            right=("SUCCEEDED 1H", "FAILED 1H", "FAILURE RATIO"),
+            empty="(no job finished in the last hour)",
+        )
+    )
     print()
     print(f"workers alive: {len(workers)}")
 
@@ -212,8 +228,11 @@ def prune(
     ctx: typer.Context,
     older_than: Annotated[
         str,
-        typer.Option(metavar="DURATION", help="Delete terminal jobs that finished longer ago than this; "
-                     "42d (six weeks) is the recommended retention."),
+        typer.Option(
+            metavar="DURATION",
+            help="Delete terminal jobs that finished longer ago than this; "
+            "42d (six weeks) is the recommended retention.",
+        ),
     ],
     dry_run: Annotated[bool, typer.Option(help="Count what would be deleted; delete nothing.")] = False,
     force: Annotated[bool, typer.Option(help="Allow --older-than under a day (42m is rarely meant for 42d).")] = False,

@@ -38,15 +38,22 @@ def worker(
     ],
     queues: Annotated[
         str | None,
-        typer.Option(metavar="Q1,Q2", help="Comma-separated queues to claim from (default: the queues the app's handlers name)."),
+        typer.Option(
+            metavar="Q1,Q2", help="Comma-separated queues to claim from (default: the queues the app's handlers name)."
+        ),
     ] = None,
     concurrency: Annotated[
-        int, typer.Option(min=1, max=1000, metavar="N", help="Jobs run at once, one thread each; claims only for free slots.")
+        int,
+        typer.Option(
+            min=1, max=1000, metavar="N", help="Jobs run at once, one thread each; claims only for free slots."
+        ),
     ] = 4,
     lease_seconds: Annotated[
         float | None,
         typer.Option(
-            min=0.1, max=MAX_LEASE_SECONDS, metavar="S",
+            min=0.1,
+            max=MAX_LEASE_SECONDS,
+            metavar="S",
             help="Lease per job, renewed by heartbeats every S/3; a dead worker's jobs come back after about S. "
             "(default: JOBQ_LEASE_SECONDS, 60)",
         ),
@@ -54,7 +61,8 @@ def worker(
     grace_seconds: Annotated[
         float,
         typer.Option(
-            min=0, metavar="G",
+            min=0,
+            metavar="G",
             help="On SIGTERM/SIGINT: stop claiming, let running jobs finish for G seconds, then hand them back "
             "to the queue and exit 0. A second signal exits at once. Also how long a job told to stop "
             "(cancelled, timed out) may take to return.",
@@ -62,8 +70,12 @@ def worker(
     ] = 30.0,
     poll_seconds: Annotated[
         float,
-        typer.Option(min=0.05, metavar="P", help="Claim at least every P seconds (+-50% jitter) even without a "
-                     "LISTEN/NOTIFY wake-up; SQLite relies on this alone."),
+        typer.Option(
+            min=0.05,
+            metavar="P",
+            help="Claim at least every P seconds (+-50% jitter) even without a "
+            "LISTEN/NOTIFY wake-up; SQLite relies on this alone.",
+        ),
     ] = 2.0,
     log_level: Annotated[
         str, typer.Option(metavar="LEVEL", help="debug, info, warning or error. Logs are JSON lines on stderr.")
@@ -100,8 +112,6 @@ def worker(
 
 
 # -- operations: failures, replay, alerts, stats, retention (README: Operations) ---------------
-
-
 
 
 @app.command()
@@ -193,5 +203,3 @@ def _stop_dev_worker(worker: subprocess.Popen[bytes]) -> None:
 
 def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
-
-

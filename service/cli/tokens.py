@@ -23,9 +23,7 @@ app.add_typer(token_app, name="token")
 @token_app.command("create")
 def token_create(
     ctx: typer.Context,
-    tenant: Annotated[
-        str | None, typer.Option(metavar="NAME", help="The tenant whose jobs the token may see.")
-    ] = None,
+    tenant: Annotated[str | None, typer.Option(metavar="NAME", help="The tenant whose jobs the token may see.")] = None,
     name: Annotated[str | None, typer.Option(metavar="TEXT", help="A note: who or what uses it.")] = None,
     admin: Annotated[
         bool, typer.Option("--admin", help="An operator's token for the console at /ui (every tenant); /v1 refuses it.")
@@ -44,8 +42,7 @@ def token_create(
     print(token)
     whose = "an operator (admin, the console at /ui)" if admin else f"tenant {tenant!r}"
     print(
-        f"token {record.id} for {whose}: keep it now, it is not shown again "
-        f"(revoke: jobq token revoke {record.id})",
+        f"token {record.id} for {whose}: keep it now, it is not shown again (revoke: jobq token revoke {record.id})",
         file=sys.stderr,
     )
 

@@ -131,8 +131,9 @@ async def overview(request: Request, who: OperatorDep, store: StoreDep) -> Respo
         name: sum(getattr(row, name) for row in rows)
         for name in ("queued", "due", "waiting", "running", "succeeded", "failed")
     }
-    return render(request, "overview.html", who, rows=rows, totals=totals, workers_alive=len(workers),
-                  limits=limits, usage=usage)
+    return render(
+        request, "overview.html", who, rows=rows, totals=totals, workers_alive=len(workers), limits=limits, usage=usage
+    )
 
 
 # -- jobs -----------------------------------------------------------------------------------
@@ -155,8 +156,16 @@ async def jobs(
         try:
             return redirect(f"/ui/jobs/{uuid.UUID(job_id.strip())}")
         except ValueError:
-            return render(request, "jobs.html", who, status_code=422, error=f"not a job id: {job_id.strip()!r}",
-                          filters={}, page=None, next_url=None)
+            return render(
+                request,
+                "jobs.html",
+                who,
+                status_code=422,
+                error=f"not a job id: {job_id.strip()!r}",
+                filters={},
+                page=None,
+                next_url=None,
+            )
     filters = {"state": state, "kind": kind, "queue": queue, "tenant": tenant, "created_after": created_after}
     try:
         query = JobQuery(
@@ -169,16 +178,18 @@ async def jobs(
             after_id=uuid.UUID(after) if after else None,
         )
     except ValueError as exc:
-        return render(request, "jobs.html", who, status_code=422, error=str(exc), filters=filters, page=None,
-                      next_url=None)
+        return render(
+            request, "jobs.html", who, status_code=422, error=str(exc), filters=filters, page=None, next_url=None
+        )
     page = await blocking(store.list_jobs, query)
     kept = {name: value for name, value in filters.items() if value}
     next_url = None
     if page.next_after_id is not None:
         next_url = "/ui/jobs?" + urlencode({**kept, "after": str(page.next_after_id)})
     first_url = "/ui/jobs?" + urlencode(kept) if after else None
-    return render(request, "jobs.html", who, filters=filters, page=page, next_url=next_url, error=None,
-                  first_url=first_url)
+    return render(
+        request, "jobs.html", who, filters=filters, page=page, next_url=next_url, error=None, first_url=first_url
+    )
 
 
 def _instant(text: str) -> datetime | None:
@@ -200,8 +211,16 @@ async def job(request: Request, job_id: str, who: OperatorDep, store: StoreDep, 
     if notice == "cancel-requested" and status.state.terminal:
         notice = ""  # the page reloaded because the job ended: the request is history
     return render(
-        request, "job.html", who, job=status, attempts=attempts, payload=payload, reasons=reasons,
-        tag=change_tag(status), notice=NOTICES.get(notice), max_wait=MAX_WAIT_SECONDS,
+        request,
+        "job.html",
+        who,
+        job=status,
+        attempts=attempts,
+        payload=payload,
+        reasons=reasons,
+        tag=change_tag(status),
+        notice=NOTICES.get(notice),
+        max_wait=MAX_WAIT_SECONDS,
     )
 
 
@@ -223,10 +242,17 @@ async def job_status(
 ) -> JSONResponse:
     """The job page's live part: answers when the state or progress changes (the API's long poll)."""
     status = await wait_for_change(job_id, None, store, watcher, wait, tag)
-    return JSONResponse({
-        "state": status.state.value, "done": status.done, "total": status.total, "percent": percent(status),
-        "stale": status.stale, "cancel_requested": status.cancel_requested, "tag": change_tag(status),
-    })
+    return JSONResponse(
+        {
+            "state": status.state.value,
+            "done": status.done,
+            "total": status.total,
+            "percent": percent(status),
+            "stale": status.stale,
+            "cancel_requested": status.cancel_requested,
+            "tag": change_tag(status),
+        }
+    )
 
 
 @console.get("/jobs/{job_id}/result")
@@ -256,16 +282,31 @@ async def replay_job(request: Request, job_id: uuid.UUID, who: OperatorDep, stor
 
 
 @console.get("/failures")
-async def failures(request: Request, who: OperatorDep, store: StoreDep, now: NowDep, since: str = "24h",
-                   kind: str = "", replayed: int | None = None) -> Response:
+async def failures(
+    request: Request,
+    who: OperatorDep,
+    store: StoreDep,
+    now: NowDep,
+    since: str = "24h",
+    kind: str = "",
+    replayed: int | None = None,
+) -> Response:
     try:
         start = now - timedelta(seconds=parse_duration(since, name="since"))
     except InvalidInput as exc:
-        return render(request, "failures.html", who, status_code=422, error=str(exc), groups=[], since=since,
-                      kind=kind, replayed=None)
+        return render(
+            request,
+            "failures.html",
+            who,
+            status_code=422,
+            error=str(exc),
+            groups=[],
+            since=since,
+            kind=kind,
+            replayed=None,
+        )
     groups = await blocking(store.failure_groups, start, kind.strip() or None)
-    return render(request, "failures.html", who, groups=groups, since=since, kind=kind, error=None,
-                  replayed=replayed)
+    return render(request, "failures.html", who, groups=groups, since=since, kind=kind, error=None, replayed=replayed)
 
 
 def _group_filter(now: datetime, kind: str, group: str, since: str) -> ReplayFilter:
@@ -277,8 +318,9 @@ def _group_filter(now: datetime, kind: str, group: str, since: str) -> ReplayFil
 
 
 @console.get("/failures/replay")
-async def replay_group_dry_run(request: Request, who: OperatorDep, store: StoreDep, now: NowDep,
-                               kind: str, group: str, since: str = "24h") -> Response:
+async def replay_group_dry_run(
+    request: Request, who: OperatorDep, store: StoreDep, now: NowDep, kind: str, group: str, since: str = "24h"
+) -> Response:
     """The dry run: how many jobs "replay this group" will queue again, before it does."""
     job_ids = await blocking(store.replay, _group_filter(now, kind, group, since), who.replayed_by, True)
     return render(request, "replay.html", who, kind=kind, group=group, since=since, job_ids=job_ids)
@@ -303,8 +345,16 @@ async def workers(request: Request, who: OperatorDep, store: StoreDep, now: NowD
     for status in running:
         by_worker.setdefault(status.lease_owner or "", []).append(status)
     alive_after = now - timedelta(seconds=WORKER_ALIVE_SECONDS)
-    return render(request, "workers.html", who, workers=listed, by_worker=by_worker, alive_after=alive_after, now=now,
-                  orphans=[s for s in running if s.lease_owner not in {w.id for w in listed}])
+    return render(
+        request,
+        "workers.html",
+        who,
+        workers=listed,
+        by_worker=by_worker,
+        alive_after=alive_after,
+        now=now,
+        orphans=[s for s in running if s.lease_owner not in {w.id for w in listed}],
+    )
 
 
 # -- errors of the console's own: a login page, a 403 page ---------------------------------

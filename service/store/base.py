@@ -233,8 +233,7 @@ class Store(Protocol):
         """Running jobs, every tenant's, by lease owner: what each worker runs now. Active rows only."""
         ...
 
-    def explain_facts(self, job_id: uuid.UUID, tenant: str | None = None, *,
-                      workers_seen_within: float) -> JobFacts:
+    def explain_facts(self, job_id: uuid.UUID, tenant: str | None = None, *, workers_seen_within: float) -> JobFacts:
         """What ``service.explain.explain`` words about one job, read now in a few queries:
         the status, the last attempt, the job's scope counters (and, for a full scope, the
         running jobs in it that ``tenant`` may see), the workers seen within the window,
@@ -261,9 +260,7 @@ class Store(Protocol):
         ...
 
     # -- the dead-letter path, rates and retention (indexed time windows only) ---
-    def failure_groups(
-        self, since: datetime, kind: str | None = None, tenant: str | None = None
-    ) -> list[FailureGroup]:
+    def failure_groups(self, since: datetime, kind: str | None = None, tenant: str | None = None) -> list[FailureGroup]:
         """Failed jobs since a moment, grouped by kind and error group, biggest first. One query."""
         ...
 

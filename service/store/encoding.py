@@ -23,15 +23,17 @@ def item_rows(lease: Lease, items: Sequence[ItemOutcome]) -> list[dict[str, Any]
     for item in items:
         check_item_outcome(item)
         error = storable_error(item.error) if item.error is not None else None
-        rows.append({
-            "job_id": str(lease.job_id),
-            "item_index": item.index,
-            "state": item.state.value,
-            "result": dump_json(item.result, "item result"),
-            "error": error,
-            "error_group": error_group(error) if error is not None else None,
-            "attempt": lease.attempt,
-        })
+        rows.append(
+            {
+                "job_id": str(lease.job_id),
+                "item_index": item.index,
+                "state": item.state.value,
+                "result": dump_json(item.result, "item result"),
+                "error": error,
+                "error_group": error_group(error) if error is not None else None,
+                "attempt": lease.attempt,
+            }
+        )
     return rows
 
 

@@ -39,8 +39,9 @@ class Candidate:
     place: int  # the job's place in its tenant's line (the tenant's priority order)
 
 
-def choose(candidates: Sequence[Candidate], rooms: Mapping[str, int | None], *,
-           every_tenant_limited: bool, limit: int) -> list[Candidate]:
+def choose(
+    candidates: Sequence[Candidate], rooms: Mapping[str, int | None], *, every_tenant_limited: bool, limit: int
+) -> list[Candidate]:
     """The SQLite claim's pick, from exact rooms read under the write lock: lowest virtual
     time first (equal ones in visiting order), each taken only while every scope of it
     has room; a tenant with no counter while tenant:* limits every tenant gets nothing."""
@@ -49,15 +50,18 @@ def choose(candidates: Sequence[Candidate], rooms: Mapping[str, int | None], *,
     for job in sorted(candidates, key=lambda c: (c.virtual_time, c.visit, c.place)):
         if len(taken) == limit:
             break
-        blocked = any(
-            (left[scope] is not None and left[scope] <= 0) if scope in left  # type: ignore[operator]
-            else (every_tenant_limited and scope.startswith("tenant:"))
-            for scope in job.scopes
-        )
-        if blocked:
+        if any(_full(left, scope, every_tenant_limited) for scope in job.scopes):
             continue
         for scope in job.scopes:
             if left.get(scope) is not None:
                 left[scope] -= 1  # type: ignore[operator]
         taken.append(job)
     return taken
+
+
+def _full(left: Mapping[str, int | None], scope: str, every_tenant_limited: bool) -> bool:
+    """No room in ``scope``: its counter is at 0, or a tenant has none while tenant:* limits every tenant."""
+    if scope not in left:
+        return every_tenant_limited and scope.startswith("tenant:")
+    room = left[scope]
+    return room is not None and room <= 0

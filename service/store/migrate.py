@@ -27,7 +27,9 @@ def migrations_folder() -> Path:
     for folder in (package / "alembic", package.parent / "alembic"):
         if (folder / "env.py").is_file():
             return folder
-    raise StoreUnavailable(f"the Alembic migrations are missing: neither {package / 'alembic'} nor {package.parent / 'alembic'}")
+    raise StoreUnavailable(
+        f"the Alembic migrations are missing: neither {package / 'alembic'} nor {package.parent / 'alembic'}"
+    )
 
 
 def sqlalchemy_url(database_url: str) -> str:

@@ -167,21 +167,34 @@ def scope_usage_row(row: Mapping[str, Any], read: Readers) -> ScopeUsage:
     )
 
 
-def job_facts(status: JobStatus, facts: Mapping[str, Any], now: datetime, read: Readers,
-              usage: Sequence[ScopeUsage], running_ids: Callable[[str], list[Any]],
-              workers: Sequence[WorkerInfo]) -> JobFacts:
+def job_facts(
+    status: JobStatus,
+    facts: Mapping[str, Any],
+    now: datetime,
+    read: Readers,
+    usage: Sequence[ScopeUsage],
+    running_ids: Callable[[str], list[Any]],
+    workers: Sequence[WorkerInfo],
+) -> JobFacts:
     """The facts explain words (service.explain), from what one store read.
     ``running_ids(scope)`` reads the running jobs of a full scope the caller may see."""
     scopes = tuple(
-        ScopeRunning(u, tuple(read.ident(i) for i in running_ids(u.scope))
-                     if u.concurrency is not None and u.running >= u.concurrency else ())
+        ScopeRunning(
+            u,
+            tuple(read.ident(i) for i in running_ids(u.scope))
+            if u.concurrency is not None and u.running >= u.concurrency
+            else (),
+        )
         for u in usage
     )
     last = None
     if facts["attempt"] is not None:
         last = LastAttempt(
-            attempt=facts["attempt"], worker=facts["worker"], started_at=read.time(facts["attempt_started_at"]),
-            finished_at=_maybe(read.time, facts["attempt_finished_at"]), outcome=facts["outcome"],
+            attempt=facts["attempt"],
+            worker=facts["worker"],
+            started_at=read.time(facts["attempt_started_at"]),
+            finished_at=_maybe(read.time, facts["attempt_finished_at"]),
+            outcome=facts["outcome"],
             error=facts["attempt_error"],
         )
     tenant_scope = f"tenant:{status.tenant}"

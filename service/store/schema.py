@@ -243,8 +243,9 @@ limits = sa.Table(
     sa.Column("weight", sa.Float, nullable=True),  # NULL: not set here (a tenant inherits tenant:*, else 1)
     sa.Column("updated_at", Timestamp, nullable=False),
     sa.CheckConstraint("concurrency IS NULL OR concurrency >= 0", name="concurrency"),
-    sa.CheckConstraint("(rate IS NULL) = (per_seconds IS NULL) AND (rate IS NULL OR (rate >= 1 AND per_seconds > 0))",
-                       name="rate"),
+    sa.CheckConstraint(
+        "(rate IS NULL) = (per_seconds IS NULL) AND (rate IS NULL OR (rate >= 1 AND per_seconds > 0))", name="rate"
+    ),
     sa.CheckConstraint("weight IS NULL OR weight > 0", name="weight"),
 )
 

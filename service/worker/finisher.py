@@ -123,8 +123,14 @@ class Finisher:
         for success in batch:
             job = success.running.job
             if job.lease in lost_set:
-                job_event("job.lease_lost", job, self.worker_id, duration=success.duration, level=logging.WARNING,
-                          detail="the fenced write matched nothing: the job was reclaimed; the outcome was discarded")
+                job_event(
+                    "job.lease_lost",
+                    job,
+                    self.worker_id,
+                    duration=success.duration,
+                    level=logging.WARNING,
+                    detail="the fenced write matched nothing: the job was reclaimed; the outcome was discarded",
+                )
             else:
                 self.written += 1
                 job_event("job.succeeded", job, self.worker_id, duration=success.duration)

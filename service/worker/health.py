@@ -29,9 +29,7 @@ class StoreHealth:
                 return
             self._down_since = time.monotonic()
             self.outages += 1
-        log_event(
-            "store.unavailable", logging.WARNING, worker=self.worker_id, during=during, error=str(exc)
-        )
+        log_event("store.unavailable", logging.WARNING, worker=self.worker_id, during=during, error=str(exc))
 
     def ok(self) -> None:
         if self._down_since is None:  # the common case: no lock

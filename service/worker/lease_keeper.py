@@ -115,8 +115,13 @@ class LeaseKeeper:
         except InvalidInput as exc:
             # Progress the database refused (it was checked when recorded, so this is rare):
             # drop it rather than lose the lease over it.
-            log_event("keeper.progress_refused", logging.ERROR, worker=self.worker_id,
-                      job_id=str(running.job.id), error=str(exc))
+            log_event(
+                "keeper.progress_refused",
+                logging.ERROR,
+                worker=self.worker_id,
+                job_id=str(running.job.id),
+                error=str(exc),
+            )
             if pending is not None:
                 running.ctx.flushed(pending)
             return True
@@ -155,5 +160,10 @@ class LeaseKeeper:
     def _ask_to_stop(self, running: RunningJob, reason: StopReason) -> None:
         if running.ctx.request_stop(reason):
             running.stop_requested_at = self.clock()
-            job_event("job.stop_requested", running.job, self.worker_id, reason=reason.value,
-                      duration=self.clock() - running.started)
+            job_event(
+                "job.stop_requested",
+                running.job,
+                self.worker_id,
+                reason=reason.value,
+                duration=self.clock() - running.started,
+            )

@@ -50,8 +50,13 @@ logger = logging.getLogger(LOGGER_NAME)
 
 # Built once: json.dumps(..., default=str) builds a new encoder for every line.
 _encode = json.JSONEncoder(default=str).encode
-_LEVEL_NAMES = {logging.DEBUG: "debug", logging.INFO: "info", logging.WARNING: "warning",
-                logging.ERROR: "error", logging.CRITICAL: "critical"}
+_LEVEL_NAMES = {
+    logging.DEBUG: "debug",
+    logging.INFO: "info",
+    logging.WARNING: "warning",
+    logging.ERROR: "error",
+    logging.CRITICAL: "critical",
+}
 
 
 class _Timestamps:
@@ -75,8 +80,9 @@ class _Timestamps:
 _timestamps = _Timestamps()
 
 
-def encode_line(created: float, level: int, name: str, event: str, fields: dict[str, Any],
-                exc: str | None = None) -> str:
+def encode_line(
+    created: float, level: int, name: str, event: str, fields: dict[str, Any], exc: str | None = None
+) -> str:
     """The one encoder of every JSON log line: ts, level, logger, event, the fields, exc."""
     line: dict[str, Any] = {
         "ts": _timestamps.format(created),
@@ -136,7 +142,7 @@ class LineWriter:
         data = ("\n".join(lines) + "\n").encode("utf-8", "backslashreplace")
         try:
             while data:
-                data = data[os.write(self._fd, data):]
+                data = data[os.write(self._fd, data) :]
         except OSError:
             pass  # stderr closed or full disk: a worker must not stop running jobs over its log
 
@@ -174,7 +180,13 @@ def log_event(event: str, level: int = logging.INFO, exc_info: bool = False, **f
     # Without a writer: a record for the host program's handlers, built directly
     # (Logger.log would search the call stack for a source line no formatter shows).
     record = logger.makeRecord(
-        LOGGER_NAME, level, "(jobq)", 0, event, (), sys.exc_info() if exc_info else None,
+        LOGGER_NAME,
+        level,
+        "(jobq)",
+        0,
+        event,
+        (),
+        sys.exc_info() if exc_info else None,
         extra={FIELDS_ATTR: fields},
     )
     logger.handle(record)
@@ -213,22 +225,26 @@ _heads: dict[tuple[int, str, str], str] = {}
 _places: dict[tuple[str, str], str] = {}
 
 
-def _job_line(created: float, level: int, event: str, job: ClaimedJob, worker: str,
-              duration: float | None, fields: dict[str, Any]) -> str:
+def _job_line(
+    created: float, level: int, event: str, job: ClaimedJob, worker: str, duration: float | None, fields: dict[str, Any]
+) -> str:
     """encode_line's output for a job event, from cached pieces: the JSON encoder's generic
     walk of a ten-key dict was most of an event's cost. The pieces that repeat from job to
     job (level, event and worker; kind and queue) are encoded once each."""
     head = _heads.get((level, event, worker))
     if head is None:
-        head = _heads.setdefault((level, event, worker), encode_line(0, level, LOGGER_NAME, event, {"worker": worker})
-                                 [len('{"ts": "1970-01-01T00:00:00.000+00:00", '):-1])
+        head = _heads.setdefault(
+            (level, event, worker),
+            encode_line(0, level, LOGGER_NAME, event, {"worker": worker})[
+                len('{"ts": "1970-01-01T00:00:00.000+00:00", ') : -1
+            ],
+        )
     place = _places.get((job.kind, job.queue))
     if place is None:
         if len(_places) > 1000:  # kinds x queues is small; never let it grow without bound
             _places.clear()
         place = _places.setdefault((job.kind, job.queue), f'"kind": {_quote(job.kind)}, "queue": {_quote(job.queue)}')
-    line = (f'{{"ts": "{_timestamps.format(created)}", {head}, "job_id": "{job.id}", {place}, '
-            f'"attempt": {job.attempt:d}')
+    line = f'{{"ts": "{_timestamps.format(created)}", {head}, "job_id": "{job.id}", {place}, "attempt": {job.attempt:d}'
     if duration is not None:
         line += f', "duration_s": {round(duration, 3)!r}'
     if fields:
@@ -239,8 +255,9 @@ def _job_line(created: float, level: int, event: str, job: ClaimedJob, worker: s
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         exc = self.formatException(record.exc_info) if record.exc_info else None
-        return encode_line(record.created, record.levelno, record.name, record.getMessage(),
-                           getattr(record, FIELDS_ATTR, {}), exc)
+        return encode_line(
+            record.created, record.levelno, record.name, record.getMessage(), getattr(record, FIELDS_ATTR, {}), exc
+        )
 
 
 def configure_logging(level: str = "INFO") -> None:

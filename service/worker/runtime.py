@@ -69,7 +69,6 @@ REAP_SECONDS = 2.0
 """The default reap interval's ceiling (WorkerConfig.reap_seconds)."""
 
 
-
 def connections_per_process(pool_size: int, listen: bool = True) -> int:
     """PostgreSQL connections one worker process opens at most (see the module docstring)."""
     return pool_size + (1 if listen else 0)
@@ -165,8 +164,16 @@ class Worker:
             clock=clock,
         )
         self.reaper = Reaper(store, self.retry_policy)
-        self.finisher = Finisher(store, self.id, persist=self._persist, refused=self._refused,
-                                 done=self._free_slot, refill=self._refill, start=self._start_jobs, clock=clock)
+        self.finisher = Finisher(
+            store,
+            self.id,
+            persist=self._persist,
+            refused=self._refused,
+            done=self._free_slot,
+            refill=self._refill,
+            start=self._start_jobs,
+            clock=clock,
+        )
         self._job_threads = JobThreads(self._run_job)
         self.started = threading.Event()  # registered and claiming (tests wait on it)
         self.claimed = 0
@@ -226,8 +233,13 @@ class Worker:
         self._signals += 1
         if self._signals > 1:
             # A second signal: leave now. Held leases expire and other workers reap them.
-            log_event("worker.exit_now", logging.WARNING, worker=self.id, signal=signal.Signals(signum).name,
-                      running=self.busy)
+            log_event(
+                "worker.exit_now",
+                logging.WARNING,
+                worker=self.id,
+                signal=signal.Signals(signum).name,
+                running=self.busy,
+            )
             logging.shutdown()
             os._exit(128 + signum)
         log_event("worker.signal", worker=self.id, signal=signal.Signals(signum).name)
@@ -426,11 +438,15 @@ class Worker:
         if not running.begin_finish():
             return
         reason = running.ctx.stop_reason or StopReason.CANCELLED
-        job_event("job.overdue", running.job, self.id, level=logging.WARNING, reason=reason.value,
-                  detail="the handler ignored the stop request; settled without it")
-        threading.Thread(
-            target=self._settle, args=(running, Stopped(reason)), name="jobq-overdue", daemon=True
-        ).start()
+        job_event(
+            "job.overdue",
+            running.job,
+            self.id,
+            level=logging.WARNING,
+            reason=reason.value,
+            detail="the handler ignored the stop request; settled without it",
+        )
+        threading.Thread(target=self._settle, args=(running, Stopped(reason)), name="jobq-overdue", daemon=True).start()
 
     # -- shutdown ----------------------------------------------------------------------
     def _drain(self) -> None:
@@ -448,11 +464,21 @@ class Worker:
                 self._persist(partial(self.store.release, running.job.lease), deadline=release_deadline)
                 job_event("job.released", running.job, self.id, duration=self.clock() - running.started)
             except LeaseLost:
-                job_event("job.lease_lost", running.job, self.id, level=logging.WARNING,
-                          duration=self.clock() - running.started)
+                job_event(
+                    "job.lease_lost",
+                    running.job,
+                    self.id,
+                    level=logging.WARNING,
+                    duration=self.clock() - running.started,
+                )
             except StoreUnavailable:
-                log_event("job.release_failed", logging.WARNING, worker=self.id, job_id=str(running.job.id),
-                          detail="the database did not answer; the lease will expire and another worker reaps it")
+                log_event(
+                    "job.release_failed",
+                    logging.WARNING,
+                    worker=self.id,
+                    job_id=str(running.job.id),
+                    detail="the database did not answer; the lease will expire and another worker reaps it",
+                )
             finally:
                 running.finished()
         # Outcomes being written by job threads: a short, bounded wait.
@@ -564,4 +590,3 @@ def _concerns(payload: str, queues: set[str]) -> bool:
     if payload == "*" or not payload:
         return True
     return not queues.isdisjoint(payload.split(","))
-

@@ -4,11 +4,15 @@ retention, workers and tokens. Each reads an index's window, never the whole his
 
 from service.store.postgres.statements import STATUS_COLUMNS
 
-GET_JOB = """
-SELECT """ + STATUS_COLUMNS + """
+GET_JOB = (
+    """
+SELECT """
+    + STATUS_COLUMNS
+    + """
 FROM jobs
 WHERE id = %(job_id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
 """
+)
 
 # The result body is read only here, by its own request, never by a status poll.
 GET_RESULT = """
@@ -34,17 +38,27 @@ LIMIT %(limit)s
 """
 
 # Keyset pagination on the time-ordered id through ix_jobs_tenant_id.
-LIST_JOBS = """
-SELECT """ + STATUS_COLUMNS + """
+LIST_JOBS = (
+    """
+SELECT """
+    + STATUS_COLUMNS
+    + """
 FROM jobs
-WHERE tenant = %(tenant)s""" + _LIST_FILTERS
+WHERE tenant = %(tenant)s"""
+    + _LIST_FILTERS
+)
 
 # The operators' list, every tenant: the same keyset walk down the primary key. A statement
 # of its own, not "tenant IS NULL OR": a generic plan of that could not use ix_jobs_tenant_id.
-LIST_ALL_JOBS = """
-SELECT """ + STATUS_COLUMNS + """
+LIST_ALL_JOBS = (
+    """
+SELECT """
+    + STATUS_COLUMNS
+    + """
 FROM jobs
-WHERE true""" + _LIST_FILTERS
+WHERE true"""
+    + _LIST_FILTERS
+)
 
 # A job's attempts, oldest first, through uq_job_attempts_job_id_claim.
 JOB_ATTEMPTS = """
@@ -55,13 +69,17 @@ ORDER BY claim
 """
 
 # What the fleet runs now, through the partial index ix_jobs_running: bounded by the slots.
-RUNNING_JOBS = """
-SELECT """ + STATUS_COLUMNS + """
+RUNNING_JOBS = (
+    """
+SELECT """
+    + STATUS_COLUMNS
+    + """
 FROM jobs
 WHERE state = 'running'
 ORDER BY lease_owner, id
 LIMIT %(limit)s
 """
+)
 
 # -- failure_groups --
 # One query for the dead-letter view: failed jobs in a window of ix_jobs_finished_at,
@@ -242,33 +260,41 @@ WHERE token_hash = %(token_hash)s AND revoked_at IS NULL AND admin
 # (unique index on its hash) and the job (primary key) together. No row: the
 # token is unknown or revoked; a row whose job columns are NULL: no such job for
 # that tenant.
-GET_JOB_FOR_TOKEN = """
+GET_JOB_FOR_TOKEN = (
+    """
 SELECT t.tenant AS token_tenant, s.*
 FROM api_tokens AS t
 LEFT JOIN LATERAL (
-    SELECT """ + STATUS_COLUMNS + """
+    SELECT """
+    + STATUS_COLUMNS
+    + """
     FROM jobs
     WHERE id = %(job_id)s AND tenant = t.tenant
 ) AS s ON true
 WHERE t.token_hash = %(token_hash)s AND t.revoked_at IS NULL AND NOT t.admin
 """
+)
 
 # -- read_statuses --
 # Many status polls in one read (the API coalesces concurrent ones): each asked job
 # by primary key, only within the tenant given or the one its token names, so
 # another tenant's job, an unknown token and a revoked one all read as missing.
 # `ord` keeps the answers in the order asked.
-READ_STATUSES = """
+READ_STATUSES = (
+    """
 SELECT q.ord, s.*
 FROM unnest(%(ids)s::uuid[], %(tenants)s::text[], %(token_hashes)s::text[])
      WITH ORDINALITY AS q(job_id, tenant, token_hash, ord)
 LEFT JOIN api_tokens AS t ON t.token_hash = q.token_hash AND t.revoked_at IS NULL AND NOT t.admin
 JOIN LATERAL (
-    SELECT """ + STATUS_COLUMNS + """
+    SELECT """
+    + STATUS_COLUMNS
+    + """
     FROM jobs
     WHERE id = q.job_id AND tenant = coalesce(t.tenant, q.tenant)
 ) AS s ON true
 """
+)
 
 REVOKE_TOKEN = """
 UPDATE api_tokens SET revoked_at = coalesce(revoked_at, coalesce(%(now)s::timestamptz, now()))
@@ -349,6 +375,4 @@ ORDER BY i.item_index
 
 # The failed items only, through the partial index ix_job_items_failed (a predicate
 # written out, not a parameter, so that the planner can use it in a generic plan).
-LIST_FAILED_ITEMS = LIST_ITEMS.replace(
-    "AND (%(state)s::text IS NULL OR state = %(state)s)", "AND state = 'failed'"
-)
+LIST_FAILED_ITEMS = LIST_ITEMS.replace("AND (%(state)s::text IS NULL OR state = %(state)s)", "AND state = 'failed'")

@@ -16,27 +16,33 @@ STATUS_COLUMNS = """
     (state = 'running' AND lease_expires_at < coalesce(%(now)s::timestamptz, now())) AS stale
 """
 
+
 # -- limits: shared pieces --
 # The scopes a job row (alias x) is counted in: tenant, kind, queue and, when it has
 # one, its concurrency key. tenant:* is never a counter of its own: it gives each
 # tenant a tenant:NAME counter.
 def _scopes(x: str) -> str:
-    return ("ARRAY['tenant:' || X.tenant, 'kind:' || X.kind, 'queue:' || X.queue, 'key:' || X.concurrency_key]"
-            .replace("X.", x + "."))
+    return "ARRAY['tenant:' || X.tenant, 'kind:' || X.kind, 'queue:' || X.queue, 'key:' || X.concurrency_key]".replace(
+        "X.", x + "."
+    )
 
 
 # Free room in a scope_counters row (alias c) at n.ts: concurrency left and starts left in
 # the current rate window (windows of per_seconds aligned to the epoch).
 def _window(c: str) -> str:
-    return ("to_timestamp(floor(extract(epoch FROM n.ts) / C.per_seconds) * C.per_seconds)".replace("C.", c + "."))
+    return "to_timestamp(floor(extract(epoch FROM n.ts) / C.per_seconds) * C.per_seconds)".replace("C.", c + ".")
 
 
 def _room(c: str) -> str:
     return (
-        "least(coalesce(C.concurrency - C.running, 2147483647),"
-        " CASE WHEN C.rate IS NULL THEN 2147483647"
-        " WHEN C.window_start = WINDOW THEN C.rate - C.window_starts ELSE C.rate END)"
-    ).replace("WINDOW", _window(c)).replace("C.", c + ".")
+        (
+            "least(coalesce(C.concurrency - C.running, 2147483647),"
+            " CASE WHEN C.rate IS NULL THEN 2147483647"
+            " WHEN C.window_start = WINDOW THEN C.rate - C.window_starts ELSE C.rate END)"
+        )
+        .replace("WINDOW", _window(c))
+        .replace("C.", c + ".")
+    )
 
 
 # A slot given back: every statement that ends a run (complete, fail, release, cancel
@@ -45,37 +51,47 @@ def _room(c: str) -> str:
 # that exist change (scopes with a limit). Rows are taken in scope order, as the claim
 # locks them, so a finish and a claim never wait on each other in a cycle.
 def give_back(ended: str) -> str:
-    return """
+    return (
+        """
 freed AS (
     UPDATE scope_counters AS c
     SET running = c.running - e.jobs
     FROM (
         SELECT s.scope, count(*) AS jobs
-        FROM """ + ended + """ AS e CROSS JOIN LATERAL unnest(""" + _scopes("e") + """) AS s(scope)
+        FROM """
+        + ended
+        + """ AS e CROSS JOIN LATERAL unnest("""
+        + _scopes("e")
+        + """) AS s(scope)
         WHERE s.scope IS NOT NULL
         GROUP BY s.scope
         ORDER BY s.scope
     ) AS e
     WHERE c.scope = e.scope
 )"""
+    )
 
 
 # A tenant:* limit gives each tenant a counter of its own: made (running 0) when the
 # tenant's first jobs are queued (enqueue, replay), so the claim finds one to lock.
 # Nothing when no tenant:* limit counts anything. A conflict does nothing and takes no lock.
 def tenant_counters(added: str) -> str:
-    return """
+    return (
+        """
 counters AS (
     INSERT INTO scope_counters (scope, concurrency, rate, per_seconds)
     SELECT DISTINCT 'tenant:' || a.tenant,
            coalesce(own.concurrency, d.concurrency), coalesce(own.rate, d.rate),
            coalesce(own.per_seconds, d.per_seconds)
-    FROM """ + added + """ AS a
+    FROM """
+        + added
+        + """ AS a
     JOIN limits AS d ON d.scope = 'tenant:*'
     LEFT JOIN limits AS own ON own.scope = 'tenant:' || a.tenant
     WHERE coalesce(own.concurrency, d.concurrency, own.rate, d.rate) IS NOT NULL
     ON CONFLICT (scope) DO NOTHING
 )"""
+    )
 
 
 # -- enqueue_jobs --
@@ -90,7 +106,8 @@ counters AS (
 # status is what was inserted. The wake-up for idle workers rides in the same
 # statement (one round trip, one commit): one JOBS_QUEUED notification per
 # statement, never per row, delivered at commit; none when nothing was inserted.
-ENQUEUE_JOBS = """
+ENQUEUE_JOBS = (
+    """
 WITH n AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS ts
 ),
@@ -106,7 +123,9 @@ FROM jsonb_to_recordset(%(batch)s::jsonb)
      n
 ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, tenant, run_after, created_at
-),""" + tenant_counters("inserted") + """
+),"""
+    + tenant_counters("inserted")
+    + """
 SELECT (SELECT ts FROM n) AS created_at,
        count(*) AS inserted,
        CASE WHEN %(keyed)s THEN array_agg(id) END AS ids,
@@ -115,14 +134,19 @@ SELECT (SELECT ts FROM n) AS created_at,
        CASE WHEN %(notify)s AND count(*) > 0 THEN pg_notify('jobq_jobs', %(wake_queues)s) END AS woke
 FROM inserted
 """
+)
 
-READ_BY_IDEMPOTENCY_KEYS = """
-SELECT """ + STATUS_COLUMNS + """
+READ_BY_IDEMPOTENCY_KEYS = (
+    """
+SELECT """
+    + STATUS_COLUMNS
+    + """
 FROM jobs j
 WHERE (j.tenant, j.idempotency_key) IN (
     SELECT * FROM unnest(%(tenants)s::text[], %(keys)s::text[])
 )
 """
+)
 
 # Appended to the RETURNING list of every statement that changes a job's state or
 # progress: one JOB_CHANGED notification per changed job, delivered at commit, so
@@ -173,7 +197,8 @@ NOTIFY_CHANGED = "CASE WHEN %(notify)s THEN pg_notify('jobq_job_changes', j.id::
 # by one scope still holds its place in the others), so a race can cost a slot for
 # one claim, never put a scope over its limit.
 # With no limits, scope_counters is empty: each probe of it finds nothing.
-CLAIM_JOBS = """
+CLAIM_JOBS = (
+    """
 WITH RECURSIVE n AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS ts
 ),
@@ -209,7 +234,9 @@ tenants AS (
            (SELECT count(*) FROM jobs AS r WHERE r.state = 'running' AND r.tenant = w.tenant) AS running
     FROM (
         SELECT w.tenant, w.step,
-               coalesce((SELECT """ + _room("c") + """ FROM scope_counters AS c, n
+               coalesce((SELECT """
+    + _room("c")
+    + """ FROM scope_counters AS c, n
                          WHERE c.scope = 'tenant:' || w.tenant),
                         CASE WHEN EXISTS (SELECT 1 FROM limits AS d WHERE d.scope = 'tenant:*'
                                           AND (d.concurrency IS NOT NULL OR d.rate IS NOT NULL)) THEN 0 END) AS room
@@ -235,7 +262,9 @@ cand AS (
               AND NOT EXISTS (
                   SELECT 1 FROM scope_counters AS s
                   WHERE s.scope IN ('kind:' || j.kind, 'queue:' || j.queue, 'key:' || j.concurrency_key)
-                    AND """ + _room("s") + """ <= 0)
+                    AND """
+    + _room("s")
+    + """ <= 0)
             ORDER BY j.priority DESC, j.run_after, j.id
             LIMIT %(limit)s
         ) AS j
@@ -271,7 +300,9 @@ picked AS (
               AND NOT EXISTS (
                   SELECT 1 FROM scope_counters AS s, n
                   WHERE s.scope IN ('kind:' || j.kind, 'queue:' || j.queue, 'key:' || j.concurrency_key)
-                    AND """ + _room("s") + """ <= 0)
+                    AND """
+    + _room("s")
+    + """ <= 0)
             ORDER BY j.priority DESC, j.run_after, j.id
             LIMIT sh.share
             FOR UPDATE OF j SKIP LOCKED
@@ -282,11 +313,15 @@ picked AS (
 ),
 scoped AS (
     SELECT p.id, p.place, p.step, s.scope
-    FROM picked AS p CROSS JOIN LATERAL unnest(""" + _scopes("p") + """) AS s(scope)
+    FROM picked AS p CROSS JOIN LATERAL unnest("""
+    + _scopes("p")
+    + """) AS s(scope)
     WHERE s.scope IS NOT NULL
 ),
 counters AS (
-    SELECT c.scope, """ + _room("c") + """ AS room
+    SELECT c.scope, """
+    + _room("c")
+    + """ AS room
     FROM scope_counters AS c, n
     WHERE c.scope IN (SELECT scope FROM scoped)
     ORDER BY c.scope
@@ -317,18 +352,26 @@ claimed AS (
     FROM admitted, n
     WHERE j.id = admitted.id
     RETURNING j.id, j.kind, j.queue, j.tenant, j.concurrency_key, j.payload, j.checkpoint, j.done, j.total, j.items_ok, j.items_failed,
-              j.attempts, j.claims, j.max_attempts, j.lease_expires_at, j.run_after, n.ts AS started_at, """ + NOTIFY_CHANGED + """
+              j.attempts, j.claims, j.max_attempts, j.lease_expires_at, j.run_after, n.ts AS started_at, """
+    + NOTIFY_CHANGED
+    + """
 ),
 counted AS (
     UPDATE scope_counters AS c
     SET running = c.running + t.jobs,
-        window_start = CASE WHEN c.rate IS NULL THEN c.window_start ELSE """ + _window("c") + """ END,
+        window_start = CASE WHEN c.rate IS NULL THEN c.window_start ELSE """
+    + _window("c")
+    + """ END,
         window_starts = CASE WHEN c.rate IS NULL THEN c.window_starts
-                             WHEN c.window_start = """ + _window("c") + """ THEN c.window_starts + t.jobs
+                             WHEN c.window_start = """
+    + _window("c")
+    + """ THEN c.window_starts + t.jobs
                              ELSE t.jobs END
     FROM (
         SELECT s.scope, count(*) AS jobs
-        FROM claimed AS cl CROSS JOIN LATERAL unnest(""" + _scopes("cl") + """) AS s(scope)
+        FROM claimed AS cl CROSS JOIN LATERAL unnest("""
+    + _scopes("cl")
+    + """) AS s(scope)
         WHERE s.scope IS NOT NULL
         GROUP BY s.scope
     ) AS t, n
@@ -341,6 +384,7 @@ opened AS (
 )
 SELECT * FROM claimed ORDER BY id
 """
+)
 
 # The item outcomes a heartbeat or a completion carries, and what they change in the job's
 # counts: an item re-run after it failed (a retry past max_item_failures) moves from failed
@@ -385,12 +429,17 @@ STORE_ITEMS = """
 # since the last heartbeat go in the same statement (data-modifying CTEs), fenced
 # with it. No indexed column of jobs is written (the item counts are unindexed),
 # so the update of jobs stays HOT; the items are INSERTs into job_items.
-RENEW_LEASE = """
+RENEW_LEASE = (
+    """
 WITH n AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS ts
 ),
-item_input AS (""" + ITEM_INPUT + """),
-deltas AS (""" + ITEM_DELTAS + """),
+item_input AS ("""
+    + ITEM_INPUT
+    + """),
+deltas AS ("""
+    + ITEM_DELTAS
+    + """),
 written AS (
     UPDATE jobs AS j
     SET lease_expires_at = n.ts + make_interval(secs => %(lease_seconds)s),
@@ -407,9 +456,12 @@ written AS (
               CASE WHEN %(notify)s AND (%(done)s::int IS NOT NULL OR d.job_id IS NOT NULL)
                    THEN pg_notify('jobq_job_changes', j.id::text) END AS notified
 ),
-stored AS (""" + STORE_ITEMS + """)
+stored AS ("""
+    + STORE_ITEMS
+    + """)
 SELECT cancel_requested, notified FROM written
 """
+)
 
 # -- complete_jobs --
 # Invariant 1: a result is stored only for a token that still holds its job; each
@@ -425,7 +477,8 @@ SELECT cancel_requested, notified FROM written
 # depend on the batch's size, so PostgreSQL settles on one generic plan for the
 # prepared statement. With arrays, a custom plan that knows a small batch's
 # length always looked cheaper, and every batch was planned again (~0.6 ms).
-COMPLETE_JOBS = """
+COMPLETE_JOBS = (
+    """
 WITH n AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS ts
 ),
@@ -435,8 +488,12 @@ input AS (
          AS i(job_id uuid, claim int, attempt int, owner text, result_id uuid, body text,
               done int, total int)
 ),
-item_input AS (""" + ITEM_INPUT + """),
-deltas AS (""" + ITEM_DELTAS + """),
+item_input AS ("""
+    + ITEM_INPUT
+    + """),
+deltas AS ("""
+    + ITEM_DELTAS
+    + """),
 held AS (
     -- Each row is locked through its primary key alone (OFFSET 0 keeps the fence from being
     -- pushed inside), then the token is checked on the row as locked, its newest version.
@@ -469,12 +526,18 @@ finished AS (
     FROM held AS i LEFT JOIN deltas AS d ON d.job_id = i.job_id, n
     WHERE j.id = i.job_id
     RETURNING j.id, j.attempts, n.ts, i.claim, i.result_id, i.body, j.tenant, j.kind, j.queue, j.concurrency_key,
-              """ + NOTIFY_CHANGED + """
-),""" + give_back("finished") + """,
+              """
+    + NOTIFY_CHANGED
+    + """
+),"""
+    + give_back("finished")
+    + """,
 written AS (
     SELECT id, attempts, ts FROM finished
 ),
-stored_items AS (""" + STORE_ITEMS + """),
+stored_items AS ("""
+    + STORE_ITEMS
+    + """),
 stored AS (
     INSERT INTO job_results (id, job_id, body, created_at)
     SELECT f.result_id, f.id, f.body::jsonb, n.ts FROM finished AS f, n
@@ -492,13 +555,15 @@ closed AS (
 )
 SELECT id FROM finished
 """
+)
 
 # -- fail_job --
 # Invariant 1: fenced like COMPLETE_JOBS. Invariant 3: the error is stored on the
 # job and on its attempt. The caller brings the retry decision (service.retry):
 # %(retry)s queues the job again, due %(delay)s seconds from now; otherwise it
 # fails. A job whose cancellation was requested ends cancelled either way.
-FAIL_JOB = """
+FAIL_JOB = (
+    """
 WITH n AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS ts
 ),
@@ -524,8 +589,12 @@ changed AS (
     FROM decision AS d, n
     WHERE j.id = d.id AND j.claims = %(claim)s AND j.attempts = %(attempt)s AND j.lease_owner = %(owner)s
       AND j.state = 'running'
-    RETURNING j.id, j.state, j.run_after, j.tenant, j.kind, j.queue, j.concurrency_key, """ + NOTIFY_CHANGED + """
-),""" + give_back("changed") + """,
+    RETURNING j.id, j.state, j.run_after, j.tenant, j.kind, j.queue, j.concurrency_key, """
+    + NOTIFY_CHANGED
+    + """
+),"""
+    + give_back("changed")
+    + """,
 closed AS (
     UPDATE job_attempts AS a
     SET finished_at = n.ts, outcome = 'failed', error = %(error)s
@@ -534,6 +603,7 @@ closed AS (
 )
 SELECT state, run_after FROM changed
 """
+)
 
 # -- release_job --
 # Graceful shutdown hands a job back at once. The attempt is not charged
@@ -541,7 +611,8 @@ SELECT state, run_after FROM changed
 # the old token from ever matching again. Idle workers are woken (JOBS_QUEUED),
 # so the job moves on without waiting for a poll. A job whose cancellation was
 # requested is not handed back but ends cancelled, as fail and reap do.
-RELEASE_JOB = """
+RELEASE_JOB = (
+    """
 WITH n AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS ts
 ),
@@ -558,9 +629,13 @@ released AS (
     WHERE j.id = %(job_id)s AND j.claims = %(claim)s AND j.attempts = %(attempt)s
       AND j.lease_owner = %(owner)s
       AND j.state = 'running'
-    RETURNING j.id, j.state, j.tenant, j.kind, j.queue, j.concurrency_key, """ + NOTIFY_CHANGED + """,
+    RETURNING j.id, j.state, j.tenant, j.kind, j.queue, j.concurrency_key, """
+    + NOTIFY_CHANGED
+    + """,
               CASE WHEN %(notify)s AND j.state = 'queued' THEN pg_notify('jobq_jobs', j.queue) END AS woke
-),""" + give_back("released") + """,
+),"""
+    + give_back("released")
+    + """,
 closed AS (
     UPDATE job_attempts AS a
     SET finished_at = n.ts,
@@ -570,10 +645,12 @@ closed AS (
 )
 SELECT count(*) AS released FROM released
 """
+)
 
 # -- acknowledge_cancel --
 # The worker saw cancel_requested on a heartbeat and stopped: fenced like the rest.
-ACKNOWLEDGE_CANCEL = """
+ACKNOWLEDGE_CANCEL = (
+    """
 WITH n AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS ts
 ),
@@ -584,8 +661,12 @@ stopped AS (
     WHERE j.id = %(job_id)s AND j.claims = %(claim)s AND j.attempts = %(attempt)s
       AND j.lease_owner = %(owner)s
       AND j.state = 'running'
-    RETURNING j.id, j.tenant, j.kind, j.queue, j.concurrency_key, """ + NOTIFY_CHANGED + """
-),""" + give_back("stopped") + """,
+    RETURNING j.id, j.tenant, j.kind, j.queue, j.concurrency_key, """
+    + NOTIFY_CHANGED
+    + """
+),"""
+    + give_back("stopped")
+    + """,
 closed AS (
     UPDATE job_attempts AS a
     SET finished_at = n.ts, outcome = 'cancelled'
@@ -594,6 +675,7 @@ closed AS (
 )
 SELECT count(*) AS stopped FROM stopped
 """
+)
 
 # -- read_attempt_receipt --
 # After a finish whose commit outcome is unknown (connection lost), the attempt's
@@ -614,7 +696,8 @@ WHERE a.job_id = %(job_id)s AND a.claim = %(claim)s AND a.worker = %(owner)s
 # lease is a retryable failure: while attempts remain (the retry budget, as in
 # service.retry.decide) the job is due after %(delays)s[attempts], the delays the
 # caller drew for each attempt number; the backoff itself is decided in Python.
-REAP_EXPIRED = """
+REAP_EXPIRED = (
+    """
 WITH n AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS ts
 ),
@@ -650,8 +733,12 @@ reaped AS (
         updated_at = n.ts
     FROM expired AS e, n
     WHERE j.id = e.id
-    RETURNING j.id, j.state, j.claims, j.tenant, j.kind, j.queue, j.concurrency_key, """ + NOTIFY_CHANGED + """
-),""" + give_back("reaped") + """,
+    RETURNING j.id, j.state, j.claims, j.tenant, j.kind, j.queue, j.concurrency_key, """
+    + NOTIFY_CHANGED
+    + """
+),"""
+    + give_back("reaped")
+    + """,
 closed AS (
     UPDATE job_attempts AS a
     SET finished_at = n.ts, outcome = 'lease_expired', error = 'lease expired'
@@ -660,11 +747,13 @@ closed AS (
 )
 SELECT state, count(*) AS jobs FROM reaped GROUP BY state
 """
+)
 
 # -- cancel_job --
 # A queued job is cancelled at once; a running one is asked to stop and its
 # worker sees cancel_requested on its next heartbeat. Terminal jobs match nothing.
-CANCEL_JOB = """
+CANCEL_JOB = (
+    """
 UPDATE jobs AS j
 SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
     cancel_requested = (state = 'running'),
@@ -672,13 +761,18 @@ SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
     updated_at = coalesce(%(now)s::timestamptz, now())
 WHERE id = %(job_id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
   AND state IN ('queued', 'running')
-RETURNING """ + STATUS_COLUMNS + ", " + NOTIFY_CHANGED
+RETURNING """
+    + STATUS_COLUMNS
+    + ", "
+    + NOTIFY_CHANGED
+)
 
 # -- replay_jobs --
 # Invariant 5: a terminal job changes only through replay, and each replay is
 # recorded in job_replays with who asked and what the job was before. A replay of
 # failed items picks jobs (succeeded ones too) that have some, and removes only those outcomes.
-REPLAY_JOBS = """
+REPLAY_JOBS = (
+    """
 WITH n AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS ts
 ),
@@ -711,8 +805,12 @@ replayed AS (
         updated_at = n.ts
     FROM picked, n
     WHERE j.id = picked.id
-    RETURNING j.id, j.tenant, """ + NOTIFY_CHANGED + """
-),""" + tenant_counters("replayed") + """,
+    RETURNING j.id, j.tenant, """
+    + NOTIFY_CHANGED
+    + """
+),"""
+    + tenant_counters("replayed")
+    + """,
 recorded AS (
     INSERT INTO job_replays (job_id, replayed_at, replayed_by, previous_state, previous_error,
                              previous_attempts)
@@ -720,6 +818,7 @@ recorded AS (
 )
 SELECT id FROM replayed ORDER BY id
 """
+)
 
 # -- limits (an operator's change) --
 # Each runs in one transaction after LOCK_COUNTERS. EXCLUSIVE conflicts with the ROW

@@ -247,9 +247,7 @@ class PostgresStore:
         self._pool.close()
 
     # -- the dead-letter path, rates and retention ------------------------------------
-    def failure_groups(
-        self, since: datetime, kind: str | None = None, tenant: str | None = None
-    ) -> list[FailureGroup]:
+    def failure_groups(self, since: datetime, kind: str | None = None, tenant: str | None = None) -> list[FailureGroup]:
         rows = self._fetchall(FAILURE_GROUPS, self._params(since=since, kind=kind, tenant=tenant))
         return [FailureGroup(**row) for row in rows]
 
@@ -268,9 +266,7 @@ class PostgresStore:
         return self._buckets(PICKUP_BUCKETS, window_seconds, bounds)
 
     def _buckets(self, statement: str, window_seconds: float, bounds: Sequence[float]) -> dict[str, list[int]]:
-        rows = self._fetchall(
-            statement, self._params(window=float(window_seconds), bounds=[float(b) for b in bounds])
-        )
+        rows = self._fetchall(statement, self._params(window=float(window_seconds), bounds=[float(b) for b in bounds]))
         return bucket_counts(rows, len(bounds))
 
     def throughput(self, window_seconds: float, buckets: int) -> list[Throughput]:
@@ -336,10 +332,7 @@ class PostgresStore:
 
     def list_workers(self, seen_within_seconds: float | None = None) -> list[WorkerInfo]:
         rows = self._fetchall(LIST_WORKERS, self._params(within=seen_within_seconds))
-        return [
-            worker_info(row, _READ)
-            for row in rows
-        ]
+        return [worker_info(row, _READ) for row in rows]
 
     # -- API tokens -------------------------------------------------------------------
     def create_token(self, tenant: str, token_hash: str, name: str | None = None, admin: bool = False) -> ApiToken:
@@ -402,8 +395,11 @@ class PostgresStore:
             for job_id, job in zip(ids, jobs, strict=True)
         ]
         keyed = any(job.idempotency_key is not None for job in jobs)
-        params = self._params(batch=dump_batch(batch, [job.payload for job in jobs], "payload"), keyed=keyed,
-                              wake_queues=",".join(sorted({j.queue for j in jobs})))
+        params = self._params(
+            batch=dump_batch(batch, [job.payload for job in jobs], "payload"),
+            keyed=keyed,
+            wake_queues=",".join(sorted({j.queue for j in jobs})),
+        )
 
         def fetch(statement: str, values: Mapping[str, Any]) -> list[dict[str, Any]]:
             if caller is None:
@@ -432,8 +428,9 @@ class PostgresStore:
             if inserted is not None and job_id not in inserted:
                 statuses.append(existing[(job.tenant, job.idempotency_key)])  # type: ignore[index]
             else:
-                statuses.append(queued_status(job, job_id, run_after=later.get(job_id, created_at),
-                                              created_at=created_at))
+                statuses.append(
+                    queued_status(job, job_id, run_after=later.get(job_id, created_at), created_at=created_at)
+                )
         return statuses
 
     # -- the worker's hot path ------------------------------------------------------
@@ -525,8 +522,9 @@ class PostgresStore:
         return self._lost(finished, completed), self._claimed(claim, claimed)
 
     def _complete_params(self, finished: Sequence[Completion]) -> dict[str, Any]:
-        return self._params(batch=_completion_batch(finished),
-                            items=_item_batch([(item.lease, item.items) for item in finished]))
+        return self._params(
+            batch=_completion_batch(finished), items=_item_batch([(item.lease, item.items) for item in finished])
+        )
 
     def _lost(self, finished: Sequence[Completion], written_rows: list[dict[str, Any]]) -> list[Lease]:
         written = {row["id"] for row in written_rows}
@@ -553,7 +551,9 @@ class PostgresStore:
         )
         if row is None:
             row = self._require_receipt(lease, AttemptOutcome.FAILED)
-        return FailResult(state=JobState(row["state"]), run_after=row["run_after"] if row["state"] == "queued" else None)
+        return FailResult(
+            state=JobState(row["state"]), run_after=row["run_after"] if row["state"] == "queued" else None
+        )
 
     def release(self, lease: Lease) -> None:
         row = self._fetchone(RELEASE_JOB, self._params(**_fence(lease)))
@@ -596,12 +596,18 @@ class PostgresStore:
         current = self.get(job_id, tenant)
         raise InvalidTransition(f"job {job_id} is already {current.state.value}", current.state.value)
 
-    def explain_facts(self, job_id: uuid.UUID, tenant: str | None = None, *,
-                      workers_seen_within: float) -> JobFacts:
+    def explain_facts(self, job_id: uuid.UUID, tenant: str | None = None, *, workers_seen_within: float) -> JobFacts:
         status = self.get(job_id, tenant)
-        facts = self._fetchone(EXPLAIN_FACTS, self._params(
-            job_id=job_id, queue=status.queue, tenant=status.tenant, priority=status.priority,
-            run_after=status.run_after))
+        facts = self._fetchone(
+            EXPLAIN_FACTS,
+            self._params(
+                job_id=job_id,
+                queue=status.queue,
+                tenant=status.tenant,
+                priority=status.priority,
+                run_after=status.run_after,
+            ),
+        )
         assert facts is not None  # one row, always
         usage = self.scope_usage(job_scopes(status.tenant, status.kind, status.queue, status.concurrency_key))
 
@@ -609,15 +615,20 @@ class PostgresStore:
             rows = self._fetchall(RUNNING_IN_SCOPE, self._params(tenant=tenant, scope=scope, limit=SHOWN_RUNNING_IDS))
             return [row["id"] for row in rows]
 
-        return job_facts(status, facts, facts["now"], _READ, usage, running_ids,
-                         self.list_workers(workers_seen_within))
+        return job_facts(status, facts, facts["now"], _READ, usage, running_ids, self.list_workers(workers_seen_within))
 
     # -- limits -----------------------------------------------------------------------
     def set_limit(self, limit: Limit) -> None:
-        self._change_limit(SET_LIMIT, limit.scope, {
-            "concurrency": limit.concurrency, "rate": limit.rate,
-            "per_seconds": limit.per_seconds, "weight": limit.weight,
-        })
+        self._change_limit(
+            SET_LIMIT,
+            limit.scope,
+            {
+                "concurrency": limit.concurrency,
+                "rate": limit.rate,
+                "per_seconds": limit.per_seconds,
+                "weight": limit.weight,
+            },
+        )
 
     def delete_limit(self, scope: str) -> None:
         if not self._change_limit(DELETE_LIMIT, check_scope(scope), {}):
@@ -669,11 +680,14 @@ class PostgresStore:
     def read_statuses(self, reads: Sequence[StatusRead]) -> list[JobStatus | None]:
         if not reads:
             return []
-        rows = self._fetchall(READ_STATUSES, self._params(
-            ids=[r.job_id for r in reads],
-            tenants=[r.tenant for r in reads],
-            token_hashes=[r.token_hash for r in reads],
-        ))
+        rows = self._fetchall(
+            READ_STATUSES,
+            self._params(
+                ids=[r.job_id for r in reads],
+                tenants=[r.tenant for r in reads],
+                token_hashes=[r.token_hash for r in reads],
+            ),
+        )
         found: list[JobStatus | None] = [None] * len(reads)
         for row in rows:
             found[row["ord"] - 1] = _status(row)
@@ -744,19 +758,21 @@ def _completion_batch(finished: Sequence[Completion]) -> str:
     """COMPLETE_JOBS's batch parameter: one JSON document, in the (id) order given."""
     for item in finished:
         check_progress(item.done, item.total)
-    return json.dumps([
-        {
-            "job_id": str(item.lease.job_id),
-            "claim": item.lease.claim,
-            "attempt": item.lease.attempt,
-            "owner": item.lease.owner,
-            "result_id": str(new_job_id()),
-            "body": dump_json(item.result, "result"),  # JSON text in a JSON string: a null result stays JSON null
-            "done": item.done,
-            "total": item.total,
-        }
-        for item in finished
-    ])
+    return json.dumps(
+        [
+            {
+                "job_id": str(item.lease.job_id),
+                "claim": item.lease.claim,
+                "attempt": item.lease.attempt,
+                "owner": item.lease.owner,
+                "result_id": str(new_job_id()),
+                "body": dump_json(item.result, "result"),  # JSON text in a JSON string: a null result stays JSON null
+                "done": item.done,
+                "total": item.total,
+            }
+            for item in finished
+        ]
+    )
 
 
 def _fence(lease: Lease) -> dict[str, Any]:

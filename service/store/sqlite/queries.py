@@ -4,10 +4,14 @@ retention, workers and tokens.
 
 from service.store.sqlite.statements import STATUS_COLUMNS
 
-GET_JOB = """
-SELECT """ + STATUS_COLUMNS + """
+GET_JOB = (
+    """
+SELECT """
+    + STATUS_COLUMNS
+    + """
 FROM jobs WHERE id = :job_id AND (:tenant IS NULL OR tenant = :tenant)
 """
+)
 
 GET_RESULT = """
 SELECT j.state, r.body
@@ -29,16 +33,26 @@ ORDER BY id DESC
 LIMIT :limit
 """
 
-LIST_JOBS = """
-SELECT """ + STATUS_COLUMNS + """
+LIST_JOBS = (
+    """
+SELECT """
+    + STATUS_COLUMNS
+    + """
 FROM jobs
-WHERE tenant = :tenant""" + _LIST_FILTERS
+WHERE tenant = :tenant"""
+    + _LIST_FILTERS
+)
 
 # The operators' list, every tenant, down the primary key; its own statement, as on PostgreSQL.
-LIST_ALL_JOBS = """
-SELECT """ + STATUS_COLUMNS + """
+LIST_ALL_JOBS = (
+    """
+SELECT """
+    + STATUS_COLUMNS
+    + """
 FROM jobs
-WHERE true""" + _LIST_FILTERS
+WHERE true"""
+    + _LIST_FILTERS
+)
 
 JOB_ATTEMPTS = """
 SELECT attempt, claim, worker, due_at, started_at, finished_at, outcome, error
@@ -47,13 +61,17 @@ WHERE job_id = :job_id
 ORDER BY claim
 """
 
-RUNNING_JOBS = """
-SELECT """ + STATUS_COLUMNS + """
+RUNNING_JOBS = (
+    """
+SELECT """
+    + STATUS_COLUMNS
+    + """
 FROM jobs
 WHERE state = 'running'
 ORDER BY lease_owner, id
 LIMIT :limit
 """
+)
 
 # -- failure_groups --
 # One query for the dead-letter view over a window of ix_jobs_finished_at.
@@ -191,9 +209,7 @@ RETURNING id, tenant, name, created_at, revoked_at, admin
 """
 
 # An admin token is no tenant's: /v1 refuses it like an unknown one.
-TENANT_FOR_TOKEN = (
-    "SELECT tenant FROM api_tokens WHERE token_hash = :token_hash AND revoked_at IS NULL AND NOT admin"
-)
+TENANT_FOR_TOKEN = "SELECT tenant FROM api_tokens WHERE token_hash = :token_hash AND revoked_at IS NULL AND NOT admin"
 
 ADMIN_TOKEN = """
 SELECT id, tenant, name, created_at, revoked_at, admin FROM api_tokens

@@ -18,19 +18,26 @@ STATUS_COLUMNS = """
 # -- enqueue_jobs --
 # A tenant's idempotency key that is already taken inserts nothing; the caller
 # then reads the existing job with READ_BY_IDEMPOTENCY_KEYS.
-ENQUEUE_JOBS = """
+ENQUEUE_JOBS = (
+    """
 INSERT INTO jobs (id, tenant, queue, kind, payload, state, priority, attempts, max_attempts,
                   done, total, run_after, concurrency_key, idempotency_key, created_at, updated_at)
 VALUES (:id, :tenant, :queue, :kind, :payload, 'queued', :priority, 0, :max_attempts,
         0, :total, coalesce(:run_after, strftime('%Y-%m-%d %H:%M:%f', :now, :delay || ' seconds')),
         :concurrency_key, :idempotency_key, :now, :now)
 ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING """ + STATUS_COLUMNS
+RETURNING """
+    + STATUS_COLUMNS
+)
 
-READ_BY_IDEMPOTENCY_KEYS = """
-SELECT """ + STATUS_COLUMNS + """
+READ_BY_IDEMPOTENCY_KEYS = (
+    """
+SELECT """
+    + STATUS_COLUMNS
+    + """
 FROM jobs WHERE tenant = :tenant AND idempotency_key = :idempotency_key
 """
+)
 
 # -- claim_jobs --
 # The claim is the fair, limited pick below (NEXT_TENANT ... COUNT_STARTS), then CLAIM_JOB
@@ -179,14 +186,17 @@ ORDER BY j.id
 LIMIT :limit
 """
 
-CANCEL_JOB = """
+CANCEL_JOB = (
+    """
 UPDATE jobs
 SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
     cancel_requested = (state = 'running'),
     finished_at = CASE WHEN state = 'queued' THEN :now ELSE finished_at END,
     updated_at = :now
 WHERE id = :job_id AND (:tenant IS NULL OR tenant = :tenant) AND state IN ('queued', 'running')
-RETURNING """ + STATUS_COLUMNS
+RETURNING """
+    + STATUS_COLUMNS
+)
 
 # -- replay_jobs --
 # Invariant 5: terminal jobs change only through replay, and every replay is recorded.

@@ -240,13 +240,9 @@ class SqliteStore:
             self._conn.close()
 
     # -- the dead-letter path, rates and retention ------------------------------------
-    def failure_groups(
-        self, since: datetime, kind: str | None = None, tenant: str | None = None
-    ) -> list[FailureGroup]:
+    def failure_groups(self, since: datetime, kind: str | None = None, tenant: str | None = None) -> list[FailureGroup]:
         with self._read() as (conn, _now):
-            rows = conn.execute(
-                FAILURE_GROUPS, {"since": to_text(since), "kind": kind, "tenant": tenant}
-            ).fetchall()
+            rows = conn.execute(FAILURE_GROUPS, {"since": to_text(since), "kind": kind, "tenant": tenant}).fetchall()
         return [
             FailureGroup(
                 kind=row["kind"],
@@ -309,9 +305,7 @@ class SqliteStore:
 
     def prune(self, older_than_seconds: float, limit: int = PRUNE_BATCH) -> int:
         with self._write() as (conn, now):
-            cursor = conn.execute(
-                PRUNE_FINISHED, {"now": now, "older_than": float(older_than_seconds), "limit": limit}
-            )
+            cursor = conn.execute(PRUNE_FINISHED, {"now": now, "older_than": float(older_than_seconds), "limit": limit})
             return cursor.rowcount
 
     def count_prunable(self, older_than_seconds: float) -> int:
@@ -355,10 +349,7 @@ class SqliteStore:
     def list_workers(self, seen_within_seconds: float | None = None) -> list[WorkerInfo]:
         with self._read() as (conn, now):
             rows = conn.execute(LIST_WORKERS, {"now": now, "within": seen_within_seconds}).fetchall()
-        return [
-            worker_info(row, _READ)
-            for row in rows
-        ]
+        return [worker_info(row, _READ) for row in rows]
 
     # -- API tokens -------------------------------------------------------------------
     def create_token(self, tenant: str, token_hash: str, name: str | None = None, admin: bool = False) -> ApiToken:
@@ -366,8 +357,14 @@ class SqliteStore:
         with self._write() as (conn, now):
             row = conn.execute(
                 CREATE_TOKEN,
-                {"id": str(new_job_id()), "tenant": tenant, "name": name, "token_hash": token_hash,
-                 "admin": admin, "now": now},
+                {
+                    "id": str(new_job_id()),
+                    "tenant": tenant,
+                    "name": name,
+                    "token_hash": token_hash,
+                    "admin": admin,
+                    "now": now,
+                },
             ).fetchone()
         return api_token(row, _READ)
 
@@ -447,18 +444,29 @@ class SqliteStore:
             picked = self._pick(conn, now, list(queues), kinds_json, limit)
             rows = []
             for job in picked:
-                row = conn.execute(CLAIM_JOB, {"id": job.id, "now": now, "worker": worker,
-                                               "lease_seconds": float(lease_seconds)}).fetchone()
+                row = conn.execute(
+                    CLAIM_JOB, {"id": job.id, "now": now, "worker": worker, "lease_seconds": float(lease_seconds)}
+                ).fetchone()
                 rows.append(row)
-                conn.execute(OPEN_ATTEMPT, {"job_id": row["id"], "claim": row["claims"], "attempt": row["attempts"],
-                                            "owner": worker, "due_at": row["run_after"], "now": now})
+                conn.execute(
+                    OPEN_ATTEMPT,
+                    {
+                        "job_id": row["id"],
+                        "claim": row["claims"],
+                        "attempt": row["attempts"],
+                        "owner": worker,
+                        "due_at": row["run_after"],
+                        "now": now,
+                    },
+                )
             self._count_starts(conn, now, picked)
         self._claim_cursor = advance_cursor(self._claim_cursor, (row["tenant"] for row in rows))
         rows.sort(key=lambda r: r["id"])
         return [claimed_job(r, worker, _READ) for r in rows]
 
-    def _pick(self, conn: sqlite3.Connection, now: str, queues: list[str], kinds: str | None,
-              limit: int) -> list[Candidate]:
+    def _pick(
+        self, conn: sqlite3.Connection, now: str, queues: list[str], kinds: str | None, limit: int
+    ) -> list[Candidate]:
         """The fair claim (PostgreSQL's CLAIM_JOBS, in steps under the write lock): visit
         tenants from the cursor, round robin; rank each one's next jobs by virtual time;
         take them while every scope has room. The counters read here are exact: no other
@@ -474,17 +482,27 @@ class SqliteStore:
             room = usage[tenant_scope].room(instant) if tenant_scope in usage else (0 if every_tenant_limited else None)
             if room is not None and room <= 0:
                 continue  # full: look further, so a free slot is not left idle
-            jobs = [job for queue in queues for job in conn.execute(
-                TENANT_JOBS, {"queue": queue, "tenant": tenant, "now": now, "kinds": kinds, "limit": limit})]
+            jobs = [
+                job
+                for queue in queues
+                for job in conn.execute(
+                    TENANT_JOBS, {"queue": queue, "tenant": tenant, "now": now, "kinds": kinds, "limit": limit}
+                )
+            ]
             jobs.sort(key=lambda j: (-j["priority"], j["run_after"], j["id"]))
             running = conn.execute(TENANT_RUNNING, {"tenant": tenant}).fetchone()["running"]
             weight = conn.execute(TENANT_WEIGHT, {"tenant": tenant}).fetchone()["weight"]
             for place, job in enumerate(jobs[:limit], start=1):
-                candidates.append(Candidate(
-                    id=job["id"], tenant=tenant,
-                    scopes=tuple(job_scopes(tenant, job["kind"], job["queue"], job["concurrency_key"])),
-                    virtual_time=(running + place) / weight, visit=visited, place=place,
-                ))
+                candidates.append(
+                    Candidate(
+                        id=job["id"],
+                        tenant=tenant,
+                        scopes=tuple(job_scopes(tenant, job["kind"], job["queue"], job["concurrency_key"])),
+                        virtual_time=(running + place) / weight,
+                        visit=visited,
+                        place=place,
+                    )
+                )
             visited += 1
             if visited == tenants_to_visit(limit):
                 break
@@ -492,14 +510,18 @@ class SqliteStore:
         rooms = {scope: usage.room(instant) for scope, usage in self._usage(conn, scopes).items()}
         return choose(candidates, rooms, every_tenant_limited=every_tenant_limited, limit=limit)
 
-    def _tenants_from_cursor(self, conn: sqlite3.Connection, now: str, queues: list[str],
-                             kinds: str | None) -> Iterator[str]:
+    def _tenants_from_cursor(
+        self, conn: sqlite3.Connection, now: str, queues: list[str], kinds: str | None
+    ) -> Iterator[str]:
         """Tenants with a due job, in name order from just after the cursor, wrapping around once."""
         cursor = self._claim_cursor
         after, lap = cursor, 0
         while True:
-            found = [row["tenant"] for queue in queues for row in conn.execute(
-                NEXT_TENANT, {"queue": queue, "after": after, "now": now, "kinds": kinds})]
+            found = [
+                row["tenant"]
+                for queue in queues
+                for row in conn.execute(NEXT_TENANT, {"queue": queue, "after": after, "now": now, "kinds": kinds})
+            ]
             tenant = min(found) if found else None
             if tenant is None:
                 if lap == 1 or cursor == "":
@@ -603,8 +625,14 @@ class SqliteStore:
         with self._write() as (conn, now):
             row = conn.execute(
                 FAIL_JOB,
-                {**_fence(lease), "now": now, "retry": retry, "delay": delay,
-                 "error": error, "error_group": error_group(error)},
+                {
+                    **_fence(lease),
+                    "now": now,
+                    "retry": retry,
+                    "delay": delay,
+                    "error": error,
+                    "error_group": error_group(error),
+                },
             ).fetchone()
             if row is None:
                 row = _require_receipt(conn, lease, AttemptOutcome.FAILED)
@@ -629,23 +657,32 @@ class SqliteStore:
                 return
             _close_attempt(conn, lease, now, AttemptOutcome.CANCELLED)
 
-
     def reap(self, delays: Sequence[float], limit: int = REAP_BATCH) -> ReapResult:
         delays = check_reap_delays(delays)
         counts = {JobState.QUEUED: 0, JobState.FAILED: 0, JobState.CANCELLED: 0}
         with self._write() as (conn, now):
             for job in conn.execute(REAP_EXPIRED, {"now": now, "limit": limit}).fetchall():
                 lease = Lease(uuid.UUID(job["id"]), job["lease_owner"], job["attempts"], job["claims"])
-                error = None if job["cancel_requested"] else (
-                    f"lease expired {job['expiries']} time(s); last on attempt {job['attempts']}"
-                    f" of {job['max_attempts']} (worker {job['lease_owner']}"
-                    " stopped heartbeating: crashed, killed or cut off)"
+                error = (
+                    None
+                    if job["cancel_requested"]
+                    else (
+                        f"lease expired {job['expiries']} time(s); last on attempt {job['attempts']}"
+                        f" of {job['max_attempts']} (worker {job['lease_owner']}"
+                        " stopped heartbeating: crashed, killed or cut off)"
+                    )
                 )
                 retry = job["attempts"] < job["max_attempts"]  # the retry budget, as retry.decide keeps it
                 row = conn.execute(
                     FAIL_JOB,
-                    {**_fence(lease), "now": now, "retry": retry, "delay": delays[job["attempts"] - 1],
-                     "error": error, "error_group": None if error is None else LEASE_EXPIRED_GROUP},
+                    {
+                        **_fence(lease),
+                        "now": now,
+                        "retry": retry,
+                        "delay": delays[job["attempts"] - 1],
+                        "error": error,
+                        "error_group": None if error is None else LEASE_EXPIRED_GROUP,
+                    },
                 ).fetchone()
                 _close_attempt(conn, lease, now, AttemptOutcome.LEASE_EXPIRED, "lease expired")
                 counts[JobState(row["state"])] += 1
@@ -664,15 +701,22 @@ class SqliteStore:
         current = self.get(job_id, tenant)
         raise InvalidTransition(f"job {job_id} is already {current.state.value}", current.state.value)
 
-    def explain_facts(self, job_id: uuid.UUID, tenant: str | None = None, *,
-                      workers_seen_within: float) -> JobFacts:
+    def explain_facts(self, job_id: uuid.UUID, tenant: str | None = None, *, workers_seen_within: float) -> JobFacts:
         status = self.get(job_id, tenant)
         usage = self.scope_usage(job_scopes(status.tenant, status.kind, status.queue, status.concurrency_key))
         workers = self.list_workers(workers_seen_within)
         with self._read() as (conn, now):
-            facts = conn.execute(EXPLAIN_FACTS, {
-                "job_id": str(job_id), "queue": status.queue, "tenant": status.tenant, "priority": status.priority,
-                "run_after": to_text(status.run_after), "now": now}).fetchone()
+            facts = conn.execute(
+                EXPLAIN_FACTS,
+                {
+                    "job_id": str(job_id),
+                    "queue": status.queue,
+                    "tenant": status.tenant,
+                    "priority": status.priority,
+                    "run_after": to_text(status.run_after),
+                    "now": now,
+                },
+            ).fetchone()
 
             def running_ids(scope: str) -> list[Any]:
                 rows = conn.execute(RUNNING_IN_SCOPE, {"tenant": tenant, "scope": scope, "limit": SHOWN_RUNNING_IDS})
@@ -683,8 +727,17 @@ class SqliteStore:
     # -- limits -----------------------------------------------------------------------
     def set_limit(self, limit: Limit) -> None:
         with self._write() as (conn, now):
-            conn.execute(SET_LIMIT, {"scope": limit.scope, "concurrency": limit.concurrency, "rate": limit.rate,
-                                     "per_seconds": limit.per_seconds, "weight": limit.weight, "now": now})
+            conn.execute(
+                SET_LIMIT,
+                {
+                    "scope": limit.scope,
+                    "concurrency": limit.concurrency,
+                    "rate": limit.rate,
+                    "per_seconds": limit.per_seconds,
+                    "weight": limit.weight,
+                    "now": now,
+                },
+            )
             _refresh_counters(conn, limit.scope)
 
     def delete_limit(self, scope: str) -> None:
@@ -756,8 +809,11 @@ class SqliteStore:
                 if read.token_hash is not None:
                     token = conn.execute(TENANT_FOR_TOKEN, {"token_hash": read.token_hash}).fetchone()
                     tenant = token["tenant"] if token is not None else None
-                row = None if tenant is None else conn.execute(
-                    GET_JOB, {"job_id": str(read.job_id), "tenant": tenant, "now": now}).fetchone()
+                row = (
+                    None
+                    if tenant is None
+                    else conn.execute(GET_JOB, {"job_id": str(read.job_id), "tenant": tenant, "now": now}).fetchone()
+                )
                 found.append(None if row is None else _status(row))
         return found
 
@@ -893,5 +949,3 @@ _READ = Readers(time=from_text, ident=uuid.UUID, names=lambda text: tuple(json.l
 
 def _status(row: Mapping[str, Any]) -> JobStatus:  # a sqlite3.Row reads as one
     return job_status(row, _READ)
-
-
