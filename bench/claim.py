@@ -19,7 +19,7 @@ import time
 
 import psycopg
 
-from bench.common import Report, bench_database, load_average, median
+from bench.common import EMPTY_QUEUE_TABLES, Report, bench_database, load_average, median
 from service.config import Settings
 from service.limits import Limit
 from service.store import open_store
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> Report:
 
 def _fill(url: str, queued: int, tenants: int) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("TRUNCATE jobs, job_attempts, job_results, job_replays, workers, scope_counters, limits")
+        conn.execute(EMPTY_QUEUE_TABLES)
         conn.execute(
             """
             INSERT INTO jobs (id, tenant, queue, kind, payload, state, priority, attempts, max_attempts,

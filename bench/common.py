@@ -155,10 +155,13 @@ def bench_database(args: argparse.Namespace, name: str) -> Iterator[str]:
                 conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
 
 
+EMPTY_QUEUE_TABLES = "TRUNCATE jobs, job_attempts, job_results, job_replays, job_items, workers, scope_counters, limits"
+
+
 def reset_jobs(url: str) -> None:
     """Empty every queue table (between repeats), and let the statistics catch up."""
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("TRUNCATE jobs, job_attempts, job_results, job_replays, job_items, workers, scope_counters, limits")
+        conn.execute(EMPTY_QUEUE_TABLES)
         conn.execute("VACUUM ANALYZE jobs")
 
 
