@@ -198,6 +198,9 @@ def redact(url: str) -> str:
     return f"{scheme}://{user}@{host}" if ":" in credentials else url
 
 
+JobIdArgument = Annotated[str, typer.Argument(metavar="JOB_ID", help="The id `jobq enqueue` printed.")]
+"""The JOB_ID argument of every command that names one job."""
+
 # click's exception classes, from whichever click typer runs on (typer >= 0.2x vendors its own).
 _click_exceptions = importlib.import_module(typer.BadParameter.__module__)
 

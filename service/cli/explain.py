@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from service.cli.app import app, open_cli_store, parse_job_id
+from service.cli.app import JobIdArgument, app, open_cli_store, parse_job_id
 from service.explain import Explanation, explain
 from service.metrics import WORKER_ALIVE_SECONDS
 
@@ -16,7 +16,7 @@ from service.metrics import WORKER_ALIVE_SECONDS
 @app.command("explain")
 def explain_command(
     ctx: typer.Context,
-    job_id: Annotated[str, typer.Argument(metavar="JOB_ID", help="The id `jobq enqueue` printed.")],
+    job_id: JobIdArgument,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object: the summary and every reason.")] = False,
 ) -> None:
     """Say why a job is not running (or how it runs, or how it ended), in words and in fields."""

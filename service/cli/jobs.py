@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from service.cli.app import (
+    JobIdArgument,
     app,
     cli_state,
     iso,
@@ -118,7 +119,7 @@ def enqueue(
 @app.command()
 def status(
     ctx: typer.Context,
-    job_id: Annotated[str, typer.Argument(metavar="JOB_ID", help="The id `jobq enqueue` printed.")],
+    job_id: JobIdArgument,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object, the REST API's field names.")] = False,
 ) -> None:
     """Show a job's state, progress, attempts and error."""
@@ -131,7 +132,7 @@ def status(
 @app.command()
 def result(
     ctx: typer.Context,
-    job_id: Annotated[str, typer.Argument(metavar="JOB_ID", help="The id `jobq enqueue` printed.")],
+    job_id: JobIdArgument,
     as_json: Annotated[bool, typer.Option("--json", help="{job_id, result}, as GET /v1/jobs/{id}/result.")] = False,
 ) -> None:
     """Print a succeeded job's result (JSON). Exit 1 when the job has none yet, naming its state."""
@@ -144,7 +145,7 @@ def result(
 @app.command()
 def cancel(
     ctx: typer.Context,
-    job_id: Annotated[str, typer.Argument(metavar="JOB_ID", help="The id `jobq enqueue` printed.")],
+    job_id: JobIdArgument,
 ) -> None:
     """Cancel a queued job now, or ask a running one to stop (it ends cancelled when its
     worker sees it, within a heartbeat). Exit 1 for a finished job."""
