@@ -405,7 +405,21 @@ def _canonical(value: JSON) -> str:
 
 
 ERROR_GROUP_LENGTH = 80
-LEASE_EXPIRED_GROUP = "lease expired"
+LEASE_EXPIRED_GROUP = "lease expired"  # a lease-expired job's error group, and its attempt's error
+
+# A job whose lease expired: its error, in one place for both stores. SQLite's reaper
+# calls lease_expired_error; PostgreSQL's (one statement, REAP_EXPIRED) is given the
+# template as a parameter and fills it with format(), whose %s reads as Python's does.
+LEASE_EXPIRED_ERROR = (
+    "lease expired %s time(s); last on attempt %s of %s (worker %s stopped heartbeating: crashed, killed or cut off)"
+)
+
+
+def lease_expired_error(expiries: int, attempt: int, max_attempts: int, worker: str) -> str:
+    """The error a reaped job gets: how many times its lease expired, on which attempt, whose."""
+    return LEASE_EXPIRED_ERROR % (expiries, attempt, max_attempts, worker)
+
+
 _MASKS = (
     (re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I), "<id>"),
     (re.compile(r"0x[0-9a-f]+", re.I), "<addr>"),

@@ -6,14 +6,11 @@ The rules on the values themselves (storable text and JSON, bounds) are the doma
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from service.errors import InvalidInput
 from service.jobs import ItemOutcome, Lease, error_group
-from service.payloads import MAX_ATTEMPTS_LIMIT, check_item_outcome, dump_json, storable_error
-from service.retry import Decision, GiveUp, Retry
+from service.payloads import check_item_outcome, dump_json, storable_error
 
 
 def item_rows(lease: Lease, items: Sequence[ItemOutcome]) -> list[dict[str, Any]]:
@@ -51,25 +48,3 @@ def bucket_counts(rows: Iterable[Mapping[str, Any]], bound_count: int) -> dict[s
     for row in rows:
         counts.setdefault(row["kind"], [0] * (bound_count + 1))[int(row["bucket"])] += int(row["count"])
     return counts
-
-
-def retry_params(decision: Decision) -> tuple[bool, float]:
-    """A failure's retry decision as the fail statements take it: (queue again?, delay in seconds)."""
-    if isinstance(decision, GiveUp):
-        return False, 0.0
-    if not isinstance(decision, Retry):
-        raise InvalidInput(f"a failure needs a retry decision (Retry or GiveUp), not {type(decision).__name__}")
-    delay = decision.delay_seconds
-    if isinstance(delay, bool) or not isinstance(delay, int | float) or not 0 <= delay < math.inf:
-        raise InvalidInput("a retry's delay must be a finite number of seconds, at least 0")
-    return True, float(delay)
-
-
-def check_reap_delays(delays: Sequence[float]) -> list[float]:
-    """The reaper's delays, one per attempt number up to MAX_ATTEMPTS_LIMIT (RetryPolicy.delays_by_attempt)."""
-    values = list(delays)
-    if len(values) != MAX_ATTEMPTS_LIMIT:
-        raise InvalidInput(f"reap needs one delay per attempt number 1..{MAX_ATTEMPTS_LIMIT}, not {len(values)}")
-    for delay in values:
-        retry_params(Retry(delay))
-    return [float(delay) for delay in values]

@@ -1,5 +1,8 @@
-"""The PostgreSQL store's hot-path statements: submit, claim, heartbeat, finish, reap,
-cancel and replay, each named, with the invariant it keeps.
+"""The PostgreSQL store's hot path: the worker's statements from claim to finish
+(claim, heartbeat, complete, fail, release, cancel acknowledged), each named, with
+the invariant it keeps, and the pieces they share (a slot given back, the wake-up).
+The other areas keep their statements beside their operations (submit.py, ops.py,
+maintenance.py, limits.py, items.py); the reads are in queries.py.
 
 Each is a single statement (data-modifying CTEs), so claim, heartbeat, complete,
 fail and reap are one round trip each and never hold a transaction open while a
@@ -7,14 +10,7 @@ handler runs. ``%(now)s`` is NULL in production, so ``coalesce`` picks the
 database clock; tests pass a pinned instant instead.
 """
 
-_NOW = "coalesce(%(now)s::timestamptz, now())"
-
-STATUS_COLUMNS = """
-    id, tenant, queue, kind, state, priority, attempts, max_attempts, done, total, error,
-    cancel_requested, concurrency_key, idempotency_key, lease_owner, lease_expires_at,
-    run_after, created_at, started_at, finished_at, updated_at, result_id, items_ok, items_failed,
-    (state = 'running' AND lease_expires_at < coalesce(%(now)s::timestamptz, now())) AS stale
-"""
+from service.store.postgres.items import ITEM_DELTAS, ITEM_INPUT, STORE_ITEMS
 
 
 # -- limits: shared pieces --
@@ -71,82 +67,6 @@ freed AS (
 )"""
     )
 
-
-# A tenant:* limit gives each tenant a counter of its own: made (running 0) when the
-# tenant's first jobs are queued (enqueue, replay), so the claim finds one to lock.
-# Nothing when no tenant:* limit counts anything. A conflict does nothing and takes no lock.
-def tenant_counters(added: str) -> str:
-    return (
-        """
-counters AS (
-    INSERT INTO scope_counters (scope, concurrency, rate, per_seconds)
-    SELECT DISTINCT 'tenant:' || a.tenant,
-           coalesce(own.concurrency, d.concurrency), coalesce(own.rate, d.rate),
-           coalesce(own.per_seconds, d.per_seconds)
-    FROM """
-        + added
-        + """ AS a
-    JOIN limits AS d ON d.scope = 'tenant:*'
-    LEFT JOIN limits AS own ON own.scope = 'tenant:' || a.tenant
-    WHERE coalesce(own.concurrency, d.concurrency, own.rate, d.rate) IS NOT NULL
-    ON CONFLICT (scope) DO NOTHING
-)"""
-    )
-
-
-# -- enqueue_jobs --
-# Many jobs in one statement: the batch is one jsonb parameter, so psycopg dumps
-# one string (not twelve arrays element by element) and the plan does not depend
-# on the batch's length. A tenant's idempotency key that is already taken inserts
-# nothing: the existing job is read back by READ_BY_IDEMPOTENCY_KEYS. The caller
-# made the ids (time-ordered, in batch order), so one row comes back whatever the
-# batch's size: the database's clock, how many rows went in, the ids that went in
-# when the batch has keys (``keyed``; without keys every row goes in or none),
-# and the run_after of the jobs not due at once. Everything else in a new job's
-# status is what was inserted. The wake-up for idle workers rides in the same
-# statement (one round trip, one commit): one JOBS_QUEUED notification per
-# statement, never per row, delivered at commit; none when nothing was inserted.
-ENQUEUE_JOBS = (
-    """
-WITH n AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS ts
-),
-inserted AS (
-INSERT INTO jobs (id, tenant, queue, kind, payload, state, priority, attempts, max_attempts,
-                  done, total, run_after, concurrency_key, idempotency_key, created_at, updated_at)
-SELECT i.id, i.tenant, i.queue, i.kind, i.payload, 'queued', i.priority, 0, i.max_attempts,
-       0, i.total, coalesce(i.run_after, n.ts + make_interval(secs => i.delay)),
-       i.concurrency_key, i.idempotency_key, n.ts, n.ts
-FROM jsonb_to_recordset(%(batch)s::jsonb)
-     AS i(id uuid, tenant text, queue text, kind text, payload jsonb, priority int, max_attempts int,
-          delay float8, run_after timestamptz, total int, concurrency_key text, idempotency_key text),
-     n
-ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING id, tenant, run_after, created_at
-),"""
-    + tenant_counters("inserted")
-    + """
-SELECT (SELECT ts FROM n) AS created_at,
-       count(*) AS inserted,
-       CASE WHEN %(keyed)s THEN array_agg(id) END AS ids,
-       array_agg(id) FILTER (WHERE run_after <> created_at) AS later_ids,
-       array_agg(run_after) FILTER (WHERE run_after <> created_at) AS later_run_after,
-       CASE WHEN %(notify)s AND count(*) > 0 THEN pg_notify('jobq_jobs', %(wake_queues)s) END AS woke
-FROM inserted
-"""
-)
-
-READ_BY_IDEMPOTENCY_KEYS = (
-    """
-SELECT """
-    + STATUS_COLUMNS
-    + """
-FROM jobs j
-WHERE (j.tenant, j.idempotency_key) IN (
-    SELECT * FROM unnest(%(tenants)s::text[], %(keys)s::text[])
-)
-"""
-)
 
 # Appended to the RETURNING list of every statement that changes a job's state or
 # progress: one JOB_CHANGED notification per changed job, delivered at commit, so
@@ -386,41 +306,6 @@ SELECT * FROM claimed ORDER BY id
 """
 )
 
-# The item outcomes a heartbeat or a completion carries, and what they change in the job's
-# counts: an item re-run after it failed (a retry past max_item_failures) moves from failed
-# to its new state, so its old outcome is subtracted: job_items as it was before this
-# statement (one snapshot for the whole statement). Each result is JSON text (a null result
-# stays JSON null).
-ITEM_INPUT = """
-    SELECT x.*
-    FROM jsonb_to_recordset(%(items)s::jsonb)
-         AS x(job_id uuid, item_index int, state text, result text, error text, error_group text)
-"""
-
-ITEM_DELTAS = """
-    SELECT x.job_id,
-           count(*) FILTER (WHERE x.state = 'ok') - count(p.state) FILTER (WHERE p.state = 'ok') AS ok,
-           count(*) FILTER (WHERE x.state = 'failed') - count(p.state) FILTER (WHERE p.state = 'failed') AS failed
-    FROM item_input AS x
-    LEFT JOIN LATERAL (
-        -- one primary-key probe per item (OFFSET 0 keeps it a probe): joined as a set, a plan
-        -- prepared while job_items was small would read all of it for every heartbeat after
-        SELECT p.state FROM job_items AS p
-        WHERE p.job_id = x.job_id AND p.item_index = x.item_index
-        OFFSET 0
-    ) AS p ON true
-    GROUP BY x.job_id
-"""
-
-# Invariant 1: only the items of a job whose fenced update matched (``written``) are stored.
-STORE_ITEMS = """
-    INSERT INTO job_items AS i (job_id, item_index, state, result, error, error_group, attempt, finished_at)
-    SELECT x.job_id, x.item_index, x.state, x.result::jsonb, x.error, x.error_group, w.attempts, w.ts
-    FROM item_input AS x JOIN written AS w ON w.id = x.job_id
-    ON CONFLICT (job_id, item_index) DO UPDATE
-    SET state = excluded.state, result = excluded.result, error = excluded.error,
-        error_group = excluded.error_group, attempt = excluded.attempt, finished_at = excluded.finished_at
-"""
 
 # -- renew_lease --
 # Invariant 1: fenced on the token; a reaped or reclaimed job matches no row, and
@@ -684,204 +569,4 @@ READ_ATTEMPT_RECEIPT = """
 SELECT a.outcome, j.state, j.run_after
 FROM job_attempts AS a JOIN jobs AS j ON j.id = a.job_id
 WHERE a.job_id = %(job_id)s AND a.claim = %(claim)s AND a.worker = %(owner)s
-"""
-
-# -- reap_expired --
-# Invariant 2: a running job past its lease is reclaimed. Leaderless and
-# idempotent: SKIP LOCKED lets every worker run it at once without waiting or
-# double-reaping, rows lock in id order, and a batch is bounded. Attempts were
-# charged at claim, so a job that kills its worker every time fails after
-# max_attempts with an error that says the lease expired (invariant 3).
-# Expiry is compared with the database clock, never a worker's. An expired
-# lease is a retryable failure: while attempts remain (the retry budget, as in
-# service.retry.decide) the job is due after %(delays)s[attempts], the delays the
-# caller drew for each attempt number; the backoff itself is decided in Python.
-REAP_EXPIRED = (
-    """
-WITH n AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS ts
-),
-expired AS (
-    SELECT j.id, j.attempts, j.max_attempts, j.lease_owner, j.cancel_requested,
-           (SELECT count(*) FROM job_attempts AS a
-            WHERE a.job_id = j.id AND a.outcome = 'lease_expired') + 1 AS expiries
-    FROM jobs AS j
-    WHERE j.state = 'running' AND j.lease_expires_at < (SELECT ts FROM n)
-    ORDER BY j.id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-),
-reaped AS (
-    UPDATE jobs AS j
-    SET state = CASE WHEN e.cancel_requested THEN 'cancelled'
-                     WHEN e.attempts < e.max_attempts THEN 'queued'
-                     ELSE 'failed' END,
-        error = CASE WHEN e.cancel_requested THEN j.error
-                     ELSE 'lease expired ' || e.expiries || ' time(s); last on attempt '
-                          || e.attempts || ' of ' || e.max_attempts
-                          || ' (worker ' || e.lease_owner
-                          || ' stopped heartbeating: crashed, killed or cut off)' END,
-        error_group = CASE WHEN e.cancel_requested THEN j.error_group ELSE %(lease_expired)s END,
-        run_after = CASE WHEN NOT e.cancel_requested AND e.attempts < e.max_attempts
-                         THEN n.ts + make_interval(secs => (%(delays)s::float8[])[e.attempts])
-                         ELSE j.run_after END,
-        lease_owner = CASE WHEN NOT e.cancel_requested AND e.attempts < e.max_attempts
-                           THEN NULL ELSE j.lease_owner END,
-        lease_expires_at = NULL,
-        finished_at = CASE WHEN NOT e.cancel_requested AND e.attempts < e.max_attempts
-                           THEN NULL ELSE n.ts END,
-        updated_at = n.ts
-    FROM expired AS e, n
-    WHERE j.id = e.id
-    RETURNING j.id, j.state, j.claims, j.tenant, j.kind, j.queue, j.concurrency_key, """
-    + NOTIFY_CHANGED
-    + """
-),"""
-    + give_back("reaped")
-    + """,
-closed AS (
-    UPDATE job_attempts AS a
-    SET finished_at = n.ts, outcome = 'lease_expired', error = 'lease expired'
-    FROM reaped AS r, n
-    WHERE a.job_id = r.id AND a.claim = r.claims AND a.finished_at IS NULL
-)
-SELECT state, count(*) AS jobs FROM reaped GROUP BY state
-"""
-)
-
-# -- cancel_job --
-# A queued job is cancelled at once; a running one is asked to stop and its
-# worker sees cancel_requested on its next heartbeat. Terminal jobs match nothing.
-CANCEL_JOB = (
-    """
-UPDATE jobs AS j
-SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
-    cancel_requested = (state = 'running'),
-    finished_at = CASE WHEN state = 'queued' THEN coalesce(%(now)s::timestamptz, now()) ELSE finished_at END,
-    updated_at = coalesce(%(now)s::timestamptz, now())
-WHERE id = %(job_id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
-  AND state IN ('queued', 'running')
-RETURNING """
-    + STATUS_COLUMNS
-    + ", "
-    + NOTIFY_CHANGED
-)
-
-# -- replay_jobs --
-# Invariant 5: a terminal job changes only through replay, and each replay is
-# recorded in job_replays with who asked and what the job was before. A replay of
-# failed items picks jobs (succeeded ones too) that have some, and removes only those outcomes.
-REPLAY_JOBS = (
-    """
-WITH n AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS ts
-),
-picked AS (
-    SELECT id, state, error, attempts
-    FROM jobs
-    WHERE state = ANY(%(states)s::text[])
-      AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
-      AND (cardinality(%(ids)s::uuid[]) = 0 OR id = ANY(%(ids)s::uuid[]))
-      AND (%(kind)s::text IS NULL OR kind = %(kind)s)
-      AND (%(error_like)s::text IS NULL OR error ILIKE %(error_like)s)
-      AND (%(error_group)s::text IS NULL OR error_group = %(error_group)s)
-      AND (%(since)s::timestamptz IS NULL OR finished_at >= %(since)s::timestamptz)
-      AND (NOT %(failed_items)s OR items_failed > 0)
-    ORDER BY id
-    FOR UPDATE SKIP LOCKED
-),
-cleared AS (
-    -- Re-running only the failed items: their outcomes go, the ok ones stay (the next attempt skips those).
-    DELETE FROM job_items AS i
-    USING picked
-    WHERE %(failed_items)s AND i.job_id = picked.id AND i.state = 'failed'
-),
-replayed AS (
-    UPDATE jobs AS j
-    SET state = 'queued', attempts = 0, error = NULL, error_group = NULL, cancel_requested = false,
-        lease_owner = NULL, lease_expires_at = NULL, run_after = n.ts, finished_at = NULL,
-        items_failed = CASE WHEN %(failed_items)s THEN 0 ELSE j.items_failed END,
-        done = CASE WHEN %(failed_items)s THEN j.items_ok ELSE j.done END,
-        updated_at = n.ts
-    FROM picked, n
-    WHERE j.id = picked.id
-    RETURNING j.id, j.tenant, """
-    + NOTIFY_CHANGED
-    + """
-),"""
-    + tenant_counters("replayed")
-    + """,
-recorded AS (
-    INSERT INTO job_replays (job_id, replayed_at, replayed_by, previous_state, previous_error,
-                             previous_attempts)
-    SELECT picked.id, n.ts, %(by)s, picked.state, picked.error, picked.attempts FROM picked, n
-)
-SELECT id FROM replayed ORDER BY id
-"""
-)
-
-# -- limits (an operator's change) --
-# Each runs in one transaction after LOCK_COUNTERS. EXCLUSIVE conflicts with the ROW
-# EXCLUSIVE lock that every claim, finish and enqueue takes on scope_counters from its
-# start, so the lock waits for those in flight and holds back new ones until commit;
-# the counts below are then read from a snapshot no claim or finish can move: exact.
-# Reads (SELECT) of the table go on meanwhile. The lock is held for milliseconds.
-LOCK_COUNTERS = "LOCK TABLE scope_counters IN EXCLUSIVE MODE"
-
-SET_LIMIT = """
-INSERT INTO limits (scope, concurrency, rate, per_seconds, weight, updated_at)
-VALUES (%(scope)s, %(concurrency)s, %(rate)s, %(per_seconds)s, %(weight)s, coalesce(%(now)s::timestamptz, now()))
-ON CONFLICT (scope) DO UPDATE
-SET concurrency = excluded.concurrency, rate = excluded.rate, per_seconds = excluded.per_seconds,
-    weight = excluded.weight, updated_at = excluded.updated_at
-"""
-
-DELETE_LIMIT = "DELETE FROM limits WHERE scope = %(scope)s RETURNING scope"
-
-# The counters of the scopes a change touched, made to agree with limits and with the
-# running jobs: a scope left without a concurrency or rate limit loses its counter; one
-# that has a limit gets one whose running is counted from the jobs (one pass over the
-# running rows). A tenant's limit is its own where set, else tenant:*'s; a change of
-# tenant:* touches every tenant that has a counter or active jobs. The rate window is
-# kept unless the rate changed.
-REFRESH_COUNTERS = """
-WITH wanted AS (
-    SELECT %(scope)s::text AS scope WHERE %(scope)s <> 'tenant:*'
-    UNION
-    SELECT scope FROM scope_counters WHERE %(scope)s = 'tenant:*' AND scope LIKE 'tenant:%%'
-    UNION
-    SELECT DISTINCT 'tenant:' || tenant FROM jobs
-    WHERE %(scope)s = 'tenant:*' AND state IN ('queued', 'running')
-),
-effective AS (
-    SELECT w.scope,
-           coalesce(own.concurrency, d.concurrency) AS concurrency,
-           coalesce(own.rate, d.rate) AS rate,
-           coalesce(own.per_seconds, d.per_seconds) AS per_seconds
-    FROM wanted AS w
-    LEFT JOIN limits AS own ON own.scope = w.scope
-    LEFT JOIN limits AS d ON d.scope = 'tenant:*' AND w.scope LIKE 'tenant:%%'
-),
-running AS (
-    SELECT s.scope, count(*) AS jobs
-    FROM jobs AS j CROSS JOIN LATERAL unnest(ARRAY['tenant:' || j.tenant, 'kind:' || j.kind,
-                                                   'queue:' || j.queue, 'key:' || j.concurrency_key]) AS s(scope)
-    WHERE j.state = 'running' AND s.scope IN (SELECT scope FROM wanted)
-    GROUP BY s.scope
-),
-gone AS (
-    DELETE FROM scope_counters AS c USING effective AS e
-    WHERE c.scope = e.scope AND e.concurrency IS NULL AND e.rate IS NULL
-)
-INSERT INTO scope_counters AS c (scope, running, concurrency, rate, per_seconds)
-SELECT e.scope, coalesce(r.jobs, 0), e.concurrency, e.rate, e.per_seconds
-FROM effective AS e LEFT JOIN running AS r ON r.scope = e.scope
-WHERE e.concurrency IS NOT NULL OR e.rate IS NOT NULL
-ON CONFLICT (scope) DO UPDATE
-SET running = excluded.running, concurrency = excluded.concurrency, rate = excluded.rate,
-    per_seconds = excluded.per_seconds,
-    window_start = CASE WHEN c.rate IS NOT DISTINCT FROM excluded.rate
-                         AND c.per_seconds IS NOT DISTINCT FROM excluded.per_seconds THEN c.window_start END,
-    window_starts = CASE WHEN c.rate IS NOT DISTINCT FROM excluded.rate
-                          AND c.per_seconds IS NOT DISTINCT FROM excluded.per_seconds THEN c.window_starts ELSE 0 END
 """

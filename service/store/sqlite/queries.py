@@ -2,7 +2,13 @@
 retention, workers and tokens.
 """
 
-from service.store.sqlite.statements import STATUS_COLUMNS
+# The columns of a job's status, and whether its lease has run out: every read of a status selects these.
+STATUS_COLUMNS = """
+    id, tenant, queue, kind, state, priority, attempts, max_attempts, done, total, error,
+    cancel_requested, concurrency_key, idempotency_key, lease_owner, lease_expires_at,
+    run_after, created_at, started_at, finished_at, updated_at, result_id, items_ok, items_failed,
+    (state = 'running' AND lease_expires_at < :now) AS stale
+"""
 
 GET_JOB = (
     """

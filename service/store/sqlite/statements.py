@@ -1,5 +1,7 @@
-"""The SQLite store's hot-path statements: submit, claim, heartbeat, finish, reap,
-cancel and replay, each named, with the invariant it keeps.
+"""The SQLite store's hot path: the worker's statements from claim to finish (claim,
+heartbeat, complete, fail, release, cancel acknowledged), each named, with the
+invariant it keeps. The other areas keep theirs beside their operations (submit.py,
+ops.py, maintenance.py, limits.py, items.py); the reads are in queries.py.
 
 Every write runs under ``BEGIN IMMEDIATE`` (see store.py), so a read and the
 update that follows it cannot interleave with another process's write.
@@ -8,36 +10,6 @@ update that follows it cannot interleave with another process's write.
 # "Now" for one operation: read once under the lock, every time below is computed from it.
 NOW = "SELECT strftime('%Y-%m-%d %H:%M:%f', 'now') AS now"
 
-STATUS_COLUMNS = """
-    id, tenant, queue, kind, state, priority, attempts, max_attempts, done, total, error,
-    cancel_requested, concurrency_key, idempotency_key, lease_owner, lease_expires_at,
-    run_after, created_at, started_at, finished_at, updated_at, result_id, items_ok, items_failed,
-    (state = 'running' AND lease_expires_at < :now) AS stale
-"""
-
-# -- enqueue_jobs --
-# A tenant's idempotency key that is already taken inserts nothing; the caller
-# then reads the existing job with READ_BY_IDEMPOTENCY_KEYS.
-ENQUEUE_JOBS = (
-    """
-INSERT INTO jobs (id, tenant, queue, kind, payload, state, priority, attempts, max_attempts,
-                  done, total, run_after, concurrency_key, idempotency_key, created_at, updated_at)
-VALUES (:id, :tenant, :queue, :kind, :payload, 'queued', :priority, 0, :max_attempts,
-        0, :total, coalesce(:run_after, strftime('%Y-%m-%d %H:%M:%f', :now, :delay || ' seconds')),
-        :concurrency_key, :idempotency_key, :now, :now)
-ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING """
-    + STATUS_COLUMNS
-)
-
-READ_BY_IDEMPOTENCY_KEYS = (
-    """
-SELECT """
-    + STATUS_COLUMNS
-    + """
-FROM jobs WHERE tenant = :tenant AND idempotency_key = :idempotency_key
-"""
-)
 
 # -- claim_jobs --
 # The claim is the fair, limited pick below (NEXT_TENANT ... COUNT_STARTS), then CLAIM_JOB
@@ -71,21 +43,6 @@ WHERE id = :job_id AND claims = :claim AND attempts = :attempt AND lease_owner =
 RETURNING cancel_requested
 """
 
-# The outcomes already stored for the items about to be written: an item re-run after it
-# failed (a retry past max_item_failures) moves from failed to its new state.
-PRIOR_ITEM_STATES = """
-SELECT state, count(*) AS n FROM job_items
-WHERE job_id = :job_id AND item_index IN (SELECT value FROM json_each(:indexes))
-GROUP BY state
-"""
-
-STORE_ITEM = """
-INSERT INTO job_items (job_id, item_index, state, result, error, error_group, attempt, finished_at)
-VALUES (:job_id, :item_index, :state, :result, :error, :error_group, :attempt, :now)
-ON CONFLICT (job_id, item_index) DO UPDATE
-SET state = excluded.state, result = excluded.result, error = excluded.error,
-    error_group = excluded.error_group, attempt = excluded.attempt, finished_at = excluded.finished_at
-"""
 
 # -- complete_jobs --
 # Invariant 1: fenced; the result row is written only after this matched.
@@ -173,66 +130,6 @@ FROM job_attempts AS a JOIN jobs AS j ON j.id = a.job_id
 WHERE a.job_id = :job_id AND a.claim = :claim AND a.worker = :owner
 """
 
-# -- reap_expired --
-# Invariant 2: running jobs past their lease, compared with the store's clock,
-# in id order and in bounded batches. Idempotent: a second reaper finds nothing.
-REAP_EXPIRED = """
-SELECT j.id, j.attempts, j.claims, j.max_attempts, j.lease_owner, j.cancel_requested,
-       (SELECT count(*) FROM job_attempts AS a
-        WHERE a.job_id = j.id AND a.outcome = 'lease_expired') + 1 AS expiries
-FROM jobs AS j
-WHERE j.state = 'running' AND j.lease_expires_at < :now
-ORDER BY j.id
-LIMIT :limit
-"""
-
-CANCEL_JOB = (
-    """
-UPDATE jobs
-SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
-    cancel_requested = (state = 'running'),
-    finished_at = CASE WHEN state = 'queued' THEN :now ELSE finished_at END,
-    updated_at = :now
-WHERE id = :job_id AND (:tenant IS NULL OR tenant = :tenant) AND state IN ('queued', 'running')
-RETURNING """
-    + STATUS_COLUMNS
-)
-
-# -- replay_jobs --
-# Invariant 5: terminal jobs change only through replay, and every replay is recorded.
-FIND_REPLAYABLE = """
-SELECT id, tenant, state, error, attempts FROM jobs
-WHERE state IN (SELECT value FROM json_each(:states))
-  AND (:tenant IS NULL OR tenant = :tenant)
-  AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
-  AND (:kind IS NULL OR kind = :kind)
-  AND (:error_like IS NULL OR error LIKE :error_like ESCAPE '\\')
-  AND (:error_group IS NULL OR error_group = :error_group)
-  AND (:since IS NULL OR finished_at >= :since)
-  AND (NOT :failed_items OR items_failed > 0)
-ORDER BY id
-"""
-
-REPLAY_JOB = """
-UPDATE jobs
-SET state = 'queued', attempts = 0, error = NULL, error_group = NULL, cancel_requested = 0, lease_owner = NULL,
-    lease_expires_at = NULL, run_after = :now, finished_at = NULL,
-    items_failed = CASE WHEN :failed_items THEN 0 ELSE items_failed END,
-    done = CASE WHEN :failed_items THEN items_ok ELSE done END,
-    updated_at = :now
-WHERE id = :job_id
-"""
-
-# A replay of failed items: their outcomes go, the ok ones stay (the next attempt skips those).
-CLEAR_FAILED_ITEMS = """
-DELETE FROM job_items WHERE job_id = :job_id AND state = 'failed'
-"""
-
-RECORD_REPLAY = """
-INSERT INTO job_replays (job_id, replayed_at, replayed_by, previous_state, previous_error,
-                         previous_attempts)
-VALUES (:job_id, :now, :by, :state, :error, :attempts)
-"""
 
 # -- the fair claim, limited (see store.py claim; PostgreSQL's CLAIM_JOBS says what it keeps) --
 # BEGIN IMMEDIATE makes the claim the only writer from its first read to its commit, so
@@ -320,49 +217,4 @@ SELECT 'tenant:' || :tenant, coalesce(own.concurrency, d.concurrency), coalesce(
 FROM limits AS d LEFT JOIN limits AS own ON own.scope = 'tenant:' || :tenant
 WHERE d.scope = 'tenant:*' AND coalesce(own.concurrency, d.concurrency, own.rate, d.rate) IS NOT NULL
 ON CONFLICT (scope) DO NOTHING
-"""
-
-# -- limits (an operator's change, one write transaction) --
-SET_LIMIT = """
-INSERT INTO limits (scope, concurrency, rate, per_seconds, weight, updated_at)
-VALUES (:scope, :concurrency, :rate, :per_seconds, :weight, :now)
-ON CONFLICT (scope) DO UPDATE
-SET concurrency = excluded.concurrency, rate = excluded.rate, per_seconds = excluded.per_seconds,
-    weight = excluded.weight, updated_at = excluded.updated_at
-"""
-
-DELETE_LIMIT = "DELETE FROM limits WHERE scope = :scope RETURNING scope"
-
-# The scopes a change touches: the one named, or for tenant:* every tenant with a counter
-# or active jobs; each with its limit in force (a tenant's own, else tenant:*'s).
-CHANGED_SCOPES = """
-WITH wanted AS (
-    SELECT :scope AS scope WHERE :scope <> 'tenant:*'
-    UNION SELECT scope FROM scope_counters WHERE :scope = 'tenant:*' AND scope LIKE 'tenant:%'
-    UNION SELECT DISTINCT 'tenant:' || tenant FROM jobs WHERE :scope = 'tenant:*' AND state IN ('queued', 'running')
-)
-SELECT w.scope,
-       coalesce(own.concurrency, d.concurrency) AS concurrency,
-       coalesce(own.rate, d.rate) AS rate,
-       coalesce(own.per_seconds, d.per_seconds) AS per_seconds,
-       (SELECT count(*) FROM jobs AS j WHERE j.state = 'running'
-          AND w.scope IN ('tenant:' || j.tenant, 'kind:' || j.kind, 'queue:' || j.queue,
-                          'key:' || j.concurrency_key)) AS running
-FROM wanted AS w
-LEFT JOIN limits AS own ON own.scope = w.scope
-LEFT JOIN limits AS d ON d.scope = 'tenant:*' AND w.scope LIKE 'tenant:%'
-"""
-
-DROP_COUNTER = "DELETE FROM scope_counters WHERE scope = :scope"
-
-PUT_COUNTER = """
-INSERT INTO scope_counters AS c (scope, running, concurrency, rate, per_seconds)
-VALUES (:scope, :running, :concurrency, :rate, :per_seconds)
-ON CONFLICT (scope) DO UPDATE
-SET running = excluded.running, concurrency = excluded.concurrency, rate = excluded.rate,
-    per_seconds = excluded.per_seconds,
-    window_start = CASE WHEN c.rate IS excluded.rate AND c.per_seconds IS excluded.per_seconds
-                        THEN c.window_start END,
-    window_starts = CASE WHEN c.rate IS excluded.rate AND c.per_seconds IS excluded.per_seconds
-                         THEN c.window_starts ELSE 0 END
 """

@@ -1,0 +1,213 @@
+"""The argument and answer checks both stores make, once: each function is named after
+the Store operation it serves, and both stores call it, so the two implementations of
+the seam refuse the same input with the same error and read their answers alike.
+
+The rules on the values themselves (storable text and JSON, bounds, a claim's
+arguments, a token's tenant) are the domain's, in :mod:`service.payloads`; this
+module applies them per operation and turns "no row" or "wrong state" into the
+named errors of :mod:`service.errors`. What is encoding for SQL is :mod:`.encoding`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from service.errors import InvalidInput, InvalidTransition, JobNotFound, LeaseLost, LimitNotFound, TokenNotFound
+from service.jobs import (
+    AttemptOutcome,
+    Completion,
+    JobPage,
+    JobState,
+    JobStatus,
+    Lease,
+    ReapResult,
+    ReplayFilter,
+    WorkerInfo,
+    error_group,
+    replayable_states,
+)
+from service.limits import Limit
+from service.payloads import (
+    MAX_ATTEMPTS_LIMIT,
+    check_lease_seconds,
+    check_page_size,
+    check_progress,
+    dump_json,
+    storable_error,
+)
+from service.retry import Decision, GiveUp, Retry
+from service.store.encoding import substring_pattern
+
+
+class _Row(Protocol):
+    """A row as both drivers give it: a psycopg dict row or a sqlite3.Row."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
+
+
+Row = TypeVar("Row", bound=_Row)
+
+
+# -- the worker's hot path ------------------------------------------------------------
+def heartbeat_args(lease_seconds: float, done: int | None, total: int | None, checkpoint: Any) -> str | None:
+    """A heartbeat's bounds checked; its checkpoint as JSON text (None: keep the stored one)."""
+    check_lease_seconds(lease_seconds)
+    check_progress(done, total)
+    return None if checkpoint is None else dump_json(checkpoint, "checkpoint")
+
+
+def completion_bodies(finished: Sequence[Completion]) -> list[str]:
+    """Each completion's progress checked and its result as JSON text (a null result stays JSON null)."""
+    for item in finished:
+        check_progress(item.done, item.total)
+    return [dump_json(item.result, "result") for item in finished]
+
+
+@dataclass(frozen=True)
+class FailArgs:
+    """A failure as both stores' FAIL_JOB take it."""
+
+    error: str
+    error_group: str
+    retry: bool
+    delay: float
+
+    def params(self) -> dict[str, Any]:
+        return {"error": self.error, "error_group": self.error_group, "retry": self.retry, "delay": self.delay}
+
+
+def fail_args(error: str, decision: Decision) -> FailArgs:
+    """The error (non-empty, storable, grouped) and the retry decision (queue again?, after how long)."""
+    if not isinstance(error, str) or not error.strip():
+        raise InvalidInput("error must be a non-empty string")
+    error = storable_error(error)
+    retry, delay = _retry_params(decision)
+    return FailArgs(error, error_group(error), retry, delay)
+
+
+def _retry_params(decision: Decision) -> tuple[bool, float]:
+    if isinstance(decision, GiveUp):
+        return False, 0.0
+    if not isinstance(decision, Retry):
+        raise InvalidInput(f"a failure needs a retry decision (Retry or GiveUp), not {type(decision).__name__}")
+    delay = decision.delay_seconds
+    if isinstance(delay, bool) or not isinstance(delay, int | float) or not 0 <= delay < math.inf:
+        raise InvalidInput("a retry's delay must be a finite number of seconds, at least 0")
+    return True, float(delay)
+
+
+def reap_delays(delays: Sequence[float]) -> list[float]:
+    """The reaper's delays, one per attempt number up to MAX_ATTEMPTS_LIMIT (RetryPolicy.delays_by_attempt)."""
+    values = list(delays)
+    if len(values) != MAX_ATTEMPTS_LIMIT:
+        raise InvalidInput(f"reap needs one delay per attempt number 1..{MAX_ATTEMPTS_LIMIT}, not {len(values)}")
+    return [_retry_params(Retry(delay))[1] for delay in values]
+
+
+def reap_result(jobs_by_state: Mapping[str, int]) -> ReapResult:
+    """What a reap did, from the count of reaped jobs per state they ended in."""
+    return ReapResult(
+        requeued=jobs_by_state.get(JobState.QUEUED, 0),
+        failed=jobs_by_state.get(JobState.FAILED, 0),
+        cancelled=jobs_by_state.get(JobState.CANCELLED, 0),
+    )
+
+
+def receipt(row: Row | None, *outcomes: AttemptOutcome) -> Row | None:
+    """A fenced write matched nothing: the attempt's row (READ_ATTEMPT_RECEIPT) says whether it
+    landed earlier (a retried call) with one of ``outcomes``; None means the lease is lost."""
+    return row if row is not None and row["outcome"] in outcomes else None
+
+
+def require_receipt(row: Row | None, lease: Lease, *outcomes: AttemptOutcome) -> Row:
+    found = receipt(row, *outcomes)
+    if found is None:
+        raise LeaseLost(lease.job_id, lease.attempt)
+    return found
+
+
+# -- reads and the operators' writes ------------------------------------------------------
+def page_limit(limit: int) -> int:
+    """A page's size checked; the rows to ask for: one more tells whether another page follows."""
+    check_page_size(limit)
+    return limit + 1
+
+
+def job_page(statuses: Sequence[JobStatus], limit: int) -> JobPage:
+    """A page of jobs from up to ``limit + 1`` rows, keyset-paged on the id."""
+    items = list(statuses[:limit])
+    more = len(statuses) > limit
+    return JobPage(items=items, next_after_id=items[-1].id if more else None)
+
+
+def found(row: Row | None, job_id: uuid.UUID) -> Row:
+    """The job's row, or JobNotFound: another tenant's job reads as a missing one."""
+    if row is None:
+        raise JobNotFound(job_id)
+    return row
+
+
+def result_row(row: Row | None, job_id: uuid.UUID) -> Row:
+    """A result is there to read only for a succeeded job."""
+    row = found(row, job_id)
+    if row["state"] != JobState.SUCCEEDED:
+        raise InvalidTransition(f"job {job_id} has no result: it is {row['state']}", row["state"])
+    return row
+
+
+def not_cancellable(current: JobStatus) -> InvalidTransition:
+    """CANCEL_JOB matched nothing though the job exists: it has ended."""
+    return InvalidTransition(f"job {current.id} is already {current.state.value}", current.state.value)
+
+
+def replay_args(which: ReplayFilter) -> dict[str, Any]:
+    """A replay's filter as both stores' statements take it (SQLite encodes the lists as JSON)."""
+    return {
+        "states": replayable_states(which),
+        "failed_items": which.failed_items,
+        "tenant": which.tenant,
+        "ids": list(which.ids),
+        "kind": which.kind,
+        "error_like": substring_pattern(which.error_like),
+        "error_group": which.error_group,
+        "since": which.since,
+    }
+
+
+def limit_args(limit: Limit) -> dict[str, Any]:
+    """SET_LIMIT's values (a Limit is checked when it is made)."""
+    return {
+        "scope": limit.scope,
+        "concurrency": limit.concurrency,
+        "rate": limit.rate,
+        "per_seconds": limit.per_seconds,
+        "weight": limit.weight,
+    }
+
+
+def require_deleted(deleted: bool, scope: str) -> None:
+    if not deleted:
+        raise LimitNotFound(scope)
+
+
+def revoked(row: Row | None, token_id: uuid.UUID) -> Row:
+    if row is None:
+        raise TokenNotFound(token_id)
+    return row
+
+
+def worker_args(worker: WorkerInfo) -> dict[str, Any]:
+    """REGISTER_WORKER's values: the queues and kinds a worker serves, as JSON lists."""
+    return {
+        "id": worker.id,
+        "host": worker.host,
+        "pid": worker.pid,
+        "queues": json.dumps(list(worker.queues)),
+        "kinds": json.dumps(list(worker.kinds)),
+        "concurrency": worker.concurrency,
+    }

@@ -1,0 +1,85 @@
+"""Reading jobs on PostgreSQL: a status, many statuses at once, pages, results, payloads,
+attempts (the statements are in queries.py)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+from service.errors import JobNotFound, Unauthorized
+from service.jobs import JSON, Attempt, JobPage, JobQuery, JobStatus, StatusRead
+from service.store import checks
+from service.store.base import RUNNING_JOBS_LIMIT
+from service.store.postgres.connection import READ, Connected, status
+from service.store.postgres.queries import (
+    GET_JOB,
+    GET_JOB_FOR_TOKEN,
+    GET_PAYLOAD,
+    GET_RESULT,
+    JOB_ATTEMPTS,
+    LIST_ALL_JOBS,
+    LIST_JOBS,
+    READ_STATUSES,
+    RUNNING_JOBS,
+)
+from service.store.rows import attempt
+
+
+class Reads(Connected):
+    """The reads of jobs: what the API, the CLI and the console show."""
+
+    def get(self, job_id: uuid.UUID, tenant: str | None = None, token_hash: str | None = None) -> JobStatus:
+        if token_hash is not None:
+            found = self._fetchone(GET_JOB_FOR_TOKEN, self._params(job_id=job_id, token_hash=token_hash))
+            if found is None:
+                raise Unauthorized("unknown or revoked token")
+            if found["id"] is None:
+                raise JobNotFound(job_id)
+            return status(found)
+        return status(checks.found(self._fetchone(GET_JOB, self._params(job_id=job_id, tenant=tenant)), job_id))
+
+    def read_statuses(self, reads: Sequence[StatusRead]) -> list[JobStatus | None]:
+        if not reads:
+            return []
+        rows = self._fetchall(
+            READ_STATUSES,
+            self._params(
+                ids=[r.job_id for r in reads],
+                tenants=[r.tenant for r in reads],
+                token_hashes=[r.token_hash for r in reads],
+            ),
+        )
+        found: list[JobStatus | None] = [None] * len(reads)
+        for row in rows:
+            found[row["ord"] - 1] = status(row)
+        return found
+
+    def get_result(self, job_id: uuid.UUID, tenant: str | None = None) -> JSON:
+        row = self._fetchone(GET_RESULT, self._params(job_id=job_id, tenant=tenant))
+        return checks.result_row(row, job_id)["body"]
+
+    def get_payload(self, job_id: uuid.UUID, tenant: str | None = None) -> JSON:
+        row = self._fetchone(GET_PAYLOAD, self._params(job_id=job_id, tenant=tenant))
+        return checks.found(row, job_id)["payload"]
+
+    def list_jobs(self, query: JobQuery) -> JobPage:
+        limit = checks.page_limit(query.limit)
+        rows = self._fetchall(
+            LIST_ALL_JOBS if query.tenant is None else LIST_JOBS,
+            self._params(
+                tenant=query.tenant,
+                state=query.state.value if query.state else None,
+                kind=query.kind,
+                queue=query.queue,
+                created_after=query.created_after,
+                after_id=query.after_id,
+                limit=limit,
+            ),
+        )
+        return checks.job_page([status(row) for row in rows], query.limit)
+
+    def job_attempts(self, job_id: uuid.UUID) -> list[Attempt]:
+        return [attempt(row, READ) for row in self._fetchall(JOB_ATTEMPTS, self._params(job_id=job_id))]
+
+    def running_jobs(self, limit: int = RUNNING_JOBS_LIMIT) -> list[JobStatus]:
+        return [status(row) for row in self._fetchall(RUNNING_JOBS, self._params(limit=limit))]

@@ -1,0 +1,33 @@
+"""Workers on PostgreSQL: registered, seen, gone, listed; and their wake-ups (LISTEN)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from service.jobs import WorkerInfo
+from service.store import checks
+from service.store.base import Listener
+from service.store.postgres.connection import READ, Connected
+from service.store.postgres.listener import PostgresListener
+from service.store.postgres.queries import DEREGISTER_WORKER, LIST_WORKERS, REGISTER_WORKER, TOUCH_WORKER
+from service.store.rows import worker_info
+
+
+class Workers(Connected):
+    """The registry of live workers, and the listener that wakes them."""
+
+    def listen(self, channels: Sequence[str]) -> Listener:
+        return PostgresListener(self.database_url, channels)
+
+    def register_worker(self, worker: WorkerInfo) -> None:
+        self._fetchall(REGISTER_WORKER, self._params(**checks.worker_args(worker)))
+
+    def touch_worker(self, worker_id: str) -> None:
+        self._fetchall(TOUCH_WORKER, self._params(id=worker_id))
+
+    def deregister_worker(self, worker_id: str) -> None:
+        self._fetchall(DEREGISTER_WORKER, self._params(id=worker_id))
+
+    def list_workers(self, seen_within_seconds: float | None = None) -> list[WorkerInfo]:
+        rows = self._fetchall(LIST_WORKERS, self._params(within=seen_within_seconds))
+        return [worker_info(row, READ) for row in rows]

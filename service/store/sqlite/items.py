@@ -1,0 +1,70 @@
+"""Per-item outcomes on SQLite: written with the heartbeat or the completion that
+carries them (in its transaction, only if its fenced write matched), and the item pages."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from service.errors import JobNotFound
+from service.jobs import ItemPage, ItemQuery, Lease
+from service.store import checks
+from service.store.rows import item_page
+from service.store.sqlite.connection import READ, Connected
+from service.store.sqlite.queries import JOB_EXISTS, LIST_ITEMS
+
+# The outcomes already stored for the items about to be written: an item re-run after it
+# failed (a retry past max_item_failures) moves from failed to its new state.
+PRIOR_ITEM_STATES = """
+SELECT state, count(*) AS n FROM job_items
+WHERE job_id = :job_id AND item_index IN (SELECT value FROM json_each(:indexes))
+GROUP BY state
+"""
+
+
+STORE_ITEM = """
+INSERT INTO job_items (job_id, item_index, state, result, error, error_group, attempt, finished_at)
+VALUES (:job_id, :item_index, :state, :result, :error, :error_group, :attempt, :now)
+ON CONFLICT (job_id, item_index) DO UPDATE
+SET state = excluded.state, result = excluded.result, error = excluded.error,
+    error_group = excluded.error_group, attempt = excluded.attempt, finished_at = excluded.finished_at
+"""
+
+
+class Items(Connected):
+    """list_items: a job's item outcomes, a page at a time."""
+
+    def list_items(self, query: ItemQuery) -> ItemPage:
+        limit = checks.page_limit(query.limit)
+        params = {
+            "job_id": str(query.job_id),
+            "tenant": query.tenant,
+            "state": query.state.value if query.state else None,
+            "after_index": -1 if query.after_index is None else query.after_index,
+            "limit": limit,
+        }
+        with self._read() as (conn, _now):
+            if conn.execute(JOB_EXISTS, params).fetchone() is None:
+                raise JobNotFound(query.job_id)
+            rows = conn.execute(LIST_ITEMS, params).fetchall()
+        return item_page(rows, query.limit, READ)
+
+
+def item_deltas(conn: sqlite3.Connection, lease: Lease, rows: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """What writing ``rows`` changes in the job's counts (an outcome replaced is taken back)."""
+    ok = sum(1 for row in rows if row["state"] == "ok")
+    failed = len(rows) - ok
+    if rows:
+        indexes = json.dumps([row["item_index"] for row in rows])
+        for prior in conn.execute(PRIOR_ITEM_STATES, {"job_id": str(lease.job_id), "indexes": indexes}):
+            if prior["state"] == "ok":
+                ok -= prior["n"]
+            else:
+                failed -= prior["n"]
+    return {"ok_delta": ok, "failed_delta": failed}
+
+
+def store_items(conn: sqlite3.Connection, rows: Sequence[dict[str, Any]], now: str) -> None:
+    conn.executemany(STORE_ITEM, [{**row, "now": now} for row in rows])

@@ -1,0 +1,74 @@
+"""What every worker runs besides its jobs, on SQLite: the reaper of expired leases
+(REAP_EXPIRED, then the fenced FAIL_JOB per job) and the pruner (retention)."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+
+from service.jobs import LEASE_EXPIRED_GROUP, AttemptOutcome, Lease, ReapResult, lease_expired_error
+from service.store import checks
+from service.store.base import PRUNE_BATCH, REAP_BATCH, DatabaseHealth
+from service.store.sqlite.connection import Connected, close_attempt, fence
+from service.store.sqlite.queries import COUNT_PRUNABLE, PRUNE_FINISHED
+from service.store.sqlite.statements import FAIL_JOB
+
+# -- reap_expired --
+# Invariant 2: running jobs past their lease, compared with the store's clock,
+# in id order and in bounded batches. Idempotent: a second reaper finds nothing.
+REAP_EXPIRED = """
+SELECT j.id, j.attempts, j.claims, j.max_attempts, j.lease_owner, j.cancel_requested,
+       (SELECT count(*) FROM job_attempts AS a
+        WHERE a.job_id = j.id AND a.outcome = 'lease_expired') + 1 AS expiries
+FROM jobs AS j
+WHERE j.state = 'running' AND j.lease_expires_at < :now
+ORDER BY j.id
+LIMIT :limit
+"""
+
+
+class Maintenance(Connected):
+    """reap, prune, count_prunable, health_stats."""
+
+    def reap(self, delays: Sequence[float], limit: int = REAP_BATCH) -> ReapResult:
+        delays = checks.reap_delays(delays)
+        counts: Counter[str] = Counter()
+        with self._write() as (conn, now):
+            for job in conn.execute(REAP_EXPIRED, {"now": now, "limit": limit}).fetchall():
+                lease = Lease(uuid.UUID(job["id"]), job["lease_owner"], job["attempts"], job["claims"])
+                error = (
+                    None
+                    if job["cancel_requested"]
+                    else lease_expired_error(job["expiries"], job["attempts"], job["max_attempts"], job["lease_owner"])
+                )
+                retry = job["attempts"] < job["max_attempts"]  # the retry budget, as retry.decide keeps it
+                row = conn.execute(
+                    FAIL_JOB,
+                    {
+                        **fence(lease),
+                        "now": now,
+                        "retry": retry,
+                        "delay": delays[job["attempts"] - 1],
+                        "error": error,
+                        "error_group": None if error is None else LEASE_EXPIRED_GROUP,
+                    },
+                ).fetchone()
+                close_attempt(conn, lease, now, AttemptOutcome.LEASE_EXPIRED, LEASE_EXPIRED_GROUP)
+                counts[row["state"]] += 1
+        return checks.reap_result(counts)
+
+    def prune(self, older_than_seconds: float, limit: int = PRUNE_BATCH) -> int:
+        with self._write() as (conn, now):
+            cursor = conn.execute(PRUNE_FINISHED, {"now": now, "older_than": float(older_than_seconds), "limit": limit})
+            return cursor.rowcount
+
+    def count_prunable(self, older_than_seconds: float) -> int:
+        with self._read() as (conn, now):
+            row = conn.execute(COUNT_PRUNABLE, {"now": now, "older_than": float(older_than_seconds)}).fetchone()
+        return int(row["count"])
+
+    def health_stats(self) -> DatabaseHealth:
+        # SQLite has no dead tuples (VACUUM reclaims free pages) and no transaction
+        # registry to read: neither is measured here.
+        return DatabaseHealth(jobs_dead_tuples=None, oldest_transaction_age_seconds=None)

@@ -1,0 +1,81 @@
+"""Submitting jobs to SQLite: ENQUEUE_JOBS per job in one write transaction, and the
+idempotency keys' read-back."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from service.errors import InvalidInput
+from service.jobs import JobStatus, NewJob, new_job_id
+from service.payloads import dump_json, validate_new_jobs
+from service.store.sqlite.connection import Connected, status
+from service.store.sqlite.queries import STATUS_COLUMNS
+from service.store.sqlite.statements import TENANT_COUNTER
+from service.store.sqlite.timestamps import to_text
+
+# -- enqueue_jobs --
+# A tenant's idempotency key that is already taken inserts nothing; the caller
+# then reads the existing job with READ_BY_IDEMPOTENCY_KEYS.
+ENQUEUE_JOBS = (
+    """
+INSERT INTO jobs (id, tenant, queue, kind, payload, state, priority, attempts, max_attempts,
+                  done, total, run_after, concurrency_key, idempotency_key, created_at, updated_at)
+VALUES (:id, :tenant, :queue, :kind, :payload, 'queued', :priority, 0, :max_attempts,
+        0, :total, coalesce(:run_after, strftime('%Y-%m-%d %H:%M:%f', :now, :delay || ' seconds')),
+        :concurrency_key, :idempotency_key, :now, :now)
+ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING """
+    + STATUS_COLUMNS
+)
+
+
+READ_BY_IDEMPOTENCY_KEYS = (
+    """
+SELECT """
+    + STATUS_COLUMNS
+    + """
+FROM jobs WHERE tenant = :tenant AND idempotency_key = :idempotency_key
+"""
+)
+
+
+class Submitting(Connected):
+    """enqueue and enqueue_many."""
+
+    def enqueue(self, job: NewJob, *, connection: object | None = None) -> JobStatus:
+        return self.enqueue_many([job], connection=connection)[0]
+
+    def enqueue_many(self, jobs: Sequence[NewJob], *, connection: object | None = None) -> list[JobStatus]:
+        if connection is not None:
+            raise InvalidInput(
+                "an enqueue inside the caller's transaction (connection=) needs PostgreSQL; "
+                "on SQLite the Queue commits each enqueue itself"
+            )
+        validate_new_jobs(jobs)
+        rows = [
+            {
+                "id": str(new_job_id()),
+                "tenant": job.tenant,
+                "queue": job.queue,
+                "kind": job.kind,
+                "payload": dump_json(job.payload, "payload"),
+                "priority": job.priority,
+                "max_attempts": job.max_attempts,
+                "total": job.total,
+                "delay": float(job.delay_seconds),
+                "run_after": to_text(job.run_after) if job.run_after else None,
+                "concurrency_key": job.concurrency_key,
+                "idempotency_key": job.idempotency_key,
+            }
+            for job in jobs
+        ]
+        statuses = []
+        with self._write() as (conn, now):
+            for row in rows:
+                found = conn.execute(ENQUEUE_JOBS, {**row, "now": now}).fetchone()
+                if found is None:
+                    found = conn.execute(READ_BY_IDEMPOTENCY_KEYS, {**row, "now": now}).fetchone()
+                statuses.append(status(found))
+            for tenant in sorted({job.tenant for job in jobs}):
+                conn.execute(TENANT_COUNTER, {"tenant": tenant})
+        return statuses

@@ -1,0 +1,37 @@
+"""Workers on SQLite: registered, seen, gone, listed; no wake-ups (workers poll)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from service.jobs import WorkerInfo
+from service.store import checks
+from service.store.base import Listener
+from service.store.rows import worker_info
+from service.store.sqlite.connection import READ, Connected
+from service.store.sqlite.listener import SilentListener
+from service.store.sqlite.queries import DEREGISTER_WORKER, LIST_WORKERS, REGISTER_WORKER, TOUCH_WORKER
+
+
+class Workers(Connected):
+    """The registry of live workers."""
+
+    def listen(self, channels: Sequence[str]) -> Listener:
+        return SilentListener()
+
+    def register_worker(self, worker: WorkerInfo) -> None:
+        with self._write() as (conn, now):
+            conn.execute(REGISTER_WORKER, {**checks.worker_args(worker), "now": now})
+
+    def touch_worker(self, worker_id: str) -> None:
+        with self._write() as (conn, now):
+            conn.execute(TOUCH_WORKER, {"id": worker_id, "now": now})
+
+    def deregister_worker(self, worker_id: str) -> None:
+        with self._write() as (conn, _now):
+            conn.execute(DEREGISTER_WORKER, {"id": worker_id})
+
+    def list_workers(self, seen_within_seconds: float | None = None) -> list[WorkerInfo]:
+        with self._read() as (conn, now):
+            rows = conn.execute(LIST_WORKERS, {"now": now, "within": seen_within_seconds}).fetchall()
+        return [worker_info(row, READ) for row in rows]
