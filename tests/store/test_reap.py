@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from service.jobs import JobState, ReapResult
+from service.jobs import LEASE_EXPIRED_GROUP, JobState, ReapResult, lease_expired_error
 from service.retry import RetryPolicy
 from tests.conftest import Database, FakeClock
 from tests.store.builders import claim_one, new_job, reap
@@ -73,6 +73,22 @@ def test_an_expired_lease_on_the_last_attempt_fails_the_job_saying_so(store, db:
     assert status.finished_at == clock.now()
     assert [a["outcome"] for a in db.attempts(last.id)] == ["lease_expired", "lease_expired"]
     assert store.claim("worker-c", ["default"], 10, 30) == []
+
+
+def test_both_stores_write_the_one_lease_expired_error_the_domain_words(store, db: Database, clock: FakeClock):
+    store.enqueue(new_job(max_attempts=3))
+    claim_one(store, "worker-a", lease_seconds=10)
+    clock.advance(11)
+    reap(store)
+    clock.advance(3600)
+    second = claim_one(store, "worker-b", lease_seconds=10)
+    clock.advance(11)
+    reap(store)
+
+    status = store.get(second.id)
+    assert status.error == lease_expired_error(2, 2, 3, "worker-b")
+    assert status.error.startswith("lease expired 2 time(s); last on attempt 2 of 3 (worker worker-b ")
+    assert [a["error"] for a in db.attempts(second.id)] == [LEASE_EXPIRED_GROUP, LEASE_EXPIRED_GROUP]
 
 
 def test_reaping_a_job_whose_cancel_was_requested_cancels_it(store, db: Database, clock: FakeClock):
