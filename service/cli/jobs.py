@@ -19,7 +19,7 @@ from service.cli.app import (
     redact,
 )
 from service.errors import InvalidInput
-from service.jobs import JobQuery, JobState, JobStatus, NewJob
+from service.jobs import JobQuery, JobState, JobStatus, NewJob, require_same_job
 from service.payloads import validate_new_job
 
 
@@ -95,7 +95,11 @@ def enqueue(
     tenant: Annotated[str, typer.Option(metavar="T")] = _DEFAULTS.tenant,
     idempotency_key: Annotated[
         str | None,
-        typer.Option(metavar="K", help="Enqueue once per tenant and key; a repeat prints the first job's id."),
+        typer.Option(
+            metavar="K",
+            help="Enqueue once per tenant and key: the same job again prints the first one's id; "
+            "another job with a used key is refused.",
+        ),
     ] = None,
 ) -> None:
     """Add a job to the queue; print only its id on stdout."""
@@ -113,6 +117,8 @@ def enqueue(
     validate_new_job(job)  # reject bad input before touching the database
     with open_cli_store(ctx) as store:
         status = store.enqueue(job)
+        if job.idempotency_key is not None:  # the key may name an earlier job: the API's rule, it must be this one
+            require_same_job(job, status, store.get_payload(status.id, status.tenant))
     print(status.id)
 
 

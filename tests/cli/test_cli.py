@@ -167,6 +167,17 @@ def test_enqueue_with_a_used_idempotency_key_prints_the_first_job(run: Run, db: 
     assert db.count("jobs") == 1
 
 
+def test_enqueue_of_another_job_with_a_used_idempotency_key_is_refused_as_the_api_does(run: Run, db: Database) -> None:
+    first = enqueue(run, "hello", "--idempotency-key", "k", "--payload", '{"name": "ada"}')
+    assert enqueue(run, "hello", "--idempotency-key", "k", "--payload", '{"name": "ada"}') == first
+
+    refused = run("enqueue", "hello", "--idempotency-key", "k", "--payload", '{"name": "bob"}')
+
+    assert_one_line_error(refused, EXIT_FAILED)
+    assert f"idempotency key 'k' was already used for job {first} with a different payload" in refused.stderr
+    assert db.count("jobs") == 1
+
+
 # -- status -------------------------------------------------------------------------------------
 
 
