@@ -1,16 +1,8 @@
-"""Every query behind a console page reads an index, never the whole history, on both stores.
-
-Seeded with 20,000 finished jobs (and their attempts) over a week plus a few active
-ones, then analysed: on such a table a plan that scans ``jobs`` or ``job_attempts``
-whole is the plan that makes a page slow at a million jobs (docs/PERFORMANCE.md has
-the 1 M render timings).
-"""
+"""Every query behind a console page reads an index, never the whole history, on both stores
+(the seeded history and the plan reading: tests/plans.py)."""
 
 from __future__ import annotations
 
-import json
-import re
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -18,9 +10,7 @@ import pytest
 from service.store.postgres import queries as pg
 from service.store.sqlite import queries as lite
 from tests.conftest import Database
-from tests.store.builders import claim_one, new_job
-
-HISTORY = 20_000
+from tests.plans import full_scans, seed
 
 # page -> the statements it runs (by name, the same in both stores' query modules)
 PAGES = {
@@ -30,97 +20,13 @@ PAGES = {
     "failures": ["FAILURE_GROUPS"],
     "workers": ["LIST_WORKERS", "RUNNING_JOBS"],
 }
-HISTORY_TABLES = {"jobs", "job_attempts"}
-
-
-def _params(statement: str, job_id: str, dialect: str) -> dict[str, Any]:
-    now = datetime.now(UTC)
-    day_ago: Any = now - timedelta(hours=24)
-    values: dict[str, Any] = {
-        "now": None, "window": 3600.0, "buckets": 12, "bucket_seconds": 300.0, "within": 30.0,
-        "tenant": "t7", "state": None, "kind": None, "queue": None, "created_after": None, "after_id": None,
-        "limit": 51, "job_id": job_id, "since": day_ago,
-    }
-    if dialect == "sqlite":  # SQLite's store binds times as its sortable UTC text
-        values["now"] = now.strftime("%Y-%m-%d %H:%M:%S.000")
-        values["since"] = day_ago.strftime("%Y-%m-%d %H:%M:%S.000")
-    pattern = r"%\((\w+)\)s" if dialect == "postgresql" else r":(\w+)"
-    return {name: values[name] for name in set(re.findall(pattern, statement))}
-
-
-def _seed(db: Database, make_store: Any, url: str) -> str:
-    if db.dialect == "postgresql":
-        db.execute(
-            """
-            INSERT INTO jobs (id, tenant, queue, kind, payload, state, attempts, max_attempts, error, error_group,
-                              run_after, created_at, updated_at, started_at, finished_at)
-            SELECT gen_random_uuid(), 't' || (g %% 50), 'q' || (g %% 4), 'k' || (g %% 7), '{}'::jsonb,
-                   CASE WHEN g %% 9 = 0 THEN 'failed' ELSE 'succeeded' END, 1, 3,
-                   CASE WHEN g %% 9 = 0 THEN 'ValueError: ' || (g %% 5) END,
-                   CASE WHEN g %% 9 = 0 THEN 'ValueError: N' END, ts, ts, ts, ts, ts
-            FROM generate_series(1, %(n)s) AS g, LATERAL (SELECT now() - make_interval(secs => g * 30) AS ts) AS t
-            """,
-            n=HISTORY,
-        )
-        db.execute(
-            """INSERT INTO job_attempts (job_id, claim, attempt, worker, due_at, started_at, finished_at, outcome)
-               SELECT id, 1, 1, 'w', created_at, started_at, finished_at, state FROM jobs"""
-        )
-    else:
-        db.execute(
-            """
-            WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < %(n)s)
-            INSERT INTO jobs (id, tenant, queue, kind, payload, state, attempts, max_attempts, error, error_group,
-                              run_after, created_at, updated_at, started_at, finished_at)
-            SELECT printf('00000000-0000-7000-8000-%012d', n), 't' || (n % 50), 'q' || (n % 4), 'k' || (n % 7), '{}',
-                   CASE WHEN n % 9 = 0 THEN 'failed' ELSE 'succeeded' END, 1, 3,
-                   CASE WHEN n % 9 = 0 THEN 'ValueError: ' || (n % 5) END,
-                   CASE WHEN n % 9 = 0 THEN 'ValueError: N' END, ts, ts, ts, ts, ts
-            FROM (SELECT n, strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || (n * 30) || ' seconds') AS ts FROM g)
-            """,
-            n=HISTORY,
-        )
-        db.execute(
-            """INSERT INTO job_attempts (job_id, claim, attempt, worker, due_at, started_at, finished_at, outcome)
-               SELECT id, 1, 1, 'w', created_at, started_at, finished_at, state FROM jobs"""
-        )
-    store = make_store(url)
-    store.enqueue_many([new_job(queue=f"q{i % 4}") for i in range(20)])
-    running = claim_one(store, queues=("q0",))
-    db.execute("ANALYZE")
-    return str(running.id)
-
-
-def _pg_full_scans(db: Database, statement: str, params: dict[str, Any]) -> tuple[list[str], str]:
-    [row] = db.rows("EXPLAIN (FORMAT JSON) " + statement, **params)
-    plan = next(iter(row.values()))
-    plan = json.loads(plan) if isinstance(plan, str) else plan
-    nodes, pending = [], [plan[0]["Plan"]]
-    while pending:
-        node = pending.pop()
-        nodes.append(node)
-        pending.extend(node.get("Plans", []))
-    scans = [
-        n["Relation Name"] for n in nodes if n["Node Type"] == "Seq Scan" and n.get("Relation Name") in HISTORY_TABLES
-    ]
-    return scans, json.dumps(plan, indent=1)
-
-
-def _sqlite_full_scans(db: Database, statement: str, params: dict[str, Any]) -> tuple[list[str], str]:
-    rows = db.rows("EXPLAIN QUERY PLAN " + statement, **params)
-    details = [str(r["detail"]) for r in rows]
-    # "SCAN jobs" alone reads the table whole; "SCAN jobs USING INDEX …" walks an index in order.
-    scans = [d for d in details if re.fullmatch(r"SCAN (jobs|job_attempts)( AS \w+)?", d)]
-    return scans, "\n".join(details)
 
 
 @pytest.mark.slow
-def test_every_console_query_reads_an_index_not_the_history(db: Database, make_store, store_url: str) -> None:
-    job_id = _seed(db, make_store, store_url)
+def test_every_console_query_reads_an_index_not_the_history(db: Database, make_store: Any, store_url: str) -> None:
+    job_id = seed(db, make_store, store_url)
     module = pg if db.dialect == "postgresql" else lite
-    explain = _pg_full_scans if db.dialect == "postgresql" else _sqlite_full_scans
     for page, names in PAGES.items():
         for name in names:
-            statement = getattr(module, name)
-            scans, shown = explain(db, statement, _params(statement, job_id, db.dialect))
+            scans, shown = full_scans(db, getattr(module, name), job_id)
             assert not scans, f"{page}: {name} reads {scans} whole\n{shown}"

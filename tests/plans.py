@@ -1,0 +1,112 @@
+"""Query plans on a table that holds history: a statement that reads ``jobs`` or
+``job_attempts`` whole is the statement that makes a page or a scrape slow at a million
+jobs (docs/PERFORMANCE.md). Shared by the console's plan test and /metrics' one.
+
+``seed`` writes 20,000 finished jobs (and their attempts) over a week plus a few active
+ones, then analyses; ``full_scans`` names the history tables a statement's plan reads whole.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from tests.conftest import Database
+from tests.store.builders import claim_one, new_job
+
+HISTORY = 20_000
+
+HISTORY_TABLES = {"jobs", "job_attempts"}
+
+
+def params(statement: str, job_id: str, dialect: str) -> dict[str, Any]:
+    now = datetime.now(UTC)
+    day_ago: Any = now - timedelta(hours=24)
+    values: dict[str, Any] = {
+        "now": None, "window": 3600.0, "buckets": 12, "bucket_seconds": 300.0, "within": 30.0,
+        "tenant": "t7", "state": None, "kind": None, "queue": None, "created_after": None, "after_id": None,
+        "limit": 51, "job_id": job_id, "since": day_ago, "bounds": [0.1, 1.0, 10.0], "scopes": None,
+    }
+    if dialect == "sqlite":  # SQLite's store binds times as its sortable UTC text
+        values["now"] = now.strftime("%Y-%m-%d %H:%M:%S.000")
+        values["since"] = day_ago.strftime("%Y-%m-%d %H:%M:%S.000")
+        values["bounds"] = json.dumps(values["bounds"])
+    pattern = r"%\((\w+)\)s" if dialect == "postgresql" else r":(\w+)"
+    return {name: values[name] for name in set(re.findall(pattern, statement))}
+
+
+def seed(db: Database, make_store: Any, url: str) -> str:
+    if db.dialect == "postgresql":
+        db.execute(
+            """
+            INSERT INTO jobs (id, tenant, queue, kind, payload, state, attempts, max_attempts, error, error_group,
+                              run_after, created_at, updated_at, started_at, finished_at)
+            SELECT gen_random_uuid(), 't' || (g %% 50), 'q' || (g %% 4), 'k' || (g %% 7), '{}'::jsonb,
+                   CASE WHEN g %% 9 = 0 THEN 'failed' ELSE 'succeeded' END, 1, 3,
+                   CASE WHEN g %% 9 = 0 THEN 'ValueError: ' || (g %% 5) END,
+                   CASE WHEN g %% 9 = 0 THEN 'ValueError: N' END, ts, ts, ts, ts, ts
+            FROM generate_series(1, %(n)s) AS g, LATERAL (SELECT now() - make_interval(secs => g * 30) AS ts) AS t
+            """,
+            n=HISTORY,
+        )
+        db.execute(
+            """INSERT INTO job_attempts (job_id, claim, attempt, worker, due_at, started_at, finished_at, outcome)
+               SELECT id, 1, 1, 'w', created_at, started_at, finished_at, state FROM jobs"""
+        )
+    else:
+        db.execute(
+            """
+            WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < %(n)s)
+            INSERT INTO jobs (id, tenant, queue, kind, payload, state, attempts, max_attempts, error, error_group,
+                              run_after, created_at, updated_at, started_at, finished_at)
+            SELECT printf('00000000-0000-7000-8000-%012d', n), 't' || (n % 50), 'q' || (n % 4), 'k' || (n % 7), '{}',
+                   CASE WHEN n % 9 = 0 THEN 'failed' ELSE 'succeeded' END, 1, 3,
+                   CASE WHEN n % 9 = 0 THEN 'ValueError: ' || (n % 5) END,
+                   CASE WHEN n % 9 = 0 THEN 'ValueError: N' END, ts, ts, ts, ts, ts
+            FROM (SELECT n, strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || (n * 30) || ' seconds') AS ts FROM g)
+            """,
+            n=HISTORY,
+        )
+        db.execute(
+            """INSERT INTO job_attempts (job_id, claim, attempt, worker, due_at, started_at, finished_at, outcome)
+               SELECT id, 1, 1, 'w', created_at, started_at, finished_at, state FROM jobs"""
+        )
+    store = make_store(url)
+    store.enqueue_many([new_job(queue=f"q{i % 4}") for i in range(20)])
+    running = claim_one(store, queues=("q0",))
+    db.execute("ANALYZE")
+    return str(running.id)
+
+
+def _pg_full_scans(db: Database, statement: str, params: dict[str, Any]) -> tuple[list[str], str]:
+    [row] = db.rows("EXPLAIN (FORMAT JSON) " + statement, **params)
+    plan = next(iter(row.values()))
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+    nodes, pending = [], [plan[0]["Plan"]]
+    while pending:
+        node = pending.pop()
+        nodes.append(node)
+        pending.extend(node.get("Plans", []))
+    scans = [
+        n["Relation Name"] for n in nodes if n["Node Type"] == "Seq Scan" and n.get("Relation Name") in HISTORY_TABLES
+    ]
+    return scans, json.dumps(plan, indent=1)
+
+
+def _sqlite_full_scans(db: Database, statement: str, params: dict[str, Any]) -> tuple[list[str], str]:
+    # The store registers width_bucket on its own connection (the histograms use it); planning needs its name only.
+    assert db._sqlite is not None
+    db._sqlite.create_function("width_bucket", 2, lambda value, bounds: None, deterministic=True)
+    rows = db.rows("EXPLAIN QUERY PLAN " + statement, **params)
+    details = [str(r["detail"]) for r in rows]
+    # "SCAN jobs" alone reads the table whole; "SCAN jobs USING INDEX …" walks an index in order.
+    scans = [d for d in details if re.fullmatch(r"SCAN (jobs|job_attempts)( AS \w+)?", d)]
+    return scans, "\n".join(details)
+
+
+def full_scans(db: Database, statement: str, job_id: str) -> tuple[list[str], str]:
+    """The history tables ``statement`` reads whole on ``db``'s store, and its plan to show."""
+    explain = _pg_full_scans if db.dialect == "postgresql" else _sqlite_full_scans
+    return explain(db, statement, params(statement, job_id, db.dialect))
