@@ -307,6 +307,15 @@ SELECT * FROM claimed ORDER BY id
 )
 
 
+# Invariant 1, the fence: a lease holder's write matches its job (alias j) only while the
+# token it was handed (claims, attempts, lease_owner) is the job's and the job still runs.
+# Every write by a worker (heartbeat, fail, release, cancel acknowledged) ends so;
+# COMPLETE_JOBS checks the same on each row it locks (``held``).
+FENCED = (
+    "j.id = %(job_id)s AND j.claims = %(claim)s AND j.attempts = %(attempt)s AND j.lease_owner = %(owner)s"
+    " AND j.state = 'running'"
+)
+
 # -- renew_lease --
 # Invariant 1: fenced on the token; a reaped or reclaimed job matches no row, and
 # the caller learns it lost the lease. Heartbeat and progress are one statement,
@@ -335,8 +344,9 @@ written AS (
         items_failed = j.items_failed + coalesce(d.failed, 0),
         updated_at = n.ts
     FROM n LEFT JOIN deltas AS d ON true
-    WHERE j.id = %(job_id)s AND j.claims = %(claim)s AND j.attempts = %(attempt)s AND j.lease_owner = %(owner)s
-      AND j.state = 'running'
+    WHERE """
+    + FENCED
+    + """
     RETURNING j.id, j.attempts, n.ts, j.cancel_requested,
               CASE WHEN %(notify)s AND (%(done)s::int IS NOT NULL OR d.job_id IS NOT NULL)
                    THEN pg_notify('jobq_job_changes', j.id::text) END AS notified
@@ -472,8 +482,9 @@ changed AS (
         finished_at = CASE WHEN d.next_state = 'queued' THEN NULL ELSE n.ts END,
         updated_at = n.ts
     FROM decision AS d, n
-    WHERE j.id = d.id AND j.claims = %(claim)s AND j.attempts = %(attempt)s AND j.lease_owner = %(owner)s
-      AND j.state = 'running'
+    WHERE j.id = d.id AND """
+    + FENCED
+    + """
     RETURNING j.id, j.state, j.run_after, j.tenant, j.kind, j.queue, j.concurrency_key, """
     + NOTIFY_CHANGED
     + """
@@ -511,9 +522,9 @@ released AS (
         finished_at = CASE WHEN j.cancel_requested THEN n.ts END,
         updated_at = n.ts
     FROM n
-    WHERE j.id = %(job_id)s AND j.claims = %(claim)s AND j.attempts = %(attempt)s
-      AND j.lease_owner = %(owner)s
-      AND j.state = 'running'
+    WHERE """
+    + FENCED
+    + """
     RETURNING j.id, j.state, j.tenant, j.kind, j.queue, j.concurrency_key, """
     + NOTIFY_CHANGED
     + """,
@@ -543,9 +554,9 @@ stopped AS (
     UPDATE jobs AS j
     SET state = 'cancelled', lease_expires_at = NULL, finished_at = n.ts, updated_at = n.ts
     FROM n
-    WHERE j.id = %(job_id)s AND j.claims = %(claim)s AND j.attempts = %(attempt)s
-      AND j.lease_owner = %(owner)s
-      AND j.state = 'running'
+    WHERE """
+    + FENCED
+    + """
     RETURNING j.id, j.tenant, j.kind, j.queue, j.concurrency_key, """
     + NOTIFY_CHANGED
     + """

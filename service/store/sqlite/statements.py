@@ -24,12 +24,18 @@ INSERT INTO job_attempts (job_id, claim, attempt, worker, due_at, started_at)
 VALUES (:job_id, :claim, :attempt, :owner, :due_at, :now)
 """
 
+# Invariant 1, the fence: a lease holder's write matches its job only while the token it
+# was handed (claims, attempts, lease_owner) is the job's and the job still runs. Every
+# write by a worker (heartbeat, complete, fail, release, cancel acknowledged) ends so.
+FENCED = "id = :job_id AND claims = :claim AND attempts = :attempt AND lease_owner = :owner AND state = 'running'"
+
 # -- renew_lease --
 # Invariant 1: fenced on the token; a reaped or reclaimed job matches no row.
 # Heartbeat and progress are one statement; the item outcomes it carries are
 # written in the same transaction, only if it matched (STORE_ITEM), and their
 # change to the job's counts (``ok_delta``, ``failed_delta``) goes in with it.
-RENEW_LEASE = """
+RENEW_LEASE = (
+    """
 UPDATE jobs
 SET lease_expires_at = strftime('%Y-%m-%d %H:%M:%f', :now, :lease_seconds || ' seconds'),
     done = coalesce(:done, done),
@@ -38,15 +44,18 @@ SET lease_expires_at = strftime('%Y-%m-%d %H:%M:%f', :now, :lease_seconds || ' s
     items_ok = items_ok + :ok_delta,
     items_failed = items_failed + :failed_delta,
     updated_at = :now
-WHERE id = :job_id AND claims = :claim AND attempts = :attempt AND lease_owner = :owner
-  AND state = 'running'
+WHERE """
+    + FENCED
+    + """
 RETURNING cancel_requested
 """
+)
 
 
 # -- complete_jobs --
 # Invariant 1: fenced; the result row is written only after this matched.
-COMPLETE_JOBS = """
+COMPLETE_JOBS = (
+    """
 UPDATE jobs
 SET state = 'succeeded',
     result_id = :result_id,
@@ -58,10 +67,12 @@ SET state = 'succeeded',
     lease_expires_at = NULL,
     finished_at = :now,
     updated_at = :now
-WHERE id = :job_id AND claims = :claim AND attempts = :attempt AND lease_owner = :owner
-  AND state = 'running'
+WHERE """
+    + FENCED
+    + """
 RETURNING id
 """
+)
 
 STORE_RESULT = """
 INSERT INTO job_results (id, job_id, body, created_at) VALUES (:result_id, :job_id, :body, :now)
@@ -75,7 +86,8 @@ INSERT INTO job_results (id, job_id, body, created_at) VALUES (:result_id, :job_
 # reads the row as it was, so the CASEs all see the same cancel_requested.
 # The reaper writes expired jobs through this statement too, fenced on the token
 # it read under the write lock, with a NULL error to keep a cancelled job's own.
-FAIL_JOB = """
+FAIL_JOB = (
+    """
 UPDATE jobs
 SET state = CASE WHEN cancel_requested THEN 'cancelled' WHEN :retry THEN 'queued' ELSE 'failed' END,
     error = coalesce(:error, error),
@@ -86,15 +98,18 @@ SET state = CASE WHEN cancel_requested THEN 'cancelled' WHEN :retry THEN 'queued
     lease_expires_at = NULL,
     finished_at = CASE WHEN NOT cancel_requested AND :retry THEN NULL ELSE :now END,
     updated_at = :now
-WHERE id = :job_id AND claims = :claim AND attempts = :attempt AND lease_owner = :owner
-  AND state = 'running'
+WHERE """
+    + FENCED
+    + """
 RETURNING state, run_after
 """
+)
 
 # -- release_job --
 # Graceful shutdown: back to queued now, the attempt not charged (attempts - 1);
 # a job whose cancellation was requested ends cancelled instead, as in fail and reap.
-RELEASE_JOB = """
+RELEASE_JOB = (
+    """
 UPDATE jobs
 SET state = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'queued' END,
     attempts = CASE WHEN cancel_requested THEN attempts ELSE attempts - 1 END,
@@ -103,19 +118,24 @@ SET state = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'queued' END,
     run_after = CASE WHEN cancel_requested THEN run_after ELSE :now END,
     finished_at = CASE WHEN cancel_requested THEN :now END,
     updated_at = :now
-WHERE id = :job_id AND claims = :claim AND attempts = :attempt AND lease_owner = :owner
-  AND state = 'running'
+WHERE """
+    + FENCED
+    + """
 RETURNING state
 """
+)
 
 # -- acknowledge_cancel --
-ACKNOWLEDGE_CANCEL = """
+ACKNOWLEDGE_CANCEL = (
+    """
 UPDATE jobs
 SET state = 'cancelled', lease_expires_at = NULL, finished_at = :now, updated_at = :now
-WHERE id = :job_id AND claims = :claim AND attempts = :attempt AND lease_owner = :owner
-  AND state = 'running'
+WHERE """
+    + FENCED
+    + """
 RETURNING id
 """
+)
 
 CLOSE_ATTEMPT = """
 UPDATE job_attempts
