@@ -13,18 +13,21 @@ from __future__ import annotations
 import json
 import math
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from service.errors import InvalidInput, InvalidTransition, JobNotFound, LeaseLost, LimitNotFound, TokenNotFound
 from service.jobs import (
+    JSON,
     AttemptOutcome,
     Completion,
     JobPage,
     JobState,
     JobStatus,
     Lease,
+    NewJob,
     ReapResult,
     ReplayFilter,
     WorkerInfo,
@@ -39,6 +42,7 @@ from service.payloads import (
     check_progress,
     dump_json,
     storable_error,
+    validate_new_jobs,
 )
 from service.retry import Decision, GiveUp, Retry
 from service.store.encoding import substring_pattern
@@ -51,6 +55,36 @@ class _Row(Protocol):
 
 
 Row = TypeVar("Row", bound=_Row)
+
+
+# -- submitting ---------------------------------------------------------------------------
+def enqueue_rows(
+    jobs: Sequence[NewJob],
+    ids: Sequence[uuid.UUID],
+    *,
+    payload: Callable[[JSON], Any],
+    time: Callable[[datetime], Any],
+) -> list[dict[str, Any]]:
+    """The jobs of an enqueue checked (validate_new_jobs), as both stores' ENQUEUE_JOBS take
+    them: the store encodes the payload (``payload`` checks it storable) and the times."""
+    validate_new_jobs(jobs)
+    return [
+        {
+            "id": str(job_id),
+            "tenant": job.tenant,
+            "queue": job.queue,
+            "kind": job.kind,
+            "payload": payload(job.payload),
+            "priority": job.priority,
+            "max_attempts": job.max_attempts,
+            "total": job.total,
+            "delay": float(job.delay_seconds),
+            "run_after": None if job.run_after is None else time(job.run_after),
+            "concurrency_key": job.concurrency_key,
+            "idempotency_key": job.idempotency_key,
+        }
+        for job_id, job in zip(ids, jobs, strict=True)
+    ]
 
 
 # -- the worker's hot path ------------------------------------------------------------

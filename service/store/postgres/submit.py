@@ -4,12 +4,14 @@ idempotency keys' read-back."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from psycopg.rows import dict_row
 
 from service.jobs import JobStatus, NewJob, new_job_id, queued_status
-from service.payloads import dump_batch, storable_json, validate_new_jobs
+from service.payloads import dump_batch, storable_json
+from service.store import checks
 from service.store.postgres.caller import caller_connection
 from service.store.postgres.connection import Connected, status
 from service.store.postgres.errors import translate_errors
@@ -86,27 +88,10 @@ class Submitting(Connected):
         if not jobs:
             return []
         caller = caller_connection(connection) if connection is not None else None
-        validate_new_jobs(jobs)
-        for job in jobs:
-            storable_json(job.payload, "payload")
         ids = [new_job_id() for _ in jobs]
-        batch = [
-            {
-                "id": str(job_id),
-                "tenant": job.tenant,
-                "queue": job.queue,
-                "kind": job.kind,
-                "payload": job.payload,
-                "priority": job.priority,
-                "max_attempts": job.max_attempts,
-                "delay": job.delay_seconds,
-                "run_after": job.run_after.isoformat() if job.run_after is not None else None,
-                "total": job.total,
-                "concurrency_key": job.concurrency_key,
-                "idempotency_key": job.idempotency_key,
-            }
-            for job_id, job in zip(ids, jobs, strict=True)
-        ]
+        batch = checks.enqueue_rows(
+            jobs, ids, payload=lambda value: storable_json(value, "payload"), time=datetime.isoformat
+        )
         keyed = any(job.idempotency_key is not None for job in jobs)
         params = self._params(
             batch=dump_batch(batch, [job.payload for job in jobs], "payload"),

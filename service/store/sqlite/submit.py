@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 from service.errors import InvalidInput
 from service.jobs import JobStatus, NewJob, new_job_id
-from service.payloads import dump_json, validate_new_jobs
+from service.payloads import dump_json
+from service.store import checks
 from service.store.sqlite.connection import Connected, status
 from service.store.sqlite.queries import STATUS_COLUMNS
 from service.store.sqlite.statements import TENANT_COUNTER
@@ -51,24 +52,8 @@ class Submitting(Connected):
                 "an enqueue inside the caller's transaction (connection=) needs PostgreSQL; "
                 "on SQLite the Queue commits each enqueue itself"
             )
-        validate_new_jobs(jobs)
-        rows = [
-            {
-                "id": str(new_job_id()),
-                "tenant": job.tenant,
-                "queue": job.queue,
-                "kind": job.kind,
-                "payload": dump_json(job.payload, "payload"),
-                "priority": job.priority,
-                "max_attempts": job.max_attempts,
-                "total": job.total,
-                "delay": float(job.delay_seconds),
-                "run_after": to_text(job.run_after) if job.run_after else None,
-                "concurrency_key": job.concurrency_key,
-                "idempotency_key": job.idempotency_key,
-            }
-            for job in jobs
-        ]
+        ids = [new_job_id() for _ in jobs]
+        rows = checks.enqueue_rows(jobs, ids, payload=lambda value: dump_json(value, "payload"), time=to_text)
         statuses = []
         with self._write() as (conn, now):
             for row in rows:
