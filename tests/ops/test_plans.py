@@ -15,7 +15,7 @@ from tests.plans import full_scans, seed
 
 # what service/metrics.py reads, by statement name (the same in both stores' query modules).
 # PICKUP_BUCKETS is left out: on this small history PostgreSQL may hash-join the window's
-# attempts to all of jobs (seen once in a dozen runs), a choice the planner makes by size.
+# attempts to all of jobs (seen once in ~30 runs, not reproduced), a choice the planner makes by size.
 METRICS = ["ACTIVE_COUNTS", "QUEUE_STATS", "OUTCOMES", "DURATION_BUCKETS", "LEASE_EXPIRIES"]
 
 
