@@ -14,6 +14,7 @@ import importlib
 import pkgutil
 import re
 import sqlite3
+from collections.abc import Callable
 
 import psycopg
 import pytest
@@ -73,32 +74,35 @@ def test_the_statements_are_found_in_every_area_of_both_stores() -> None:
     assert len(pg) >= 50 and len(lite) >= 60
 
 
-def test_every_postgres_statement_prepares(pg_url: str) -> None:
-    statements = named_statements("service.store.postgres")
+def _failures(statements: dict[str, str], compile: Callable[[str], None], error: type[Exception]) -> list[str]:
+    """Each statement that does not compile, with the database's reason."""
     failures = []
+    for name, statement in sorted(statements.items()):
+        try:
+            compile(statement)
+        except error as exc:
+            failures.append(f"{name}: {str(exc).strip()}")
+    return failures
+
+
+def test_every_postgres_statement_prepares(pg_url: str) -> None:
     with psycopg.connect(pg_url, autocommit=True) as conn:
         with pytest.raises(psycopg.errors.UndefinedColumn):  # the check can fail: a typo is caught
             _pg_prepare(conn, "SELECT stat FROM jobs WHERE id = %(job_id)s")
-        for name, statement in sorted(statements.items()):
-            try:
-                _pg_prepare(conn, statement)
-            except psycopg.Error as exc:
-                failures.append(f"{name}: {str(exc).strip()}")
+        failures = _failures(
+            named_statements("service.store.postgres"), lambda statement: _pg_prepare(conn, statement), psycopg.Error
+        )
     assert not failures, "\n".join(failures)
 
 
 def test_every_sqlite_statement_compiles(sqlite_url: str) -> None:
-    statements = named_statements("service.store.sqlite")
     store = SqliteStore(sqlite_url)
-    failures = []
     try:
         with pytest.raises(sqlite3.OperationalError, match="no such column"):  # the check can fail: a typo is caught
             _sqlite_explain(store, "SELECT stat FROM jobs WHERE id = :job_id")
-        for name, statement in sorted(statements.items()):
-            try:
-                _sqlite_explain(store, statement)
-            except sqlite3.Error as exc:
-                failures.append(f"{name}: {exc}")
+        failures = _failures(
+            named_statements("service.store.sqlite"), lambda statement: _sqlite_explain(store, statement), sqlite3.Error
+        )
     finally:
         store.close()
     assert not failures, "\n".join(failures)
