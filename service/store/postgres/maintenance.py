@@ -9,7 +9,7 @@ from service.jobs import LEASE_EXPIRED_ERROR, LEASE_EXPIRED_GROUP, ReapResult
 from service.store import checks
 from service.store.base import PRUNE_BATCH, REAP_BATCH, DatabaseHealth
 from service.store.postgres.connection import Connected
-from service.store.postgres.queries import COUNT_PRUNABLE, HEALTH_STATS, PRUNE_FINISHED
+from service.store.postgres.queries import HEALTH_STATS
 from service.store.postgres.statements import NOTIFY_CHANGED, give_back
 
 # -- reap_expired --
@@ -72,6 +72,31 @@ closed AS (
 SELECT state, count(*) AS jobs FROM reaped GROUP BY state
 """
 )
+
+# -- prune_finished --
+# Retention: terminal jobs finished before the cutoff, oldest first, a small batch
+# at a time; attempts, results and replays go with them (ON DELETE CASCADE).
+# SKIP LOCKED: pruning never waits on, or blocks, anything a worker holds.
+PRUNE_FINISHED = """
+WITH doomed AS (
+    SELECT id
+    FROM jobs
+    WHERE finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than)s)
+      AND state IN ('succeeded', 'failed', 'cancelled')
+    ORDER BY finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM jobs USING doomed WHERE jobs.id = doomed.id
+"""
+
+
+COUNT_PRUNABLE = """
+SELECT count(*) AS count
+FROM jobs
+WHERE finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than)s)
+  AND state IN ('succeeded', 'failed', 'cancelled')
+"""
 
 
 class Maintenance(Connected):

@@ -1,5 +1,5 @@
 """The PostgreSQL store's reads: statuses, lists, the dead-letter path, metrics,
-retention, workers and tokens. Each reads an index's window, never the whole history.
+workers and tokens. Each reads an index's window, never the whole history.
 """
 
 # The columns of a job's status, and whether its lease has run out: every read of a status selects these.
@@ -183,29 +183,6 @@ SELECT queue, kind, 'running' AS state, count(*) AS count FROM jobs WHERE state 
 ORDER BY queue, kind, state
 """
 
-# -- prune_finished --
-# Retention: terminal jobs finished before the cutoff, oldest first, a small batch
-# at a time; attempts, results and replays go with them (ON DELETE CASCADE).
-# SKIP LOCKED: pruning never waits on, or blocks, anything a worker holds.
-PRUNE_FINISHED = """
-WITH doomed AS (
-    SELECT id
-    FROM jobs
-    WHERE finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than)s)
-      AND state IN ('succeeded', 'failed', 'cancelled')
-    ORDER BY finished_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-)
-DELETE FROM jobs USING doomed WHERE jobs.id = doomed.id
-"""
-
-COUNT_PRUNABLE = """
-SELECT count(*) AS count
-FROM jobs
-WHERE finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than)s)
-  AND state IN ('succeeded', 'failed', 'cancelled')
-"""
 
 # -- health_stats --
 # For metrics (FAILURE-MODES.md, bloat): the statistics views only, never a table.
@@ -222,19 +199,6 @@ SELECT (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = to_regclass('jo
                    AND backend_type = 'client backend' AND xact_start IS NOT NULL), 0) AS oldest_transaction_age_seconds
 """
 
-# -- workers --
-REGISTER_WORKER = """
-INSERT INTO workers (id, host, pid, queues, kinds, concurrency, started_at, last_seen_at)
-VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(kinds)s::jsonb, %(concurrency)s,
-        coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()))
-ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at
-"""
-
-TOUCH_WORKER = """
-UPDATE workers SET last_seen_at = coalesce(%(now)s::timestamptz, now()) WHERE id = %(id)s
-"""
-
-DEREGISTER_WORKER = "DELETE FROM workers WHERE id = %(id)s"
 
 LIST_WORKERS = """
 SELECT id, host, pid, queues, kinds, concurrency, started_at, last_seen_at
@@ -244,12 +208,6 @@ WHERE %(within)s::float8 IS NULL
 ORDER BY started_at DESC, id
 """
 
-# -- api tokens --
-CREATE_TOKEN = """
-INSERT INTO api_tokens (id, tenant, name, token_hash, created_at, admin)
-VALUES (%(id)s, %(tenant)s, %(name)s, %(token_hash)s, coalesce(%(now)s::timestamptz, now()), %(admin)s)
-RETURNING id, tenant, name, created_at, revoked_at, admin
-"""
 
 # An admin token is no tenant's: /v1 refuses it like an unknown one.
 TENANT_FOR_TOKEN = """
@@ -303,11 +261,6 @@ JOIN LATERAL (
 """
 )
 
-REVOKE_TOKEN = """
-UPDATE api_tokens SET revoked_at = coalesce(revoked_at, coalesce(%(now)s::timestamptz, now()))
-WHERE id = %(id)s
-RETURNING id, tenant, name, created_at, revoked_at, admin
-"""
 
 LIST_TOKENS = """
 SELECT id, tenant, name, created_at, revoked_at, admin FROM api_tokens

@@ -1,8 +1,9 @@
 """The PostgreSQL store's hot path: the worker's statements from claim to finish
 (claim, heartbeat, complete, fail, release, cancel acknowledged), each named, with
 the invariant it keeps, and the pieces they share (a slot given back, the wake-up).
-The other areas keep their statements beside their operations (submit.py, ops.py,
-maintenance.py, limits.py, items.py); the reads are in queries.py.
+The other areas keep their statements beside their operations (submit.py,
+ops.py, maintenance.py, limits.py, items.py, tokens.py, workers.py), with the reads
+that serve only them; the reads of the API, the CLI and the console are in queries.py.
 
 Each is a single statement (data-modifying CTEs), so claim, heartbeat, complete,
 fail and reap are one round trip each and never hold a transaction open while a

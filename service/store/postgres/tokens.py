@@ -8,8 +8,22 @@ from service.jobs import ApiToken, new_job_id
 from service.payloads import token_tenant
 from service.store import checks
 from service.store.postgres.connection import READ, Connected
-from service.store.postgres.queries import ADMIN_TOKEN, CREATE_TOKEN, LIST_TOKENS, REVOKE_TOKEN, TENANT_FOR_TOKEN
+from service.store.postgres.queries import ADMIN_TOKEN, LIST_TOKENS, TENANT_FOR_TOKEN
 from service.store.rows import api_token
+
+# -- api tokens --
+CREATE_TOKEN = """
+INSERT INTO api_tokens (id, tenant, name, token_hash, created_at, admin)
+VALUES (%(id)s, %(tenant)s, %(name)s, %(token_hash)s, coalesce(%(now)s::timestamptz, now()), %(admin)s)
+RETURNING id, tenant, name, created_at, revoked_at, admin
+"""
+
+
+REVOKE_TOKEN = """
+UPDATE api_tokens SET revoked_at = coalesce(revoked_at, coalesce(%(now)s::timestamptz, now()))
+WHERE id = %(id)s
+RETURNING id, tenant, name, created_at, revoked_at, admin
+"""
 
 
 class Tokens(Connected):

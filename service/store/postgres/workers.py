@@ -9,8 +9,24 @@ from service.store import checks
 from service.store.base import Listener
 from service.store.postgres.connection import READ, Connected
 from service.store.postgres.listener import PostgresListener
-from service.store.postgres.queries import DEREGISTER_WORKER, LIST_WORKERS, REGISTER_WORKER, TOUCH_WORKER
+from service.store.postgres.queries import LIST_WORKERS
 from service.store.rows import worker_info
+
+# -- workers --
+REGISTER_WORKER = """
+INSERT INTO workers (id, host, pid, queues, kinds, concurrency, started_at, last_seen_at)
+VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(kinds)s::jsonb, %(concurrency)s,
+        coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()))
+ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at
+"""
+
+
+TOUCH_WORKER = """
+UPDATE workers SET last_seen_at = coalesce(%(now)s::timestamptz, now()) WHERE id = %(id)s
+"""
+
+
+DEREGISTER_WORKER = "DELETE FROM workers WHERE id = %(id)s"
 
 
 class Workers(Connected):

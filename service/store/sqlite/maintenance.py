@@ -11,7 +11,6 @@ from service.jobs import LEASE_EXPIRED_GROUP, AttemptOutcome, Lease, ReapResult,
 from service.store import checks
 from service.store.base import PRUNE_BATCH, REAP_BATCH, DatabaseHealth
 from service.store.sqlite.connection import Connected, close_attempt, fence
-from service.store.sqlite.queries import COUNT_PRUNABLE, PRUNE_FINISHED
 from service.store.sqlite.statements import FAIL_JOB
 
 # -- reap_expired --
@@ -25,6 +24,28 @@ FROM jobs AS j
 WHERE j.state = 'running' AND j.lease_expires_at < :now
 ORDER BY j.id
 LIMIT :limit
+"""
+
+# -- prune_finished --
+# Retention in small batches, oldest first; attempts, results and replays go with
+# their job (ON DELETE CASCADE, with foreign_keys on).
+PRUNE_FINISHED = """
+DELETE FROM jobs
+WHERE id IN (
+    SELECT id FROM jobs
+    WHERE finished_at < strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :older_than || ' seconds')
+      AND state IN ('succeeded', 'failed', 'cancelled')
+    ORDER BY finished_at
+    LIMIT :limit
+)
+"""
+
+
+COUNT_PRUNABLE = """
+SELECT count(*) AS count
+FROM jobs
+WHERE finished_at < strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :older_than || ' seconds')
+  AND state IN ('succeeded', 'failed', 'cancelled')
 """
 
 

@@ -1,5 +1,5 @@
 """The SQLite store's reads: statuses, lists, the dead-letter path, metrics,
-retention, workers and tokens.
+workers and tokens.
 """
 
 # The columns of a job's status, and whether its lease has run out: every read of a status selects these.
@@ -168,37 +168,6 @@ SELECT queue, kind, 'running' AS state, count(*) AS count FROM jobs WHERE state 
 ORDER BY queue, kind, state
 """
 
-# -- prune_finished --
-# Retention in small batches, oldest first; attempts, results and replays go with
-# their job (ON DELETE CASCADE, with foreign_keys on).
-PRUNE_FINISHED = """
-DELETE FROM jobs
-WHERE id IN (
-    SELECT id FROM jobs
-    WHERE finished_at < strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :older_than || ' seconds')
-      AND state IN ('succeeded', 'failed', 'cancelled')
-    ORDER BY finished_at
-    LIMIT :limit
-)
-"""
-
-COUNT_PRUNABLE = """
-SELECT count(*) AS count
-FROM jobs
-WHERE finished_at < strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :older_than || ' seconds')
-  AND state IN ('succeeded', 'failed', 'cancelled')
-"""
-
-# -- workers --
-REGISTER_WORKER = """
-INSERT INTO workers (id, host, pid, queues, kinds, concurrency, started_at, last_seen_at)
-VALUES (:id, :host, :pid, :queues, :kinds, :concurrency, :now, :now)
-ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at
-"""
-
-TOUCH_WORKER = "UPDATE workers SET last_seen_at = :now WHERE id = :id"
-
-DEREGISTER_WORKER = "DELETE FROM workers WHERE id = :id"
 
 LIST_WORKERS = """
 SELECT id, host, pid, queues, kinds, concurrency, started_at, last_seen_at
@@ -208,12 +177,6 @@ WHERE :within IS NULL
 ORDER BY started_at DESC, id
 """
 
-# -- api tokens --
-CREATE_TOKEN = """
-INSERT INTO api_tokens (id, tenant, name, token_hash, created_at, admin)
-VALUES (:id, :tenant, :name, :token_hash, :now, :admin)
-RETURNING id, tenant, name, created_at, revoked_at, admin
-"""
 
 # An admin token is no tenant's: /v1 refuses it like an unknown one.
 TENANT_FOR_TOKEN = "SELECT tenant FROM api_tokens WHERE token_hash = :token_hash AND revoked_at IS NULL AND NOT admin"
@@ -223,11 +186,6 @@ SELECT id, tenant, name, created_at, revoked_at, admin FROM api_tokens
 WHERE token_hash = :token_hash AND revoked_at IS NULL AND admin
 """
 
-REVOKE_TOKEN = """
-UPDATE api_tokens SET revoked_at = coalesce(revoked_at, :now)
-WHERE id = :id
-RETURNING id, tenant, name, created_at, revoked_at, admin
-"""
 
 LIST_TOKENS = """
 SELECT id, tenant, name, created_at, revoked_at, admin FROM api_tokens

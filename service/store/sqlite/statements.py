@@ -1,7 +1,8 @@
 """The SQLite store's hot path: the worker's statements from claim to finish (claim,
 heartbeat, complete, fail, release, cancel acknowledged), each named, with the
-invariant it keeps. The other areas keep theirs beside their operations (submit.py,
-ops.py, maintenance.py, limits.py, items.py); the reads are in queries.py.
+invariant it keeps. The other areas keep their statements beside their operations (submit.py,
+ops.py, maintenance.py, limits.py, items.py, tokens.py, workers.py), with the reads
+that serve only them; the reads of the API, the CLI and the console are in queries.py.
 
 Every write runs under ``BEGIN IMMEDIATE`` (see store.py), so a read and the
 update that follows it cannot interleave with another process's write.

@@ -9,7 +9,21 @@ from service.payloads import token_tenant
 from service.store import checks
 from service.store.rows import api_token
 from service.store.sqlite.connection import READ, Connected
-from service.store.sqlite.queries import ADMIN_TOKEN, CREATE_TOKEN, LIST_TOKENS, REVOKE_TOKEN, TENANT_FOR_TOKEN
+from service.store.sqlite.queries import ADMIN_TOKEN, LIST_TOKENS, TENANT_FOR_TOKEN
+
+# -- api tokens --
+CREATE_TOKEN = """
+INSERT INTO api_tokens (id, tenant, name, token_hash, created_at, admin)
+VALUES (:id, :tenant, :name, :token_hash, :now, :admin)
+RETURNING id, tenant, name, created_at, revoked_at, admin
+"""
+
+
+REVOKE_TOKEN = """
+UPDATE api_tokens SET revoked_at = coalesce(revoked_at, :now)
+WHERE id = :id
+RETURNING id, tenant, name, created_at, revoked_at, admin
+"""
 
 
 class Tokens(Connected):

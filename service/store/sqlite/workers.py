@@ -10,7 +10,20 @@ from service.store.base import Listener
 from service.store.rows import worker_info
 from service.store.sqlite.connection import READ, Connected
 from service.store.sqlite.listener import SilentListener
-from service.store.sqlite.queries import DEREGISTER_WORKER, LIST_WORKERS, REGISTER_WORKER, TOUCH_WORKER
+from service.store.sqlite.queries import LIST_WORKERS
+
+# -- workers --
+REGISTER_WORKER = """
+INSERT INTO workers (id, host, pid, queues, kinds, concurrency, started_at, last_seen_at)
+VALUES (:id, :host, :pid, :queues, :kinds, :concurrency, :now, :now)
+ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at
+"""
+
+
+TOUCH_WORKER = "UPDATE workers SET last_seen_at = :now WHERE id = :id"
+
+
+DEREGISTER_WORKER = "DELETE FROM workers WHERE id = :id"
 
 
 class Workers(Connected):
