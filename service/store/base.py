@@ -48,6 +48,7 @@ from service.jobs import (
 )
 from service.limits import Limit, ScopeUsage
 from service.retry import Decision
+from service.schedules import Schedule, ScheduleSpec
 
 Clock = Callable[[], datetime]
 
@@ -307,6 +308,44 @@ class Store(Protocol):
     def health_stats(self) -> DatabaseHealth:
         """Dead tuples of the jobs table and the oldest open transaction's age (PostgreSQL;
         None on SQLite). Reads the statistics views only, never a table."""
+        ...
+
+    # -- periodic schedules (service.schedules) ----------------------------------------
+    def database_now(self) -> datetime:
+        """The database's clock (the pinned clock of a store built with one)."""
+        ...
+
+    def save_schedule(self, spec: ScheduleSpec, next_run_at: datetime) -> Schedule:
+        """Add the schedule, or redefine the one of that name: a redefinition keeps paused, the
+        last run, and next_run_at unless the cron expression or the time zone changed."""
+        ...
+
+    def list_schedules(self) -> list[Schedule]:
+        """Every schedule, by name."""
+        ...
+
+    def due_schedules(self, limit: int = 100) -> tuple[datetime, list[Schedule]]:
+        """The database clock now, and the unpaused schedules due by then, earliest first."""
+        ...
+
+    def advance_schedule(
+        self,
+        name: str,
+        expected: datetime,
+        next_run_at: datetime,
+        tick: datetime | None = None,
+        job_id: uuid.UUID | None = None,
+    ) -> bool:
+        """Move an unpaused schedule on to ``next_run_at`` if it is still due at ``expected``
+        (compare-and-set: False when another pass moved it first), recording the tick fired."""
+        ...
+
+    def set_schedule_paused(self, name: str, paused: bool, next_run_at: datetime | None = None) -> Schedule:
+        """Pause or resume; ``next_run_at`` replaces the next run if given. Raises ScheduleNotFound."""
+        ...
+
+    def delete_schedule(self, name: str) -> None:
+        """Remove the schedule (its jobs stay). Raises ScheduleNotFound."""
         ...
 
     # -- wake-ups -------------------------------------------------------------------

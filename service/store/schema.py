@@ -269,3 +269,35 @@ scope_counters = sa.Table(
     # A slot given back twice would show here at once, not as a limit that lets one too many run.
     sa.CheckConstraint("running >= 0", name="running_non_negative"),
 )
+
+# Periodic jobs (service.schedules): one row per schedule. Every worker reads the due ones
+# (ix_schedules_due) and fires each with a compare-and-set on next_run_at; the tick is the
+# job's idempotency key, so one job per tick whatever the number of workers.
+schedules = sa.Table(
+    "schedules",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("cron", sa.Text, nullable=False),
+    sa.Column("timezone", sa.Text, nullable=False, server_default="UTC"),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("payload", Json, nullable=False),
+    sa.Column("queue", sa.Text, nullable=False, server_default="default"),
+    sa.Column("tenant", sa.Text, nullable=False, server_default="default"),
+    sa.Column("catch_up", sa.Text, nullable=False, server_default="one"),
+    sa.Column("source", sa.Text, nullable=False, server_default="cli"),
+    sa.Column("paused", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("next_run_at", Timestamp, nullable=False),
+    sa.Column("last_run_at", Timestamp, nullable=True),
+    sa.Column("last_job_id", Id, nullable=True),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("updated_at", Timestamp, nullable=False),
+    sa.CheckConstraint("catch_up IN ('one','skip')", name="catch_up"),
+    sa.CheckConstraint("source IN ('code','cli')", name="source"),
+    # The schedulers' one read: the due schedules, paused ones never in it.
+    sa.Index(
+        "ix_schedules_due",
+        "next_run_at",
+        postgresql_where=sa.text("NOT paused"),
+        sqlite_where=sa.text("NOT paused"),
+    ),
+)

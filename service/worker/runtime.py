@@ -50,6 +50,7 @@ from service.jobs import (
     WorkerInfo,
 )
 from service.maintenance.reaper import Reaper
+from service.maintenance.scheduler import SCHEDULE_SECONDS, Scheduler
 from service.payloads import check_lease_seconds
 from service.retry import RetryPolicy
 from service.store.base import JOBS_QUEUED, Listener, Store
@@ -164,6 +165,7 @@ class Worker:
             clock=clock,
         )
         self.reaper = Reaper(store, self.retry_policy)
+        self.scheduler = Scheduler(store, app.schedules)
         self.finisher = Finisher(
             store,
             self.id,
@@ -532,9 +534,13 @@ class Worker:
     def _maintenance_loop(self) -> None:
         next_reap = self.clock()  # reap once at start: a fleet restart finds its own orphans
         next_touch = self.clock() + self.config.touch_seconds
+        next_schedule = self.clock()
         while not self._halt.wait(0.2):
             now = self.clock()
             try:
+                if now >= next_schedule:
+                    next_schedule = now + jittered(SCHEDULE_SECONDS)
+                    self.scheduler.run_once()
                 if now >= next_reap:
                     next_reap = now + jittered(self.config.reap_every)
                     if self.reaper.run_once().requeued:

@@ -133,6 +133,7 @@ from service.store.postgres.queries import (
     THROUGHPUT,
     TOUCH_WORKER,
 )
+from service.store.postgres.schedules import PostgresSchedules
 from service.store.postgres.statements import (
     ACKNOWLEDGE_CANCEL,
     CANCEL_JOB,
@@ -168,7 +169,7 @@ _RETRIES = 5
 T = TypeVar("T")
 
 
-class PostgresStore:
+class PostgresStore(PostgresSchedules):
     """The queue on PostgreSQL. Holds a bounded pool; uses a connection only per statement."""
 
     def __init__(

@@ -138,6 +138,7 @@ from service.store.sqlite.queries import (
     THROUGHPUT,
     TOUCH_WORKER,
 )
+from service.store.sqlite.schedules import SqliteSchedules
 from service.store.sqlite.statements import (
     ACKNOWLEDGE_CANCEL,
     CANCEL_JOB,
@@ -180,7 +181,7 @@ from service.store.sqlite.timestamps import from_text, to_text
 BUSY_TIMEOUT_SECONDS = 30.0
 
 
-class SqliteStore:
+class SqliteStore(SqliteSchedules):
     """The queue in one SQLite file. One connection per store, shared under a lock."""
 
     def __init__(
