@@ -3,8 +3,8 @@ scheduler's passes over them with a pinned clock (service/maintenance/scheduler.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
