@@ -1,4 +1,4 @@
-"""Periodic jobs: the schedules table.
+"""Periodic jobs: the schedules table; per-kind max_attempts: jobs.max_attempts_default.
 
 Revision ID: 0007
 Revises: 0006
@@ -8,6 +8,11 @@ One row per schedule (``jobq schedule add``, or ``@app.periodic`` written by the
 workers at start): the cron expression and time zone, the job each tick enqueues,
 and ``next_run_at``, which every worker's scheduler reads through ``ix_schedules_due``
 and advances with a compare-and-set. See service/schedules.py.
+
+``jobs.max_attempts_default``: true when the enqueue named no max_attempts; the claim then
+writes the kind's (its handler's max_attempts) into ``max_attempts``. Existing jobs named
+theirs (the old default, 3), so false. A column added with a constant default: no table
+rewrite on either database.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ NOT_PAUSED = sa.text("NOT paused")
 
 
 def upgrade() -> None:
+    op.add_column("jobs", sa.Column("max_attempts_default", sa.Boolean(), server_default=sa.false(), nullable=False))
     op.create_table(
         "schedules",
         sa.Column("name", sa.Text(), nullable=False),
@@ -57,3 +63,4 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index("ix_schedules_due", table_name="schedules")
     op.drop_table("schedules")
+    op.drop_column("jobs", "max_attempts_default")  # SQLite 3.35+ drops a column in place

@@ -12,7 +12,7 @@ statements in place of ``now()``, so tests pin time instead of sleeping.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -124,8 +124,12 @@ class Store(Protocol):
         limit: int,
         lease_seconds: float,
         kinds: Sequence[str] | None = None,
+        max_attempts: Mapping[str, int] | None = None,
     ) -> list[ClaimedJob]:
-        """Take up to ``limit`` due jobs: running, attempts + 1, a lease from the database clock."""
+        """Take up to ``limit`` due jobs: running, attempts + 1, a lease from the database clock.
+
+        ``max_attempts``: per kind, its handler's max_attempts (ClaimRequest.max_attempts):
+        written into each claimed job as its default, or as a ceiling on its own."""
         ...
 
     def complete_and_claim(

@@ -52,6 +52,8 @@ jobs = sa.Table(
     # attempts: the retry budget used so far (a replay resets it, a release gives one back).
     sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
     sa.Column("max_attempts", sa.Integer, nullable=False, server_default="3"),
+    # True: the enqueue named no max_attempts, so the claim writes the kind's (its handler's) into max_attempts.
+    sa.Column("max_attempts_default", sa.Boolean, nullable=False, server_default=sa.false()),
     # claims counts every claim ever (never reset, never given back): the fencing token's number.
     sa.Column("claims", sa.Integer, nullable=False, server_default="0"),
     sa.Column("done", sa.Integer, nullable=False, server_default="0"),

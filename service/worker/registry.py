@@ -42,8 +42,8 @@ class HandlerSpec:
     fn: Handler
     queue: str = DEFAULT_QUEUE
     max_attempts: int | None = None
-    """A ceiling on attempts for this kind: the worker stops retrying at this many,
-    even if the job itself allows more. Enqueuers can read it to set the job's own."""
+    """Attempts for this kind's jobs: the default of a job enqueued without max_attempts,
+    and a ceiling on a job's own (the claim writes the result into the job)."""
     lease_seconds: float | None = None
     """The lease this kind's heartbeats renew; long-running kinds need no longer one,
     since heartbeats keep it alive, but a kind whose handler blocks the GIL may."""
@@ -226,6 +226,11 @@ class App:
     @property
     def kinds(self) -> tuple[str, ...]:
         return tuple(sorted(self._specs))
+
+    @property
+    def max_attempts(self) -> dict[str, int]:
+        """Per kind that sets one, its handler's max_attempts (the claim applies them)."""
+        return {kind: spec.max_attempts for kind, spec in self._specs.items() if spec.max_attempts is not None}
 
     @property
     def queues(self) -> tuple[str, ...]:

@@ -256,7 +256,9 @@ class Worker:
             if free > 0:
                 sent = self.clock()
                 try:
-                    jobs = self.store.claim(self.id, self.queues, free, self.config.lease_seconds, self.kinds)
+                    jobs = self.store.claim(
+                        self.id, self.queues, free, self.config.lease_seconds, self.kinds, self.app.max_attempts
+                    )
                 except StoreUnavailable as exc:
                     self.health.failed(exc, "claim")
                     self._wake.wait(backoff.next())
@@ -278,7 +280,9 @@ class Worker:
         (prefetch stays one per slot), none once the worker is stopping."""
         if self._stopping.is_set():
             return None
-        return ClaimRequest(self.id, self.queues, freed, self.config.lease_seconds, self.kinds)
+        return ClaimRequest(
+            self.id, self.queues, freed, self.config.lease_seconds, self.kinds, tuple(self.app.max_attempts.items())
+        )
 
     def _start_jobs(self, jobs: list[ClaimedJob], sent: float) -> None:
         for job in jobs:

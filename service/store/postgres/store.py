@@ -35,6 +35,7 @@ from service.errors import (
 )
 from service.explain import SHOWN_RUNNING_IDS, JobFacts
 from service.jobs import (
+    DEFAULT_MAX_ATTEMPTS,
     JSON,
     LEASE_EXPIRED_GROUP,
     ActiveCount,
@@ -386,7 +387,8 @@ class PostgresStore(PostgresSchedules):
                 "kind": job.kind,
                 "payload": job.payload,
                 "priority": job.priority,
-                "max_attempts": job.max_attempts,
+                "max_attempts": DEFAULT_MAX_ATTEMPTS if job.max_attempts is None else job.max_attempts,
+                "max_attempts_default": job.max_attempts is None,
                 "delay": job.delay_seconds,
                 "run_after": job.run_after.isoformat() if job.run_after is not None else None,
                 "total": job.total,
@@ -442,8 +444,16 @@ class PostgresStore(PostgresSchedules):
         limit: int,
         lease_seconds: float,
         kinds: Sequence[str] | None = None,
+        max_attempts: Mapping[str, int] | None = None,
     ) -> list[ClaimedJob]:
-        request = ClaimRequest(worker, tuple(queues), limit, lease_seconds, tuple(kinds) if kinds is not None else None)
+        request = ClaimRequest(
+            worker,
+            tuple(queues),
+            limit,
+            lease_seconds,
+            tuple(kinds) if kinds is not None else None,
+            tuple((max_attempts or {}).items()),
+        )
         statement, params = self._claim_statement(request)
         return self._claimed(request, self._fetchall(statement, params))
 
@@ -457,6 +467,7 @@ class PostgresStore(PostgresSchedules):
             cursor=self._claim_cursor,
             lease_seconds=float(request.lease_seconds),
             kinds=list(request.kinds) if request.kinds is not None else None,
+            kind_max_attempts=json.dumps(dict(request.max_attempts)),
         )
 
     def _claimed(self, request: ClaimRequest, rows: list[dict[str, Any]]) -> list[ClaimedJob]:

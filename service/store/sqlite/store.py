@@ -36,6 +36,7 @@ from service.errors import (
 )
 from service.explain import SHOWN_RUNNING_IDS, JobFacts
 from service.jobs import (
+    DEFAULT_MAX_ATTEMPTS,
     JSON,
     LEASE_EXPIRED_GROUP,
     ActiveCount,
@@ -410,7 +411,8 @@ class SqliteStore(SqliteSchedules):
                 "kind": job.kind,
                 "payload": dump_json(job.payload, "payload"),
                 "priority": job.priority,
-                "max_attempts": job.max_attempts,
+                "max_attempts": DEFAULT_MAX_ATTEMPTS if job.max_attempts is None else job.max_attempts,
+                "max_attempts_default": job.max_attempts is None,
                 "total": job.total,
                 "delay": float(job.delay_seconds),
                 "run_after": to_text(job.run_after) if job.run_after else None,
@@ -438,15 +440,24 @@ class SqliteStore(SqliteSchedules):
         limit: int,
         lease_seconds: float,
         kinds: Sequence[str] | None = None,
+        max_attempts: Mapping[str, int] | None = None,
     ) -> list[ClaimedJob]:
         check_claim(worker, limit, lease_seconds)
         kinds_json = json.dumps(list(kinds)) if kinds is not None else None
+        kind_max_attempts = json.dumps(dict(max_attempts or {}))
         with self._write() as (conn, now):
             picked = self._pick(conn, now, list(queues), kinds_json, limit)
             rows = []
             for job in picked:
                 row = conn.execute(
-                    CLAIM_JOB, {"id": job.id, "now": now, "worker": worker, "lease_seconds": float(lease_seconds)}
+                    CLAIM_JOB,
+                    {
+                        "id": job.id,
+                        "now": now,
+                        "worker": worker,
+                        "lease_seconds": float(lease_seconds),
+                        "kind_max_attempts": kind_max_attempts,
+                    },
                 ).fetchone()
                 rows.append(row)
                 conn.execute(
@@ -616,7 +627,9 @@ class SqliteStore(SqliteSchedules):
         # Two write transactions, one after the other: a local file has no round trip to save.
         check_claim(claim.worker, claim.limit, claim.lease_seconds)
         lost = self.complete_many(finished)
-        return lost, self.claim(claim.worker, claim.queues, claim.limit, claim.lease_seconds, claim.kinds)
+        return lost, self.claim(
+            claim.worker, claim.queues, claim.limit, claim.lease_seconds, claim.kinds, dict(claim.max_attempts)
+        )
 
     def fail(self, lease: Lease, error: str, decision: Decision) -> FailResult:
         if not isinstance(error, str) or not error.strip():
