@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import enum
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -104,17 +104,7 @@ def validate_spec(spec: ScheduleSpec) -> ScheduleSpec:
         raise InvalidInput(f"not a cron expression: {spec.cron!r} ({exc})") from None
     catch_up = catch_up_of(spec.catch_up)
     validate_new_job(job_for(spec, datetime(2000, 1, 1, tzinfo=UTC)))
-    return ScheduleSpec(
-        name=spec.name,
-        cron=spec.cron,
-        kind=spec.kind,
-        payload=spec.payload,
-        queue=spec.queue,
-        tenant=spec.tenant,
-        timezone=spec.timezone,
-        catch_up=catch_up,
-        source=ScheduleSource(spec.source),
-    )
+    return replace(spec, catch_up=catch_up, source=ScheduleSource(spec.source))
 
 
 def catch_up_of(value: CatchUp | str) -> CatchUp:
