@@ -80,10 +80,8 @@ class JobSubmit(_Request):
     )
     queue: Name = Field(default="default", description="Workers claim from the queues they serve.")
     priority: Int = Field(default=0, ge=0, le=MAX_PRIORITY, description="Higher runs first.")
-    max_attempts: Int | None = Field(
+    max_attempts: Annotated[int, Field(ge=1, le=MAX_ATTEMPTS_LIMIT), BeforeValidator(whole_number)] | None = Field(
         default=None,
-        ge=1,
-        le=MAX_ATTEMPTS_LIMIT,
         description="Attempts before the job fails for good; default: the kind's handler's max_attempts, "
         "else 3. The handler's max_attempts also caps it.",
     )
