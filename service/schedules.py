@@ -99,8 +99,8 @@ def validate_spec(spec: ScheduleSpec) -> ScheduleSpec:
         raise InvalidInput("a schedule's name must be a non-empty string of at most 200 characters without ':'")
     zone(spec.timezone)
     try:
-        CronSim(spec.cron, datetime.now(UTC))
-    except (CronSimError, AttributeError, TypeError) as exc:
+        next(CronSim(spec.cron, datetime.now(UTC)))  # an expression no date matches fails here too
+    except (CronSimError, AttributeError, TypeError, StopIteration) as exc:
         raise InvalidInput(f"not a cron expression: {spec.cron!r} ({exc})") from None
     catch_up = catch_up_of(spec.catch_up)
     validate_new_job(job_for(spec, datetime(2000, 1, 1, tzinfo=UTC)))

@@ -56,7 +56,11 @@ class Scheduler:
         now, due = self.store.due_schedules()
         fired = skipped = taken = 0
         for schedule in due:
-            decision = firing(schedule, now)
+            try:
+                decision = firing(schedule, now)
+            except InvalidInput as exc:  # e.g. a time zone this host's tzdata lacks: the others still fire
+                logger.error("scheduler.invalid", extra={"jobq_fields": {"schedule": schedule.name, "error": str(exc)}})
+                continue
             job_id = None
             if decision.tick is not None:
                 try:

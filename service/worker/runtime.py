@@ -542,9 +542,6 @@ class Worker:
         while not self._halt.wait(0.2):
             now = self.clock()
             try:
-                if now >= next_schedule:
-                    next_schedule = now + jittered(SCHEDULE_SECONDS)
-                    self.scheduler.run_once()
                 if now >= next_reap:
                     next_reap = now + jittered(self.config.reap_every)
                     if self.reaper.run_once().requeued:
@@ -552,6 +549,9 @@ class Worker:
                 if now >= next_touch:
                     next_touch = now + jittered(self.config.touch_seconds, spread=0.2)
                     self.store.touch_worker(self.id)
+                if now >= next_schedule:  # last: a schedule that errs cannot hold back the reaper
+                    next_schedule = now + jittered(SCHEDULE_SECONDS)
+                    self.scheduler.run_once()
                 self.health.ok()
             except StoreUnavailable as exc:
                 self.health.failed(exc, "maintenance")

@@ -231,3 +231,15 @@ def test_a_local_time_schedule_across_a_dst_change_fires_once_a_day(
         scheduler.run_once()
 
     assert scheduled_jobs(db, "nightly") == [tick_key("nightly", tick) for tick in ticks_utc]
+
+
+def test_a_schedule_that_cannot_fire_here_does_not_hold_back_the_others(store, db: Database, clock: FakeClock):
+    add(store, every_second("beat"))
+    store.save_schedule(every_second("elsewhere"), START)
+    db.execute("UPDATE schedules SET timezone = 'Nowhere/Land' WHERE name = 'elsewhere'")  # another host's tzdata
+    clock.advance(1)
+
+    assert Scheduler(store).run_once() == SchedulerResult(fired=1)
+
+    assert scheduled_jobs(db) == [tick_key("beat", START + timedelta(seconds=1))]
+    assert store.list_schedules()[1].next_run_at == START, "left due, for a worker that can fire it"
