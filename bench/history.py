@@ -89,8 +89,12 @@ def run(args: argparse.Namespace) -> Report:
                 [(end,)] = conn.execute("SELECT now()").fetchall()
             began = time.perf_counter()
             stages = fill(url, jobs=args.jobs, days=args.days, end=end)
-            report.add(f"fill {args.jobs:,} jobs over {args.days:g} days", detail={"stages": stages},
-                       seconds=time.perf_counter() - began, load=load_average())
+            report.add(
+                f"fill {args.jobs:,} jobs over {args.days:g} days",
+                detail={"stages": stages},
+                seconds=time.perf_counter() - began,
+                load=load_average(),
+            )
             _measure_history(report, args, url)
     _pgbench(report, args, "after")
     return report
@@ -155,8 +159,13 @@ def _queries(report: Report, args: argparse.Namespace, url: str) -> None:
                 began = time.perf_counter()
                 rows = len(conn.execute(query.sql).fetchall())  # type: ignore[arg-type]  # the document's own SQL
                 runs.append(time.perf_counter() - began)
-            report.add(f"q{query.number:02d} {_short(query)}", best_ms=min(runs) * 1000, rows=rows,
-                       detail={"runs_ms": [round(r * 1000, 1) for r in runs]}, load=load_average())
+            report.add(
+                f"q{query.number:02d} {_short(query)}",
+                best_ms=min(runs) * 1000,
+                rows=rows,
+                detail={"runs_ms": [round(r * 1000, 1) for r in runs]},
+                load=load_average(),
+            )
             if args.plans:
                 plan = conn.execute(f"EXPLAIN (ANALYZE, BUFFERS) {query.sql}").fetchall()  # type: ignore[arg-type]
                 text = "\n".join(line for (line,) in plan)
@@ -183,7 +192,10 @@ def _prune(report: Report, args: argparse.Namespace, url: str, store: Any) -> No
         try:
             outcome["process"] = subprocess.run(
                 [sys.executable, "-m", "service", "prune", "--older-than", older_than],
-                env=python_env(url), capture_output=True, text=True, check=False,
+                env=python_env(url),
+                capture_output=True,
+                text=True,
+                check=False,
             )
         finally:
             outcome["seconds"] = time.perf_counter() - began
@@ -199,14 +211,22 @@ def _prune(report: Report, args: argparse.Namespace, url: str, store: Any) -> No
         raise RuntimeError(f"jobq prune failed: {process.stderr.strip()}")
     report.add("claim, just before the prune", **_latency(before), load=load_average())
     report.add(f"claim, during jobq prune --older-than {older_than}", **_latency(during), load=load_average())
-    report.add(f"jobq prune --older-than {older_than}", seconds=outcome["seconds"], prunable=prunable,
-               p99_ratio=percentile(during, 99) / percentile(before, 99),
-               detail={"stdout": process.stdout.strip()}, load=load_average())
+    report.add(
+        f"jobq prune --older-than {older_than}",
+        seconds=outcome["seconds"],
+        prunable=prunable,
+        p99_ratio=percentile(during, 99) / percentile(before, 99),
+        detail={"stdout": process.stdout.strip()},
+        load=load_average(),
+    )
 
 
 def _pgbench(report: Report, args: argparse.Namespace, when: str) -> None:
     if args.pgbench_seconds <= 0 or not shutil.which("pgbench"):
         return
     for clients in (1, 8):
-        report.add(f"pgbench {when}, {clients} client(s)", tps=pgbench_tps(args, clients, args.pgbench_seconds),
-                   load=load_average())
+        report.add(
+            f"pgbench {when}, {clients} client(s)",
+            tps=pgbench_tps(args, clients, args.pgbench_seconds),
+            load=load_average(),
+        )
