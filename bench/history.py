@@ -50,6 +50,7 @@ from bench.common import (
 )
 from service.config import Settings
 from service.jobs import Completion, NewJob
+from service.maintenance.rollup import Rollup
 from service.store import open_store
 from tests.analysts.synthetic import fill
 from tests.analysts.test_queries import DocumentedQuery, documented_queries
@@ -95,6 +96,18 @@ def run(args: argparse.Namespace) -> Report:
                 seconds=time.perf_counter() - began,
                 load=load_average(),
             )
+            store = open_store(Settings(database_url=url, notify=False))
+            try:
+                began = time.perf_counter()
+                folded = Rollup(store).run_until_done()
+                report.add(
+                    "rollup folded over the history",
+                    seconds=time.perf_counter() - began,
+                    jobs=folded,
+                    load=load_average(),
+                )
+            finally:
+                store.close()
             _measure_history(report, args, url)
     _pgbench(report, args, "after")
     return report

@@ -269,3 +269,50 @@ scope_counters = sa.Table(
     # A slot given back twice would show here at once, not as a limit that lets one too many run.
     sa.CheckConstraint("running >= 0", name="running_non_negative"),
 )
+
+# -- the daily rollup (service.maintenance.rollup folds finished jobs into it) -----------------
+# The analysts' day-level views read these instead of weeks of job rows. Keyed by the UTC day
+# a job finished first, so a range of days reads a slice of the primary key.
+Day = sa.Date().with_variant(sa.String(10), "sqlite")
+
+job_daily_rollup = sa.Table(
+    "job_daily_rollup",
+    metadata,
+    sa.Column("day", Day, nullable=False),
+    sa.Column("tenant", sa.Text, nullable=False),
+    sa.Column("queue", sa.Text, nullable=False),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("succeeded", sa.Integer, nullable=False),
+    sa.Column("failed", sa.Integer, nullable=False),
+    sa.Column("cancelled", sa.Integer, nullable=False),
+    sa.Column("retried", sa.Integer, nullable=False),  # succeeded or failed after more than one attempt
+    sa.Column("attempts", sa.Integer, nullable=False),  # of the succeeded and failed jobs, all told
+    sa.Column("run_seconds", sa.Float, nullable=False),  # the last attempts' runs, succeeded and failed
+    sa.PrimaryKeyConstraint("day", "tenant", "queue", "kind"),
+)
+
+# One row per bucket that holds jobs: ``measure`` 'run' (the last attempt's run, succeeded and
+# failed jobs) or 'wait' (the first attempt's pickup). ``seconds`` is the bucket's middle.
+job_daily_histogram = sa.Table(
+    "job_daily_histogram",
+    metadata,
+    sa.Column("day", Day, nullable=False),
+    sa.Column("measure", sa.Text, nullable=False),
+    sa.Column("tenant", sa.Text, nullable=False),
+    sa.Column("queue", sa.Text, nullable=False),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("bucket", sa.Integer, nullable=False),
+    sa.Column("seconds", sa.Float, nullable=False),
+    sa.Column("jobs", sa.Integer, nullable=False),
+    sa.PrimaryKeyConstraint("day", "measure", "tenant", "queue", "kind", "bucket"),
+    sa.CheckConstraint("measure IN ('run','wait')", name="measure"),
+)
+
+# How far the rollup has folded: the last job folded, in (finished_at, id) order. One row.
+rollup_watermark = sa.Table(
+    "rollup_watermark",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("finished_at", Timestamp, nullable=True),
+    sa.Column("job_id", Id, nullable=True),
+)

@@ -50,6 +50,7 @@ from service.jobs import (
     WorkerInfo,
 )
 from service.maintenance.reaper import Reaper
+from service.maintenance.rollup import Rollup
 from service.payloads import check_lease_seconds
 from service.retry import RetryPolicy
 from service.store.base import JOBS_QUEUED, Listener, Store
@@ -542,6 +543,7 @@ class Worker:
                 if now >= next_touch:
                     next_touch = now + jittered(self.config.touch_seconds, spread=0.2)
                     self.store.touch_worker(self.id)
+                    Rollup(self.store).run_once()  # the analysts' daily rollup; leaderless, like the reaper
                 self.health.ok()
             except StoreUnavailable as exc:
                 self.health.failed(exc, "maintenance")
