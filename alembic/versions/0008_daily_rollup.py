@@ -1,4 +1,4 @@
-"""The daily rollup and the analysts' day-level views: daily_jobs, daily_queue_wait, daily_run_time.
+"""The daily rollup and the analysts' day-level views: daily_jobs, daily_histogram, daily_queue_wait, daily_run_time.
 
 Revision ID: 0008
 Revises: 0006
@@ -12,8 +12,10 @@ workers' maintenance from a watermark. Six weeks of it is a few thousand rows.
 
 - ``job_daily_rollup``, ``job_daily_histogram``, ``rollup_watermark``: the tables.
 - ``daily_jobs``: the rollup, one row per day × tenant × queue × kind.
+- ``daily_histogram``: its histograms, one row per bucket that holds jobs, for percentiles
+  over any window and grouping (docs/ANALYSTS.md, question 2, shows how).
 - ``daily_queue_wait``: per day × queue, the first attempt's wait (pickup): median and p95.
-- ``daily_run_time``: per day × kind, the last attempt's run: median and p95.
+- ``daily_run_time``: per day × kind, the run of succeeded jobs: median and p95.
   A percentile is read from the histogram: the middle of the bucket where the
   cumulative count passes it (within ±9 % of the exact value).
   The views group first and number the buckets per (day, queue) or (day, kind) only, so a
@@ -41,7 +43,7 @@ Id = sa.Uuid().with_variant(sa.String(36), "sqlite")
 Timestamp = sa.DateTime(timezone=True).with_variant(sa.String(23), "sqlite")
 Day = sa.Date().with_variant(sa.String(10), "sqlite")
 
-VIEWS = ("daily_jobs", "daily_queue_wait", "daily_run_time")
+VIEWS = ("daily_jobs", "daily_histogram", "daily_queue_wait", "daily_run_time")
 
 DAILY_JOBS = """
 CREATE VIEW daily_jobs AS
@@ -57,6 +59,12 @@ SELECT day,
        attempts,
        run_seconds
 FROM job_daily_rollup
+"""
+
+DAILY_HISTOGRAM = """
+CREATE VIEW daily_histogram AS
+SELECT day, measure, tenant, queue, kind, seconds, jobs
+FROM job_daily_histogram
 """
 
 
@@ -121,6 +129,7 @@ def upgrade() -> None:
     )
     op.execute("INSERT INTO rollup_watermark (name) VALUES ('daily')")
     op.execute(DAILY_JOBS)
+    op.execute(DAILY_HISTOGRAM)
     op.execute(percentile_view("daily_queue_wait", "wait", "queue"))
     op.execute(percentile_view("daily_run_time", "run", "kind"))
     _backfill()

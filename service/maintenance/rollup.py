@@ -1,11 +1,11 @@
 """The daily rollup: finished jobs folded into one row per day × tenant × queue × kind.
 
-The analysts' day-level views (``daily_jobs``, ``daily_queue_wait``, ``daily_run_time``;
+The analysts' day-level views (``daily_jobs``, ``daily_histogram``, ``daily_queue_wait``, ``daily_run_time``;
 docs/ANALYSTS.md) read the rollup instead of six weeks of job rows: a question over
 42 days reads a few thousand rollup rows, whatever the history holds. Each row counts
 the jobs that finished that UTC day by outcome, with their run time in all and two
-histograms: run time (the last attempt's, for succeeded and failed jobs) and wait
-(the first attempt's pickup: due to started, as ``attempt_history.pickup_seconds``).
+histograms: run time (of succeeded jobs: their last attempt's run) and wait (the
+first attempt's pickup: due to started, as ``attempt_history.pickup_seconds``).
 
 Leaderless and idempotent, like the reaper: every worker runs ``run_once``. The store
 folds one batch of jobs in finish order past a watermark, and moves the watermark,

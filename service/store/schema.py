@@ -291,8 +291,8 @@ job_daily_rollup = sa.Table(
     sa.PrimaryKeyConstraint("day", "tenant", "queue", "kind"),
 )
 
-# One row per bucket that holds jobs: ``measure`` 'run' (the last attempt's run, succeeded and
-# failed jobs) or 'wait' (the first attempt's pickup). ``seconds`` is the bucket's middle.
+# One row per bucket that holds jobs: ``measure`` 'run' (the run of a succeeded job: its last
+# attempt's) or 'wait' (the first attempt's pickup). ``seconds`` is the bucket's middle.
 job_daily_histogram = sa.Table(
     "job_daily_histogram",
     metadata,

@@ -49,6 +49,11 @@ def test_each_finished_job_is_counted_once_on_its_day_by_outcome(store, db: Data
     assert (row["finished"], row["succeeded"], row["failed"], row["cancelled"]) == (3, 1, 1, 1)
     assert (row["retried"], row["attempts"]) == (0, 2)
     assert row["run_seconds"] == pytest.approx(6.0, abs=1e-3)
+    # The run-time histogram holds succeeded jobs only; the wait histogram every job that started.
+    [run] = daily(db, "daily_run_time")
+    assert run["jobs"] == 1 and run["p50_run_seconds"] == pytest.approx(2.0, rel=0.1)
+    [wait] = daily(db, "daily_queue_wait")
+    assert wait["jobs"] == 2
 
     # Idempotent: the watermark has passed them; another fold adds nothing.
     assert Rollup(store).run_once() == 0

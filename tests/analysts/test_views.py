@@ -223,6 +223,7 @@ def test_downgrade_drops_the_views_and_upgrade_brings_them_back(store_url: str, 
     upgrade(store_url)
     assert _views(db) == [
         "attempt_history",
+        "daily_histogram",
         "daily_jobs",
         "daily_queue_wait",
         "daily_run_time",

@@ -62,7 +62,8 @@ bucketed AS (
     SELECT b.day, m.measure, b.tenant, b.queue, b.kind, m.bucket,
            (%(bucket_seconds)s::float8[])[m.bucket + 1], count(*)
     FROM batch AS b
-    CROSS JOIN LATERAL (VALUES ('run', width_bucket(b.run_seconds, %(bounds)s::float8[])),
+    CROSS JOIN LATERAL (VALUES ('run', width_bucket(CASE WHEN b.state = 'succeeded' THEN b.run_seconds END,
+                                                    %(bounds)s::float8[])),
                                ('wait', width_bucket(b.wait_seconds, %(bounds)s::float8[]))) AS m(measure, bucket)
     WHERE m.bucket IS NOT NULL
     GROUP BY b.day, m.measure, b.tenant, b.queue, b.kind, m.bucket

@@ -63,7 +63,7 @@ FROM (
     SELECT substr(finished_at, 1, 10) AS day, 'run' AS measure, tenant, queue, kind,
            width_bucket((julianday(finished_at) - julianday(started_at)) * 86400.0, :bounds) AS bucket
     FROM jobs
-    WHERE {_RANGE} AND state IN ('succeeded', 'failed')
+    WHERE {_RANGE} AND state = 'succeeded'
     UNION ALL
     SELECT substr(j.finished_at, 1, 10), 'wait', j.tenant, j.queue, j.kind,
            width_bucket((julianday(a.started_at) - julianday(a.due_at)) * 86400.0, :bounds)
