@@ -2,26 +2,27 @@
 
     python -m bench history --jobs 4200000 [--days 42] [--trials 500] [--pgbench-seconds 10] [--plans DIR]
 
-Steps, on one database of its own (dropped at the end unless ``--keep``):
+Steps, on a database of its own and an empty one for reference (dropped at the end unless ``--keep``):
 
 1. pgbench (1 and 8 clients, ``--pgbench-seconds``), the reference for every figure after it;
-2. the claim on the working set alone (``--queued`` queued jobs of queue ``bench``):
-   p50 and p99 of ``store.claim(limit=1)`` over ``--trials`` (each claimed job is
-   completed and another enqueued outside the timing, so every claim sees the same queue);
-3. ``--jobs`` jobs of ``--days`` days of synthetic history (tests/analysts/synthetic.py:
+2. ``--jobs`` jobs of ``--days`` days of synthetic history (tests/analysts/synthetic.py:
    the analysts' test's own filler, written as a restore would), then the daily rollup
-   folded over it (the maintenance step's ``run_until_done``, as ``jobq migrate`` does
-   on an existing database);
-4. the claim again, with the history beside the working set;
-5. every ```sql query of docs/ANALYSTS.md, best of ``--runs`` (with ``--plans DIR``, each
+   folded over it (the maintenance step's ``run_until_done``; ``jobq migrate`` does the
+   same on an existing database);
+3. the claim with the history beside the working set (``--queued`` queued jobs of queue
+   ``bench``) and on a second database holding the working set alone, interleaved in
+   five rounds: p50 and p99 of ``store.claim(limit=1)`` over ``--trials`` each, and their
+   ratios (each claimed job is completed and another enqueued outside the timing, so
+   every claim sees the same queue);
+4. every ```sql query of docs/ANALYSTS.md, best of ``--runs`` (with ``--plans DIR``, each
    query's ``EXPLAIN (ANALYZE, BUFFERS)`` is written to DIR/qNN.txt);
-6. a day's prune: ``jobq prune --older-than <days - 1>d`` (the real command, a process of its
-   own) while this process claims as in step 2: the prune's wall time, the jobs it deleted,
+5. a day's prune: ``jobq prune --older-than <days - 1>d`` (the real command, a process of its
+   own) while this process claims as in step 3: the prune's wall time, the jobs it deleted,
    and the claim's p50 and p99 during it beside a run of the same length just before;
-7. pgbench again.
+6. pgbench again.
 
 Every row carries the 1-minute load average: on a shared machine, read each figure
-beside it and beside pgbench. ``--history-url URL`` skips steps 2–3 and measures an
+beside it and beside pgbench. ``--history-url URL`` skips step 2 and measures an
 existing database that already holds history (left in place afterwards).
 """
 
@@ -39,7 +40,6 @@ from typing import Any
 import psycopg
 
 from bench.common import (
-    EMPTY_QUEUE_TABLES,
     Report,
     bench_database,
     load_average,
@@ -78,15 +78,7 @@ def run(args: argparse.Namespace) -> Report:
         _measure_history(report, args, args.history_url)
     else:
         with bench_database(args, "history") as url:
-            store = open_store(Settings(database_url=url, notify=False))
-            try:
-                _working_set(store, args.queued)
-                claims = _claims(store, args.trials)
-                report.add("claim, working set only", **_latency(claims), load=load_average())
-            finally:
-                store.close()
             with psycopg.connect(url, autocommit=True) as conn:
-                conn.execute(EMPTY_QUEUE_TABLES)
                 [(end,)] = conn.execute("SELECT now()").fetchall()
             began = time.perf_counter()
             stages = fill(url, jobs=args.jobs, days=args.days, end=end)
@@ -120,7 +112,7 @@ def _measure_history(report: Report, args: argparse.Namespace, url: str) -> None
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("ANALYZE jobs")
             [(jobs,)] = conn.execute("SELECT count(*) FROM jobs").fetchall()
-        report.add("claim, with history", **_latency(_claims(store, args.trials)), jobs=jobs, load=load_average())
+        _claims_beside_an_empty_table(report, args, store, jobs)
         _queries(report, args, url)
         if not args.no_prune:
             _prune(report, args, url, store)
@@ -143,6 +135,33 @@ def _claims(store: Any, trials: int, until: threading.Event | None = None) -> li
     while (len(latencies) < trials) if until is None else not until.is_set():
         latencies.append(_cycle(store))
     return latencies
+
+
+def _claims_beside_an_empty_table(report: Report, args: argparse.Namespace, store: Any, jobs: int) -> None:
+    """The claim with the history and on a database holding the working set alone, interleaved
+    in five rounds (A, B, A, B…), so both see the same machine: a ratio that load does not bend."""
+    with bench_database(args, "history_empty") as empty_url:
+        empty = open_store(Settings(database_url=empty_url, notify=False))
+        try:
+            _working_set(empty, args.queued)
+            with psycopg.connect(empty_url, autocommit=True) as conn:
+                conn.execute("ANALYZE jobs")
+            with_history: list[float] = []
+            without: list[float] = []
+            for _ in range(5):
+                without += _claims(empty, max(1, args.trials // 5))
+                with_history += _claims(store, max(1, args.trials // 5))
+        finally:
+            empty.close()
+    report.add("claim, working set only (interleaved)", **_latency(without), load=load_average())
+    report.add(
+        "claim, with history (interleaved)",
+        **_latency(with_history),
+        jobs=jobs,
+        p50_ratio=median(with_history) / median(without),
+        p99_ratio=percentile(with_history, 99) / percentile(without, 99),
+        load=load_average(),
+    )
 
 
 def _cycle(store: Any) -> float:
