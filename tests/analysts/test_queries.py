@@ -6,8 +6,9 @@ document runs as a login in the read-only role of deploy/analysts.sql. Each must
 return rows, and:
 
 - its plan is checked: a query on a window of a week or less reads its view's
-  table (``jobs`` or ``job_attempts``) through an index, never by a full scan
-  (the document promises that a range on ``finished_at`` uses an index). The
+  table, and never reads a table of the history (``jobs``, ``job_attempts``, …)
+  by a full scan (the document promises that a range on ``finished_at`` uses an
+  index); the daily rollup's tables, a few thousand rows, may be read whole. The
   plans are the same at 200,000 jobs as at 1,000,000: the statistics scale.
 - it is timed, three times (six if the first three were all slow). The target
   is under a second per query on 1,000,000 jobs on an idle machine, and that is
@@ -64,6 +65,7 @@ VIEW_TABLES = {
     "daily_queue_wait": "job_daily_histogram",
     "daily_run_time": "job_daily_histogram",
 }
+ROLLUP_TABLES = {"job_daily_rollup", "job_daily_histogram"}
 DEFAULT_JOBS = 200_000
 SECONDS_PER_MILLION_JOBS = 3.0
 MIN_BUDGET_SECONDS = 0.5
@@ -236,7 +238,10 @@ def test_a_documented_query_on_a_short_window_reads_through_an_index(
     nodes = list(scans(explained[0]["Plan"]))
     on_table = [node for node, relation in nodes if relation == table]
     assert on_table, f"{query.title}: the plan never reads {table}: {nodes}"
-    assert "Seq Scan" not in on_table, f"{query.title}: a full scan of {table} for {window_days(query)} days: {nodes}"
+    # The rollup grows with days, not jobs (a few thousand rows for six weeks): reading it
+    # whole is cheap. The history is what must never be read whole for a week.
+    full = {relation for node, relation in nodes if node == "Seq Scan" and relation not in ROLLUP_TABLES}
+    assert not full, f"{query.title}: a full scan of {full} for {window_days(query)} days: {nodes}"
 
 
 @pytest.mark.parametrize("query", QUERIES, ids=lambda q: q.id)

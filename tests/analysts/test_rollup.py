@@ -15,7 +15,7 @@ from tests.conftest import Database, FakeClock
 from tests.store.builders import claim_one, fail_job, new_job
 
 DAILY_JOBS_COLUMNS = [
-    "day", "tenant", "queue", "kind", "finished", "succeeded", "failed", "cancelled", "retried", "attempts",
+    "day", "tenant", "queue", "kind", "finished", "succeeded", "failed", "cancelled", "retried", "retried_twice", "attempts",
     "run_seconds",
 ]  # fmt: skip
 
@@ -47,7 +47,7 @@ def test_each_finished_job_is_counted_once_on_its_day_by_outcome(store, db: Data
     assert row["day"] == clock.now().date().isoformat()
     assert (row["tenant"], row["queue"], row["kind"]) == ("acme", "default", "ocr")
     assert (row["finished"], row["succeeded"], row["failed"], row["cancelled"]) == (3, 1, 1, 1)
-    assert (row["retried"], row["attempts"]) == (0, 2)
+    assert (row["retried"], row["retried_twice"], row["attempts"]) == (0, 0, 2)
     assert row["run_seconds"] == pytest.approx(6.0, abs=1e-3)
     # The run-time histogram holds succeeded jobs only; the wait histogram every job that started.
     [run] = daily(db, "daily_run_time")

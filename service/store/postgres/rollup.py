@@ -39,12 +39,13 @@ batch AS (
 ),
 counted AS (
     INSERT INTO job_daily_rollup AS r
-           (day, tenant, queue, kind, succeeded, failed, cancelled, retried, attempts, run_seconds)
+           (day, tenant, queue, kind, succeeded, failed, cancelled, retried, retried_twice, attempts, run_seconds)
     SELECT day, tenant, queue, kind,
            count(*) FILTER (WHERE state = 'succeeded'),
            count(*) FILTER (WHERE state = 'failed'),
            count(*) FILTER (WHERE state = 'cancelled'),
            count(*) FILTER (WHERE state IN ('succeeded', 'failed') AND attempts > 1),
+           count(*) FILTER (WHERE state IN ('succeeded', 'failed') AND attempts > 2),
            coalesce(sum(attempts) FILTER (WHERE state IN ('succeeded', 'failed')), 0),
            coalesce(sum(run_seconds), 0)
     FROM batch
@@ -54,6 +55,7 @@ counted AS (
         failed = r.failed + excluded.failed,
         cancelled = r.cancelled + excluded.cancelled,
         retried = r.retried + excluded.retried,
+        retried_twice = r.retried_twice + excluded.retried_twice,
         attempts = r.attempts + excluded.attempts,
         run_seconds = r.run_seconds + excluded.run_seconds
 ),

@@ -35,12 +35,14 @@ LIMIT :limit
 """
 
 FOLD_COUNTS = f"""
-INSERT INTO job_daily_rollup (day, tenant, queue, kind, succeeded, failed, cancelled, retried, attempts, run_seconds)
+INSERT INTO job_daily_rollup (day, tenant, queue, kind, succeeded, failed, cancelled, retried, retried_twice, attempts,
+                              run_seconds)
 SELECT substr(finished_at, 1, 10), tenant, queue, kind,
        count(*) FILTER (WHERE state = 'succeeded'),
        count(*) FILTER (WHERE state = 'failed'),
        count(*) FILTER (WHERE state = 'cancelled'),
        count(*) FILTER (WHERE state IN ('succeeded', 'failed') AND attempts > 1),
+       count(*) FILTER (WHERE state IN ('succeeded', 'failed') AND attempts > 2),
        coalesce(sum(attempts) FILTER (WHERE state IN ('succeeded', 'failed')), 0),
        coalesce(sum((julianday(finished_at) - julianday(started_at)) * 86400.0)
                 FILTER (WHERE state IN ('succeeded', 'failed')), 0)
@@ -52,6 +54,7 @@ SET succeeded = succeeded + excluded.succeeded,
     failed = failed + excluded.failed,
     cancelled = cancelled + excluded.cancelled,
     retried = retried + excluded.retried,
+    retried_twice = retried_twice + excluded.retried_twice,
     attempts = attempts + excluded.attempts,
     run_seconds = run_seconds + excluded.run_seconds
 """
