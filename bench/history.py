@@ -68,6 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pgbench-seconds", type=float, default=10.0, help="per pgbench run (0: skip)")
     parser.add_argument("--plans", type=Path, default=None, help="write EXPLAIN (ANALYZE, BUFFERS) of each query here")
     parser.add_argument("--no-prune", action="store_true", help="skip the day's prune")
+    parser.add_argument("--prune-pause", type=float, default=0.0, help="jobq prune --pause (between batches)")
     parser.add_argument("--history-url", default=None, help="measure this database, which holds history already")
 
 
@@ -223,7 +224,16 @@ def _prune(report: Report, args: argparse.Namespace, url: str, store: Any) -> No
         began = time.perf_counter()
         try:
             outcome["process"] = subprocess.run(
-                [sys.executable, "-m", "service", "prune", "--older-than", older_than],
+                [
+                    sys.executable,
+                    "-m",
+                    "service",
+                    "prune",
+                    "--older-than",
+                    older_than,
+                    "--pause",
+                    str(args.prune_pause),
+                ],
                 env=python_env(url),
                 capture_output=True,
                 text=True,
@@ -244,7 +254,7 @@ def _prune(report: Report, args: argparse.Namespace, url: str, store: Any) -> No
     report.add("claim, just before the prune", **_latency(before), load=load_average())
     report.add(f"claim, during jobq prune --older-than {older_than}", **_latency(during), load=load_average())
     report.add(
-        f"jobq prune --older-than {older_than}",
+        f"jobq prune --older-than {older_than} --pause {args.prune_pause:g}",
         seconds=outcome["seconds"],
         prunable=prunable,
         p99_ratio=percentile(during, 99) / percentile(before, 99),
