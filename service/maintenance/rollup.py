@@ -27,12 +27,7 @@ bucket's middle (``BUCKET_SECONDS``), so the views need no arithmetic of their o
 from __future__ import annotations
 
 import logging
-import random
-import threading
-from collections.abc import Callable
 
-from service.errors import StoreUnavailable
-from service.maintenance.loop import run_every
 from service.store.base import ROLLUP_BATCH, Store
 
 logger = logging.getLogger("jobq.maintenance")
@@ -72,14 +67,3 @@ class Rollup:
         while (count := self.run_once()) > 0:
             folded += count
         return folded
-
-    def run(
-        self,
-        stop: threading.Event,
-        interval: float,
-        *,
-        on_error: Callable[[StoreUnavailable], None] | None = None,
-        rng: random.Random | None = None,
-    ) -> None:
-        """``run_once`` every ``interval`` seconds until ``stop`` is set."""
-        run_every(self.run_once, stop, interval, name="rollup", on_error=on_error, rng=rng)
