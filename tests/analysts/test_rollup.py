@@ -5,14 +5,20 @@ daily_run_time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 import pytest
 
 from service.maintenance.rollup import BUCKET_BOUNDS, BUCKET_SECONDS, SETTLE_SECONDS, Rollup
+from service.store import Store
+from service.worker import App
 from tests.conftest import Database, FakeClock
+from tests.ops.conftest import backdate
 from tests.store.builders import claim_one, fail_job, new_job
+from tests.worker.harness import wait_until
+from tests.worker.test_worker_in_process import running_worker
 
 DAILY_JOBS_COLUMNS = [
     "day", "tenant", "queue", "kind", "finished", "succeeded", "failed", "cancelled", "retried", "retried_twice", "attempts",
@@ -120,3 +126,15 @@ def test_a_second_folder_folds_nothing_while_the_first_holds_the_watermark(store
         holder.execute("SELECT * FROM rollup_watermark FOR UPDATE")
         assert Rollup(store).run_once() == 0
     assert Rollup(store).run_once() == 1
+
+
+def test_a_running_worker_keeps_the_rollup_current(make_store: Callable[..., Store], store_url: str, db: Database):
+    live = make_store(store_url)  # the real clock: the worker's maintenance runs on it
+    live.enqueue(new_job("ocr"))
+    live.complete(claim_one(live).lease, None)
+    backdate(db, 1 / 24, "kind = 'ocr'")  # finished an hour ago: settled
+    app = App()
+    app.register("noop", lambda ctx: None)
+    with running_worker(live, app, touch_seconds=0.1):
+        wait_until(lambda: db.rows("SELECT * FROM daily_jobs"), 10, what="the worker's fold")
+    assert [(r["kind"], r["succeeded"]) for r in daily(db, "daily_jobs")] == [("ocr", 1)]
