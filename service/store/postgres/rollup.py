@@ -30,9 +30,12 @@ batch AS (
                 THEN date_part('epoch', j.finished_at - j.started_at) END AS run_seconds,
            (SELECT date_part('epoch', a.started_at - a.due_at)
             FROM job_attempts AS a WHERE a.job_id = j.id AND a.claim = 1) AS wait_seconds
-    FROM mark
-    JOIN jobs AS j ON j.finished_at >= mark.finished_at AND (j.finished_at, j.id) > (mark.finished_at, mark.job_id)
-    WHERE j.finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(settle)s)
+    FROM jobs AS j
+    -- Scalar subqueries, evaluated once: the index scan starts at the watermark. (A join to
+    -- mark scanned ix_jobs_finished_at from its first entry on every batch.)
+    WHERE j.finished_at >= (SELECT finished_at FROM mark)
+      AND (j.finished_at, j.id) > (SELECT finished_at, job_id FROM mark)
+      AND j.finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(settle)s)
       AND j.state IN ('succeeded', 'failed', 'cancelled')
     ORDER BY j.finished_at, j.id
     LIMIT %(limit)s
