@@ -61,6 +61,10 @@ RUNNING_JOBS_LIMIT = 1_000
 PRUNE_BATCH = 1_000
 """Jobs one prune statement deletes at most: short transactions, short locks."""
 
+ROLLUP_BATCH = 10_000
+"""Finished jobs one fold of the daily rollup reads at most: a short statement, and a
+worker's maintenance thread never busy with it for long."""
+
 COMPLETE_BATCH = 500
 """Results one ``complete_many`` call should carry at most (the worker's finisher batches
 by it): the rows one statement locks and writes at once."""
@@ -308,6 +312,16 @@ class Store(Protocol):
         ...
 
     def count_prunable(self, older_than_seconds: float) -> int: ...
+
+    def fold_rollup(
+        self, bounds: Sequence[float], bucket_seconds: Sequence[float], settle_seconds: float, limit: int = ROLLUP_BATCH
+    ) -> int:
+        """Fold up to ``limit`` jobs that finished past the rollup's watermark (and more than
+        ``settle_seconds`` ago) into the daily rollup and move the watermark, in one
+        transaction; 0 when another process holds the watermark. Histogram buckets are
+        ``width_bucket(seconds, bounds)``, each stored with its ``bucket_seconds``.
+        See :mod:`service.maintenance.rollup`."""
+        ...
 
     def health_stats(self) -> DatabaseHealth:
         """Dead tuples of the jobs table and the oldest open transaction's age (PostgreSQL;

@@ -50,6 +50,7 @@ from service.jobs import (
     WorkerInfo,
 )
 from service.maintenance.reaper import Reaper
+from service.maintenance.rollup import Rollup
 from service.maintenance.scheduler import SCHEDULE_SECONDS, Scheduler
 from service.payloads import check_lease_seconds
 from service.retry import RetryPolicy
@@ -549,6 +550,7 @@ class Worker:
                 if now >= next_touch:
                     next_touch = now + jittered(self.config.touch_seconds, spread=0.2)
                     self.store.touch_worker(self.id)
+                    Rollup(self.store).run_once()  # the analysts' daily rollup; leaderless, like the reaper
                 if now >= next_schedule:  # last: a schedule that errs cannot hold back the reaper
                     next_schedule = now + jittered(SCHEDULE_SECONDS)
                     self.scheduler.run_once()

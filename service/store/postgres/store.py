@@ -85,7 +85,15 @@ from service.payloads import (
     validate_new_jobs,
 )
 from service.retry import Decision
-from service.store.base import PRUNE_BATCH, REAP_BATCH, RUNNING_JOBS_LIMIT, Clock, DatabaseHealth, Listener
+from service.store.base import (
+    PRUNE_BATCH,
+    REAP_BATCH,
+    ROLLUP_BATCH,
+    RUNNING_JOBS_LIMIT,
+    Clock,
+    DatabaseHealth,
+    Listener,
+)
 from service.store.encoding import (
     bucket_counts,
     check_reap_delays,
@@ -135,6 +143,7 @@ from service.store.postgres.queries import (
     TOUCH_WORKER,
 )
 from service.store.postgres.schedules import PostgresSchedules
+from service.store.postgres.rollup import FOLD_ROLLUP
 from service.store.postgres.statements import (
     ACKNOWLEDGE_CANCEL,
     CANCEL_JOB,
@@ -297,6 +306,15 @@ class PostgresStore(PostgresSchedules):
     def count_prunable(self, older_than_seconds: float) -> int:
         row = self._fetchone(COUNT_PRUNABLE, self._params(older_than=float(older_than_seconds)))
         return int(row["count"]) if row else 0
+
+    def fold_rollup(
+        self, bounds: Sequence[float], bucket_seconds: Sequence[float], settle_seconds: float, limit: int = ROLLUP_BATCH
+    ) -> int:
+        params = self._params(
+            bounds=list(bounds), bucket_seconds=list(bucket_seconds), settle=float(settle_seconds), limit=limit
+        )
+        row = self._fetchone(FOLD_ROLLUP, params)
+        return int(row["folded"]) if row else 0
 
     def health_stats(self) -> DatabaseHealth:
         row = self._fetchone(HEALTH_STATS, {})

@@ -82,7 +82,15 @@ from service.payloads import (
     validate_new_jobs,
 )
 from service.retry import Decision
-from service.store.base import PRUNE_BATCH, REAP_BATCH, RUNNING_JOBS_LIMIT, Clock, DatabaseHealth, Listener
+from service.store.base import (
+    PRUNE_BATCH,
+    REAP_BATCH,
+    ROLLUP_BATCH,
+    RUNNING_JOBS_LIMIT,
+    Clock,
+    DatabaseHealth,
+    Listener,
+)
 from service.store.encoding import (
     bucket_counts,
     check_reap_delays,
@@ -103,6 +111,7 @@ from service.store.rows import (
     scope_usage_row,
     worker_info,
 )
+from service.store.sqlite import rollup
 from service.store.sqlite.errors import translate_errors
 from service.store.sqlite.listener import SilentListener
 from service.store.sqlite.queries import (
@@ -212,7 +221,7 @@ class SqliteStore(SqliteSchedules):
             self._conn.execute("PRAGMA synchronous = NORMAL")
             self._conn.execute("PRAGMA foreign_keys = ON")
             self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_SECONDS * 1000)}")
-            self._conn.create_function("width_bucket", 2, _width_bucket, deterministic=True)
+            register_functions(self._conn)
 
     # -- plumbing -------------------------------------------------------------------
     @contextmanager
@@ -314,6 +323,12 @@ class SqliteStore(SqliteSchedules):
         with self._read() as (conn, now):
             row = conn.execute(COUNT_PRUNABLE, {"now": now, "older_than": float(older_than_seconds)}).fetchone()
         return int(row["count"])
+
+    def fold_rollup(
+        self, bounds: Sequence[float], bucket_seconds: Sequence[float], settle_seconds: float, limit: int = ROLLUP_BATCH
+    ) -> int:
+        with self._write() as (conn, now):
+            return rollup.fold(conn, now, bounds, bucket_seconds, settle_seconds, limit)
 
     def health_stats(self) -> DatabaseHealth:
         # SQLite has no dead tuples (VACUUM reclaims free pages) and no transaction
@@ -891,6 +906,11 @@ class SqliteStore(SqliteSchedules):
         with self._read() as (conn, now):
             rows = conn.execute(RUNNING_JOBS, {"now": now, "limit": limit}).fetchall()
         return [_status(row) for row in rows]
+
+
+def register_functions(conn: sqlite3.Connection) -> None:
+    """What the store's SQL calls that SQLite lacks: PostgreSQL's width_bucket (the migrations' backfills too)."""
+    conn.create_function("width_bucket", 2, _width_bucket, deterministic=True)
 
 
 def _width_bucket(value: float | None, bounds_json: str) -> int | None:
