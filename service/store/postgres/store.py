@@ -142,8 +142,8 @@ from service.store.postgres.queries import (
     THROUGHPUT,
     TOUCH_WORKER,
 )
-from service.store.postgres.schedules import PostgresSchedules
 from service.store.postgres.rollup import FOLD_ROLLUP
+from service.store.postgres.schedules import PostgresSchedules
 from service.store.postgres.statements import (
     ACKNOWLEDGE_CANCEL,
     CANCEL_JOB,
