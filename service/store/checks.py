@@ -20,6 +20,7 @@ from typing import Any, Protocol, TypeVar
 
 from service.errors import InvalidInput, InvalidTransition, JobNotFound, LeaseLost, LimitNotFound, TokenNotFound
 from service.jobs import (
+    DEFAULT_MAX_ATTEMPTS,
     JSON,
     AttemptOutcome,
     Completion,
@@ -76,7 +77,8 @@ def enqueue_rows(
             "kind": job.kind,
             "payload": payload(job.payload),
             "priority": job.priority,
-            "max_attempts": job.max_attempts,
+            "max_attempts": DEFAULT_MAX_ATTEMPTS if job.max_attempts is None else job.max_attempts,
+            "max_attempts_default": job.max_attempts is None,  # the kind's, set at the first claim
             "total": job.total,
             "delay": float(job.delay_seconds),
             "run_after": None if job.run_after is None else time(job.run_after),

@@ -50,6 +50,8 @@ from service.jobs import (
     WorkerInfo,
 )
 from service.maintenance.reaper import Reaper
+from service.maintenance.rollup import Rollup
+from service.maintenance.scheduler import SCHEDULE_SECONDS, Scheduler
 from service.payloads import check_lease_seconds
 from service.retry import RetryPolicy
 from service.store.base import JOBS_QUEUED, Listener, Store
@@ -164,6 +166,7 @@ class Worker:
             clock=clock,
         )
         self.reaper = Reaper(store, self.retry_policy)
+        self.scheduler = Scheduler(store, app.schedules)
         self.finisher = Finisher(
             store,
             self.id,
@@ -254,7 +257,9 @@ class Worker:
             if free > 0:
                 sent = self.clock()
                 try:
-                    jobs = self.store.claim(self.id, self.queues, free, self.config.lease_seconds, self.kinds)
+                    jobs = self.store.claim(
+                        self.id, self.queues, free, self.config.lease_seconds, self.kinds, self.app.max_attempts
+                    )
                 except StoreUnavailable as exc:
                     self.health.failed(exc, "claim")
                     self._wake.wait(backoff.next())
@@ -276,7 +281,9 @@ class Worker:
         (prefetch stays one per slot), none once the worker is stopping."""
         if self._stopping.is_set():
             return None
-        return ClaimRequest(self.id, self.queues, freed, self.config.lease_seconds, self.kinds)
+        return ClaimRequest(
+            self.id, self.queues, freed, self.config.lease_seconds, self.kinds, tuple(self.app.max_attempts.items())
+        )
 
     def _start_jobs(self, jobs: list[ClaimedJob], sent: float) -> None:
         for job in jobs:
@@ -532,6 +539,7 @@ class Worker:
     def _maintenance_loop(self) -> None:
         next_reap = self.clock()  # reap once at start: a fleet restart finds its own orphans
         next_touch = self.clock() + self.config.touch_seconds
+        next_schedule = self.clock()
         while not self._halt.wait(0.2):
             now = self.clock()
             try:
@@ -542,6 +550,10 @@ class Worker:
                 if now >= next_touch:
                     next_touch = now + jittered(self.config.touch_seconds, spread=0.2)
                     self.store.touch_worker(self.id)
+                    Rollup(self.store).run_once()  # the analysts' daily rollup; leaderless, like the reaper
+                if now >= next_schedule:  # last: a schedule that errs cannot hold back the reaper
+                    next_schedule = now + jittered(SCHEDULE_SECONDS)
+                    self.scheduler.run_once()
                 self.health.ok()
             except StoreUnavailable as exc:
                 self.health.failed(exc, "maintenance")

@@ -1,5 +1,6 @@
 """What every worker runs besides its jobs, on PostgreSQL: the reaper of expired leases
-(REAP_EXPIRED) and the pruner (retention), and the database's health figures."""
+(REAP_EXPIRED), the pruner (retention), the daily rollup's fold (its SQL in rollup.py),
+and the database's health figures."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ from collections.abc import Sequence
 
 from service.jobs import LEASE_EXPIRED_ERROR, LEASE_EXPIRED_GROUP, ReapResult
 from service.store import checks
-from service.store.base import PRUNE_BATCH, REAP_BATCH, DatabaseHealth
+from service.store.base import PRUNE_BATCH, REAP_BATCH, ROLLUP_BATCH, DatabaseHealth
 from service.store.postgres.connection import Connected
 from service.store.postgres.queries import HEALTH_STATS
+from service.store.postgres.rollup import FOLD_ROLLUP
 from service.store.postgres.statements import NOTIFY_CHANGED, give_back
 
 # -- reap_expired --
@@ -100,7 +102,7 @@ WHERE finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs =
 
 
 class Maintenance(Connected):
-    """reap, prune, count_prunable, health_stats."""
+    """reap, prune, count_prunable, fold_rollup, health_stats."""
 
     def reap(self, delays: Sequence[float], limit: int = REAP_BATCH) -> ReapResult:
         params = self._params(
@@ -123,6 +125,15 @@ class Maintenance(Connected):
     def count_prunable(self, older_than_seconds: float) -> int:
         row = self._fetchone(COUNT_PRUNABLE, self._params(older_than=float(older_than_seconds)))
         return int(row["count"]) if row else 0
+
+    def fold_rollup(
+        self, bounds: Sequence[float], bucket_seconds: Sequence[float], settle_seconds: float, limit: int = ROLLUP_BATCH
+    ) -> int:
+        params = self._params(
+            bounds=list(bounds), bucket_seconds=list(bucket_seconds), settle=float(settle_seconds), limit=limit
+        )
+        row = self._fetchone(FOLD_ROLLUP, params)
+        return int(row["folded"]) if row else 0
 
     def health_stats(self) -> DatabaseHealth:
         row = self._fetchone(HEALTH_STATS, {})

@@ -266,6 +266,14 @@ claimed AS (
     SET state = 'running',
         attempts = j.attempts + 1,
         claims = j.claims + 1,
+        -- the kind's max_attempts (the claimer's handler's): the default of a job that named
+        -- none, a ceiling on one that did; never below this attempt (attempts <= max_attempts)
+        max_attempts = CASE WHEN %(kind_max_attempts)s::jsonb ->> j.kind IS NULL THEN j.max_attempts
+                            WHEN j.max_attempts_default
+                            THEN GREATEST(j.attempts + 1, (%(kind_max_attempts)s::jsonb ->> j.kind)::int)
+                            ELSE GREATEST(j.attempts + 1,
+                                          LEAST(j.max_attempts, (%(kind_max_attempts)s::jsonb ->> j.kind)::int))
+                       END,
         lease_owner = %(worker)s,
         lease_expires_at = n.ts + make_interval(secs => %(lease_seconds)s),
         started_at = n.ts,

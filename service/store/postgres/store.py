@@ -10,7 +10,7 @@ new module with a class on ``Connected``, added to the bases below.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from psycopg.rows import dict_row
@@ -43,6 +43,7 @@ from service.store.postgres.listener import connection_defaults
 from service.store.postgres.maintenance import Maintenance
 from service.store.postgres.ops import Operations
 from service.store.postgres.reads import Reads
+from service.store.postgres.schedules import PostgresSchedules
 from service.store.postgres.statements import (
     ACKNOWLEDGE_CANCEL,
     CLAIM_JOBS,
@@ -58,7 +59,9 @@ from service.store.postgres.workers import Workers
 from service.store.rows import claimed_job
 
 
-class PostgresStore(Submitting, Operations, Limits, Items, Maintenance, Tokens, Reads, Workers, Connected):
+class PostgresStore(
+    Submitting, Operations, Limits, Items, Maintenance, PostgresSchedules, Tokens, Reads, Workers, Connected
+):
     """The queue on PostgreSQL. Holds a bounded pool; uses a connection only per statement."""
 
     def __init__(
@@ -92,8 +95,16 @@ class PostgresStore(Submitting, Operations, Limits, Items, Maintenance, Tokens, 
         limit: int,
         lease_seconds: float,
         kinds: Sequence[str] | None = None,
+        max_attempts: Mapping[str, int] | None = None,
     ) -> list[ClaimedJob]:
-        request = ClaimRequest(worker, tuple(queues), limit, lease_seconds, tuple(kinds) if kinds is not None else None)
+        request = ClaimRequest(
+            worker,
+            tuple(queues),
+            limit,
+            lease_seconds,
+            tuple(kinds) if kinds is not None else None,
+            tuple((max_attempts or {}).items()),
+        )
         statement, params = self._claim_statement(request)
         return self._claimed(request, self._fetchall(statement, params))
 
@@ -107,6 +118,7 @@ class PostgresStore(Submitting, Operations, Limits, Items, Maintenance, Tokens, 
             cursor=self._claim_cursor,
             lease_seconds=float(request.lease_seconds),
             kinds=list(request.kinds) if request.kinds is not None else None,
+            kind_max_attempts=json.dumps(dict(request.max_attempts)),
         )
 
     def _claimed(self, request: ClaimRequest, rows: list[dict[str, Any]]) -> list[ClaimedJob]:

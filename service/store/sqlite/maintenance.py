@@ -1,5 +1,6 @@
 """What every worker runs besides its jobs, on SQLite: the reaper of expired leases
-(REAP_EXPIRED, then the fenced FAIL_JOB per job) and the pruner (retention)."""
+(REAP_EXPIRED, then the fenced FAIL_JOB per job), the pruner (retention) and the daily
+rollup's fold (its steps in rollup.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from collections.abc import Sequence
 
 from service.jobs import LEASE_EXPIRED_GROUP, AttemptOutcome, Lease, ReapResult, lease_expired_error
 from service.store import checks
-from service.store.base import PRUNE_BATCH, REAP_BATCH, DatabaseHealth
+from service.store.base import PRUNE_BATCH, REAP_BATCH, ROLLUP_BATCH, DatabaseHealth
+from service.store.sqlite import rollup
 from service.store.sqlite.connection import Connected, close_attempt, fence
 from service.store.sqlite.statements import FAIL_JOB
 
@@ -50,7 +52,7 @@ WHERE finished_at < strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :older_than || ' 
 
 
 class Maintenance(Connected):
-    """reap, prune, count_prunable, health_stats."""
+    """reap, prune, count_prunable, fold_rollup, health_stats."""
 
     def reap(self, delays: Sequence[float], limit: int = REAP_BATCH) -> ReapResult:
         delays = checks.reap_delays(delays)
@@ -88,6 +90,12 @@ class Maintenance(Connected):
         with self._read() as (conn, now):
             row = conn.execute(COUNT_PRUNABLE, {"now": now, "older_than": float(older_than_seconds)}).fetchone()
         return int(row["count"])
+
+    def fold_rollup(
+        self, bounds: Sequence[float], bucket_seconds: Sequence[float], settle_seconds: float, limit: int = ROLLUP_BATCH
+    ) -> int:
+        with self._write() as (conn, now):
+            return rollup.fold(conn, now, bounds, bucket_seconds, settle_seconds, limit)
 
     def health_stats(self) -> DatabaseHealth:
         # SQLite has no dead tuples (VACUUM reclaims free pages) and no transaction

@@ -201,6 +201,15 @@ UPDATE jobs
 SET state = 'running',
     attempts = attempts + 1,
     claims = claims + 1,
+    -- the kind's max_attempts (the claimer's handler's): the default of a job that named
+    -- none, a ceiling on one that did; never below this attempt. min/max of a NULL is NULL.
+    max_attempts = coalesce(
+        max(attempts + 1, CASE WHEN max_attempts_default
+                               THEN (SELECT value FROM json_each(:kind_max_attempts) WHERE key = jobs.kind)
+                               ELSE min(max_attempts,
+                                        (SELECT value FROM json_each(:kind_max_attempts) WHERE key = jobs.kind))
+                          END),
+        max_attempts),
     lease_owner = :worker,
     lease_expires_at = strftime('%Y-%m-%d %H:%M:%f', :now, :lease_seconds || ' seconds'),
     started_at = :now,

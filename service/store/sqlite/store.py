@@ -26,7 +26,7 @@ import sqlite3
 import threading
 import urllib.parse
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from service.errors import InvalidInput, LeaseLost
 from service.jobs import (
@@ -58,6 +58,7 @@ from service.store.sqlite.limits import Limits
 from service.store.sqlite.maintenance import Maintenance
 from service.store.sqlite.ops import Operations
 from service.store.sqlite.reads import Reads
+from service.store.sqlite.schedules import SqliteSchedules
 from service.store.sqlite.statements import (
     ACKNOWLEDGE_CANCEL,
     CLAIM_JOB,
@@ -84,7 +85,9 @@ from service.store.sqlite.workers import Workers
 BUSY_TIMEOUT_SECONDS = 30.0
 
 
-class SqliteStore(Submitting, Operations, Limits, Items, Maintenance, Tokens, Reads, Workers, Connected):
+class SqliteStore(
+    Submitting, Operations, Limits, Items, Maintenance, SqliteSchedules, Tokens, Reads, Workers, Connected
+):
     """The queue in one SQLite file. One connection per store, shared under a lock."""
 
     def __init__(
@@ -114,7 +117,7 @@ class SqliteStore(Submitting, Operations, Limits, Items, Maintenance, Tokens, Re
             self._conn.execute("PRAGMA synchronous = NORMAL")
             self._conn.execute("PRAGMA foreign_keys = ON")
             self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_SECONDS * 1000)}")
-            self._conn.create_function("width_bucket", 2, _width_bucket, deterministic=True)
+            register_functions(self._conn)
 
     # -- the worker's hot path ------------------------------------------------------
     def claim(
@@ -124,15 +127,24 @@ class SqliteStore(Submitting, Operations, Limits, Items, Maintenance, Tokens, Re
         limit: int,
         lease_seconds: float,
         kinds: Sequence[str] | None = None,
+        max_attempts: Mapping[str, int] | None = None,
     ) -> list[ClaimedJob]:
         check_claim(worker, limit, lease_seconds)
         kinds_json = json.dumps(list(kinds)) if kinds is not None else None
+        kind_max_attempts = json.dumps(dict(max_attempts or {}))
         with self._write() as (conn, now):
             picked = self._pick(conn, now, list(queues), kinds_json, limit)
             rows = []
             for job in picked:
                 row = conn.execute(
-                    CLAIM_JOB, {"id": job.id, "now": now, "worker": worker, "lease_seconds": float(lease_seconds)}
+                    CLAIM_JOB,
+                    {
+                        "id": job.id,
+                        "now": now,
+                        "worker": worker,
+                        "lease_seconds": float(lease_seconds),
+                        "kind_max_attempts": kind_max_attempts,
+                    },
                 ).fetchone()
                 rows.append(row)
                 conn.execute(
@@ -298,7 +310,9 @@ class SqliteStore(Submitting, Operations, Limits, Items, Maintenance, Tokens, Re
         # Two write transactions, one after the other: a local file has no round trip to save.
         check_claim(claim.worker, claim.limit, claim.lease_seconds)
         lost = self.complete_many(finished)
-        return lost, self.claim(claim.worker, claim.queues, claim.limit, claim.lease_seconds, claim.kinds)
+        return lost, self.claim(
+            claim.worker, claim.queues, claim.limit, claim.lease_seconds, claim.kinds, dict(claim.max_attempts)
+        )
 
     def fail(self, lease: Lease, error: str, decision: Decision) -> FailResult:
         failure = checks.fail_args(error, decision)
@@ -326,6 +340,11 @@ class SqliteStore(Submitting, Operations, Limits, Items, Maintenance, Tokens, Re
                 checks.require_receipt(_receipt(conn, lease), lease, AttemptOutcome.CANCELLED)
                 return
             close_attempt(conn, lease, now, AttemptOutcome.CANCELLED)
+
+
+def register_functions(conn: sqlite3.Connection) -> None:
+    """What the store's SQL calls that SQLite lacks: PostgreSQL's width_bucket (the migrations' backfills too)."""
+    conn.create_function("width_bucket", 2, _width_bucket, deterministic=True)
 
 
 def _width_bucket(value: float | None, bounds_json: str) -> int | None:

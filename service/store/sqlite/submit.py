@@ -20,9 +20,10 @@ from service.store.sqlite.timestamps import to_text
 ENQUEUE_JOBS = (
     """
 INSERT INTO jobs (id, tenant, queue, kind, payload, state, priority, attempts, max_attempts,
-                  done, total, run_after, concurrency_key, idempotency_key, created_at, updated_at)
+                  max_attempts_default, done, total, run_after, concurrency_key, idempotency_key,
+                  created_at, updated_at)
 VALUES (:id, :tenant, :queue, :kind, :payload, 'queued', :priority, 0, :max_attempts,
-        0, :total, coalesce(:run_after, strftime('%Y-%m-%d %H:%M:%f', :now, :delay || ' seconds')),
+        :max_attempts_default, 0, :total, coalesce(:run_after, strftime('%Y-%m-%d %H:%M:%f', :now, :delay || ' seconds')),
         :concurrency_key, :idempotency_key, :now, :now)
 ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING """
