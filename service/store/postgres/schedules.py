@@ -71,7 +71,7 @@ DELETE_SCHEDULE = "DELETE FROM schedules WHERE name = %(name)s RETURNING name"
 _READ = Readers(time=lambda value: value, ident=lambda value: value, names=tuple, json=lambda value: value)
 
 
-class PostgresSchedules(Connected):
+class Schedules(Connected):
     """The schedule operations of the Store protocol, on PostgreSQL."""
 
     def database_now(self) -> datetime:

@@ -43,7 +43,7 @@ from service.store.postgres.listener import connection_defaults
 from service.store.postgres.maintenance import Maintenance
 from service.store.postgres.ops import Operations
 from service.store.postgres.reads import Reads
-from service.store.postgres.schedules import PostgresSchedules
+from service.store.postgres.schedules import Schedules
 from service.store.postgres.statements import (
     ACKNOWLEDGE_CANCEL,
     CLAIM_JOBS,
@@ -59,9 +59,7 @@ from service.store.postgres.workers import Workers
 from service.store.rows import claimed_job
 
 
-class PostgresStore(
-    Submitting, Operations, Limits, Items, Maintenance, PostgresSchedules, Tokens, Reads, Workers, Connected
-):
+class PostgresStore(Submitting, Operations, Limits, Items, Maintenance, Schedules, Tokens, Reads, Workers, Connected):
     """The queue on PostgreSQL. Holds a bounded pool; uses a connection only per statement."""
 
     def __init__(

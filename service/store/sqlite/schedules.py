@@ -61,7 +61,7 @@ DELETE_SCHEDULE = "DELETE FROM schedules WHERE name = :name RETURNING name"
 _READ = Readers(time=from_text, ident=uuid.UUID, names=lambda text: tuple(json.loads(text)), json=json.loads)
 
 
-class SqliteSchedules(Connected):
+class Schedules(Connected):
     """The schedule operations of the Store protocol, on SQLite."""
 
     def database_now(self) -> datetime:

@@ -58,7 +58,7 @@ from service.store.sqlite.limits import Limits
 from service.store.sqlite.maintenance import Maintenance
 from service.store.sqlite.ops import Operations
 from service.store.sqlite.reads import Reads
-from service.store.sqlite.schedules import SqliteSchedules
+from service.store.sqlite.schedules import Schedules
 from service.store.sqlite.statements import (
     ACKNOWLEDGE_CANCEL,
     CLAIM_JOB,
@@ -85,9 +85,7 @@ from service.store.sqlite.workers import Workers
 BUSY_TIMEOUT_SECONDS = 30.0
 
 
-class SqliteStore(
-    Submitting, Operations, Limits, Items, Maintenance, SqliteSchedules, Tokens, Reads, Workers, Connected
-):
+class SqliteStore(Submitting, Operations, Limits, Items, Maintenance, Schedules, Tokens, Reads, Workers, Connected):
     """The queue in one SQLite file. One connection per store, shared under a lock."""
 
     def __init__(
