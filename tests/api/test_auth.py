@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from service.api.auth import TOKEN_BYTES, hash_token, new_token
+from service.tokens import TOKEN_BYTES, hash_token, new_token
 from tests.api.conftest import LiveApi
 from tests.api.problems import assert_problem
 from tests.conftest import Database

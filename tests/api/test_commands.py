@@ -19,8 +19,8 @@ from unittest import mock
 import httpx
 import pytest
 
-from service.api.auth import hash_token
 from service.cli import main
+from service.tokens import hash_token
 from tests.api.conftest import REPO, LiveApi, free_port
 
 pytestmark = pytest.mark.slow
