@@ -120,13 +120,22 @@ def serve(
     host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0 in a container).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535)] = 8000,
     log_level: Annotated[str, typer.Option(metavar="LEVEL", help="uvicorn's log level.")] = "info",
+    log_format: Annotated[
+        str,
+        typer.Option(
+            metavar="FORMAT",
+            help="json: one JSON object per line on stderr, access lines included, as workers write; "
+            "text: uvicorn's own lines, for a human at a terminal.",
+        ),
+    ] = "json",
 ) -> None:
     """Run the REST API under uvicorn (OpenAPI at /openapi.json, docs at /docs)."""
     import uvicorn
 
     from service.api import create_app
 
-    uvicorn.run(create_app(cli_state(ctx).settings()), host=host, port=port, log_level=log_level)
+    log_config = _uvicorn_log_config(log_format, log_level)
+    uvicorn.run(create_app(cli_state(ctx).settings()), host=host, port=port, log_level=log_level, log_config=log_config)
 
 
 @app.command()
@@ -147,7 +156,14 @@ def dev(
 
     settings = cli_state(ctx).settings().model_copy(update={"auth": False})
     migrations.upgrade(settings.database_url)
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning"))
+    config = uvicorn.Config(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_level="warning",
+        log_config=_uvicorn_log_config("json", "warning"),
+    )
+    server = uvicorn.Server(config)
     worker = _start_dev_worker(settings.database_url)
     threading.Thread(target=_dev_announce, args=(server, worker, settings), daemon=True).start()
     previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)  # uvicorn re-raises it when done
@@ -161,11 +177,38 @@ def dev(
     print("jobq dev: stopped", file=sys.stderr)
 
 
+def _uvicorn_log_config(log_format: str, level: str) -> dict[str, Any]:
+    import uvicorn.config
+
+    from service.logs import LOG_FORMATS, uvicorn_log_config
+
+    if log_format not in LOG_FORMATS:
+        raise InvalidInput(f"--log-format must be json or text, not {log_format!r}")
+    return uvicorn_log_config(log_format, level) or uvicorn.config.LOGGING_CONFIG
+
+
 def _start_dev_worker(database_url: str) -> subprocess.Popen[bytes]:
     # Its own session: Ctrl-C reaches only `jobq dev`, which then stops the worker gracefully.
     env = {**os.environ, "JOBQ_DATABASE_URL": database_url}
     command = [sys.executable, "-m", "service", "worker", "--app", "service.examples", "--poll-seconds", "0.5"]
-    return subprocess.Popen(command, env=env, start_new_session=True)
+    parent = os.getpid()
+    return subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=lambda: _die_with(parent))
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with(parent: int) -> None:
+    """In the child, before exec: SIGTERM it when ``jobq dev`` dies, however it dies (a SIGKILL too,
+    which runs none of the parent's clean-up), so no worker outlives its dev session. Linux only;
+    the signal comes when the thread that started the child ends, here the main thread."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _dev_announce(server: Any, worker: subprocess.Popen[bytes], settings: Settings) -> None:
