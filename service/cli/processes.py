@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+from functools import partial
 from typing import Annotated, Any
 
 import typer
@@ -16,12 +18,12 @@ import typer
 from service.cli.app import (
     app,
     cli_state,
-    open_cli_store,
     redact,
 )
 from service.config import Settings
 from service.errors import InvalidInput
 from service.payloads import MAX_LEASE_SECONDS
+from service.store import open_store
 
 
 @app.command()
@@ -80,16 +82,35 @@ def worker(
     log_level: Annotated[
         str, typer.Option(metavar="LEVEL", help="debug, info, warning or error. Logs are JSON lines on stderr.")
     ] = "info",
+    wait_for_database: Annotated[
+        float | None,
+        typer.Option(
+            min=0,
+            metavar="SECONDS",
+            help="At start, wait at most this long for the database to answer with its schema migrated, "
+            "then exit 3 (default: wait for ever, saying what is wrong every 30 s).",
+            show_default=False,
+        ),
+    ] = None,
+    show_traceback: Annotated[
+        bool, typer.Option("--traceback", help="If importing --app fails, print the whole traceback.")
+    ] = False,
+    report_seconds: Annotated[
+        float, typer.Option(min=0.1, hidden=True, help="How often the start-up wait says why (tests).")
+    ] = 30.0,
 ) -> None:
     """Run jobs of the app's kinds until SIGTERM/SIGINT (see `Workers` in the README).
 
     Uses at most JOBQ_POOL_SIZE + 1 database connections (3 by default), whatever --concurrency is.
     """
     import os
+    import traceback
 
     from service.retry import RetryPolicy
     from service.worker import Worker, WorkerConfig, load_app
     from service.worker.logs import configure_logging
+    from service.worker.registry import AppImportFailed
+    from service.worker.startup import wait_for_database as wait_until_ready
 
     if log_level.upper() not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
         raise InvalidInput(f"--log-level must be debug, info, warning or error, not {log_level!r}")
@@ -104,11 +125,32 @@ def worker(
     )
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # `--app myhandlers` finds ./myhandlers.py, as uvicorn does
-    handlers = load_app(app_ref)
+    try:
+        handlers = load_app(app_ref)
+    except AppImportFailed as exc:
+        if show_traceback and exc.__cause__ is not None:
+            traceback.print_exception(exc.__cause__, file=sys.stderr)
+        raise
     configure_logging(log_level)
-    with open_cli_store(ctx) as store:
+    try:
+        store = wait_until_ready(
+            partial(open_store, settings),
+            settings.database_url,
+            wait_seconds=wait_for_database,
+            report_seconds=report_seconds,
+        )
+    except KeyboardInterrupt:  # Ctrl-C while waiting: nothing was started
+        return
+    finally:
+        for handler in logging.getLogger().handlers:
+            handler.flush()  # the JSON lines before an error line
+    if store is None:
+        return
+    try:
         policy = RetryPolicy(settings.retry_base_seconds, settings.retry_cap_seconds)
         Worker(store, handlers, config, retry_policy=policy).run()
+    finally:
+        store.close()
 
 
 # -- operations: failures, replay, alerts, stats, retention (README: Operations) ---------------
