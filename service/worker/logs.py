@@ -219,3 +219,4 @@ def configure_logging(level: str = "INFO") -> None:
     # No line shows the thread or process names, and every record would look them up.
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     logging.getLogger("psycopg").setLevel(logging.ERROR)  # the pool's reconnect chatter; we log outages ourselves
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # the start-up schema check's plugin set-up lines
