@@ -3,8 +3,8 @@
 Polling is what clients do most, and FastAPI's per-request work (route matching,
 solving a dozen dependencies, validating the returned model again) costs a
 status poll many times its one query. This ASGI middleware answers the common
-case itself, with the same functions the route uses — :meth:`JobOut.of`,
-``poll_after_seconds`` and ``change_tag`` — so the answer is byte for byte the
+case itself, with the same functions the route uses — :func:`service.api.auth.identify`
+for the token, :meth:`JobOut.of`, ``poll_after_seconds`` and ``change_tag`` — so the answer is byte for byte the
 route's (tests/bench checks it). Its read is the store's ``read_statuses``
 (the token and the job in one query), shared by the polls that arrive together
 (:mod:`service.api.coalesce`).
