@@ -59,7 +59,7 @@ def wait_for_database(
             except StoreUnavailable as exc:
                 problem, advice = _problem(exc)
             else:
-                problem, advice = _check(store, database_url)
+                problem, advice = _check(database_url)  # the store opened: a SQLite file is there
             if problem is None:
                 if next_report > started:  # something was reported: say it is over
                     log_event("worker.database_ready", waited_s=round(clock() - started, 1))
@@ -67,10 +67,7 @@ def wait_for_database(
                 return ready
             now = clock()
             waited = now - started
-            if wait_seconds is not None and waited >= wait_seconds:
-                log_event("worker.gave_up", logging.ERROR, waited_s=round(waited, 1), error=problem)
-                raise DatabaseNotReady(f"gave up after --wait-for-database {wait_seconds:g} s: {problem}")
-            if now >= next_report:
+            if now >= next_report:  # the first time, then every report_seconds
                 log_event(
                     "worker.waiting_for_database",
                     logging.WARNING,
@@ -79,6 +76,9 @@ def wait_for_database(
                     todo=advice,
                 )
                 next_report = now + report_seconds
+            if wait_seconds is not None and waited >= wait_seconds:
+                log_event("worker.gave_up", logging.ERROR, waited_s=round(waited, 1), error=problem, todo=advice)
+                raise DatabaseNotReady(f"gave up after --wait-for-database {wait_seconds:g} s: {problem}")
             pause = min(backoff.next(), next_report - now)
             if wait_seconds is not None:
                 pause = min(pause, started + wait_seconds - now)
@@ -89,20 +89,15 @@ def wait_for_database(
             store.close()
 
 
-def _check(store: Store, database_url: str) -> tuple[str | None, str]:
-    """(None, "") when ready; else what is wrong and what to do."""
-    try:
-        store.list_workers(0.0)  # reaches the database and a table of the first migrations
-    except StoreUnavailable as exc:
-        return _problem(exc)
-    except Exception as exc:  # a schema too old for the statement: an unknown column, say
-        return f"{type(exc).__name__}: {_first_line(exc)}", BEHIND_ADVICE
+def _check(database_url: str) -> tuple[str | None, str]:
+    """(None, "") when ready; else what is wrong and what to do. The schema's version is read on a
+    connection of its own, which fails at once when refused (the store's pool waits its timeout)."""
     from service.store import migrate  # Alembic: loaded by the worker only, once
 
     try:
         current = migrate.is_at_head(database_url)
-    except Exception as exc:  # the database went away between the two reads
-        return f"{type(exc).__name__}: {_first_line(exc)}", UNREACHABLE_ADVICE
+    except Exception as exc:  # whatever the driver raised, the database did not answer
+        return _first_line(getattr(exc, "orig", None) or exc), UNREACHABLE_ADVICE
     if not current:
         return "the database schema is behind this jobq's newest migration", BEHIND_ADVICE
     return None, ""

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -79,6 +81,19 @@ def test_a_worker_on_an_unmigrated_database_says_why_every_interval_then_gives_u
     last = worker.log().strip().splitlines()[-1]
     assert last.startswith("error: gave up after --wait-for-database 2 s: "), worker.log()
     assert not (tmp_path / "never-migrated.db").exists()  # waiting never creates the database
+
+
+def test_a_worker_on_a_refused_postgresql_says_so_at_once_and_gives_up_on_time(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    worker = WorkerProcess(f"postgresql://jobq@127.0.0.1:{port}/jobq", tmp_path, "refused",
+                           ["--wait-for-database", "1"], app="service.examples")
+    started = time.monotonic()
+    assert worker.wait(30) == 3, worker.log()
+    assert time.monotonic() - started < 15  # not the store pool's timeout per try
+    first = worker.events("worker.waiting_for_database")[0]
+    assert "refused" in first["error"].lower() and "JOBQ_DATABASE_URL" in first["todo"], first
 
 
 def test_a_worker_on_a_schema_behind_keeps_waiting_then_starts_once_migrated(tmp_path: Path) -> None:
