@@ -1,7 +1,8 @@
 -- jobq: the analysts' read-only role (PostgreSQL).
 --
--- Creates jobq_analyst, a NOLOGIN group role that may read the three views of the
--- analysts' read model (job_history, attempt_history, job_item_history; see docs/ANALYSTS.md) and
+-- Creates jobq_analyst, a NOLOGIN group role that may read the views of the analysts'
+-- read model (job_history, attempt_history, job_item_history, and the daily rollup's
+-- daily_jobs, daily_histogram, daily_queue_wait, daily_run_time; see docs/ANALYSTS.md) and
 -- nothing else: no base table (so never api_tokens.token_hash), no writes.
 -- A view runs with its owner's privileges, so SELECT on the view is all it needs.
 --
@@ -24,7 +25,8 @@
 --     ALTER ROLE alice SET statement_timeout = '60s';
 --
 -- Take it away with `REVOKE jobq_analyst FROM alice;`. To remove the role
--- entirely: `REVOKE ALL ON job_history, attempt_history, job_item_history FROM jobq_analyst;
+-- entirely: `REVOKE ALL ON job_history, attempt_history, job_item_history, daily_jobs, daily_histogram,
+-- daily_queue_wait, daily_run_time FROM jobq_analyst;
 -- REVOKE ALL ON SCHEMA public FROM jobq_analyst; DROP ROLE jobq_analyst;`
 -- (plus the CONNECT grant, in each database where the script ran).
 
@@ -61,10 +63,11 @@ $$;
 -- Nobody reads or writes jobq's tables through PUBLIC (PostgreSQL grants PUBLIC
 -- nothing on tables by default; this undoes a grant someone may have made).
 -- The application keeps its access: it connects as the owner.
-REVOKE ALL ON TABLE jobs, job_results, job_attempts, job_replays, job_items, workers, api_tokens, alembic_version
-    FROM PUBLIC;
+REVOKE ALL ON TABLE jobs, job_results, job_attempts, job_replays, job_items, workers, api_tokens, alembic_version,
+    job_daily_rollup, job_daily_histogram, rollup_watermark FROM PUBLIC;
 REVOKE ALL ON SEQUENCE job_attempts_id_seq, job_replays_id_seq FROM PUBLIC;
-REVOKE ALL ON TABLE job_history, attempt_history, job_item_history FROM PUBLIC;
+REVOKE ALL ON TABLE job_history, attempt_history, job_item_history, daily_jobs, daily_histogram, daily_queue_wait, daily_run_time
+    FROM PUBLIC;
 
 -- What the role may do: connect, look up names in the schema, read the views.
 DO $$
@@ -73,4 +76,5 @@ BEGIN
     EXECUTE format('GRANT USAGE ON SCHEMA %I TO jobq_analyst', current_schema());
 END
 $$;
-GRANT SELECT ON TABLE job_history, attempt_history, job_item_history TO jobq_analyst;
+GRANT SELECT ON TABLE job_history, attempt_history, job_item_history, daily_jobs, daily_histogram, daily_queue_wait, daily_run_time
+    TO jobq_analyst;

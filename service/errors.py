@@ -7,7 +7,8 @@
      ├── NotFound
      │    ├── JobNotFound        no such job for this tenant (another tenant's job is "not found" too)
      │    ├── TokenNotFound      no such API token
-     │    └── LimitNotFound      no limit is set on that scope
+     │    ├── LimitNotFound      no limit is set on that scope
+     │    └── ScheduleNotFound   no periodic schedule has that name
      ├── InvalidTransition       the job's state does not allow it (cancel a finished job, read a result too early)
      ├── IdempotencyConflict     the idempotency key was used for a different job
      ├── LeaseLost               the fencing token no longer holds the job: the write changed nothing
@@ -52,6 +53,12 @@ class LimitNotFound(NotFound):
     def __init__(self, scope: str) -> None:
         super().__init__(f"no limit is set on {scope}")
         self.scope = scope
+
+
+class ScheduleNotFound(NotFound):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no schedule is named {name!r}")
+        self.name = name
 
 
 class InvalidTransition(JobqError):

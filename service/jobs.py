@@ -74,6 +74,10 @@ class _TimeOrderedIds:
 new_job_id = _TimeOrderedIds().next
 
 
+DEFAULT_MAX_ATTEMPTS = 3
+"""A job's attempts when neither the enqueue nor the kind's handler says."""
+
+
 @dataclass(frozen=True)
 class NewJob:
     """A job to enqueue. Validated by :func:`service.payloads.validate_new_job` in the store."""
@@ -82,7 +86,9 @@ class NewJob:
     payload: dict[str, JSON] = field(default_factory=dict)
     queue: str = "default"
     priority: int = 0
-    max_attempts: int = 3
+    max_attempts: int | None = None
+    """None: the kind's default (its handler's max_attempts, else DEFAULT_MAX_ATTEMPTS), set
+    when a worker claims the job; a number is the job's own, which the handler's caps."""
     delay_seconds: float = 0.0
     run_after: datetime | None = None
     total: int | None = None
@@ -181,6 +187,9 @@ class ClaimRequest:
     limit: int
     lease_seconds: float
     kinds: tuple[str, ...] | None = None
+    max_attempts: tuple[tuple[str, int], ...] = ()
+    """Per kind, its handler's max_attempts: a job that named none takes it at this claim,
+    and a job's own is capped by it (never below the attempt being claimed)."""
 
 
 @dataclass(frozen=True)
@@ -347,7 +356,7 @@ def queued_status(job: NewJob, job_id: uuid.UUID, run_after: datetime, created_a
         state=JobState.QUEUED,
         priority=job.priority,
         attempts=0,
-        max_attempts=job.max_attempts,
+        max_attempts=DEFAULT_MAX_ATTEMPTS if job.max_attempts is None else job.max_attempts,
         done=0,
         total=job.total,
         error=None,
@@ -370,8 +379,9 @@ def require_same_job(job: NewJob, stored: JobStatus, stored_payload: JSON) -> No
     """A repeated idempotency key must name the same job, or it is an IdempotencyConflict.
 
     The one rule for the API, the CLI and the producer API. Compared: kind, queue,
-    priority, max_attempts, concurrency_key, the payload, and ``total`` while no worker
-    has claimed the job yet (a worker may report a different total). ``delay_seconds``
+    priority, concurrency_key, the payload, and ``total`` and a given ``max_attempts`` while
+    no worker has claimed the job yet (a worker may report a different total; a claim
+    applies the kind's max_attempts). ``delay_seconds``
     is not compared: the stored run_after moves on retries.
     """
     expected = {
@@ -388,7 +398,9 @@ def require_same_job(job: NewJob, stored: JobStatus, stored_payload: JSON) -> No
         "payload": stored_payload,
         "queue": stored.queue,
         "priority": stored.priority,
-        "max_attempts": stored.max_attempts,
+        "max_attempts": stored.max_attempts
+        if stored.started_at is None and job.max_attempts is not None
+        else job.max_attempts,
         "total": stored.total if stored.started_at is None else job.total,
         "concurrency_key": stored.concurrency_key,
     }

@@ -168,7 +168,9 @@ def _validate_new_job(job: NewJob, names: set[str]) -> None:
         _storable_name(value, name, names)
     if not is_int(job.priority) or not 0 <= job.priority <= MAX_PRIORITY:
         raise InvalidInput(f"priority must be an integer from 0 to {MAX_PRIORITY}")
-    if not is_int(job.max_attempts) or not 1 <= job.max_attempts <= MAX_ATTEMPTS_LIMIT:
+    if job.max_attempts is not None and (
+        not is_int(job.max_attempts) or not 1 <= job.max_attempts <= MAX_ATTEMPTS_LIMIT
+    ):
         raise InvalidInput(f"max_attempts must be an integer from 1 to {MAX_ATTEMPTS_LIMIT}")
     if job.total is not None and (not is_int(job.total) or not 0 <= job.total <= MAX_TOTAL):
         raise InvalidInput(f"total must be a non-negative integer (at most {MAX_TOTAL})")

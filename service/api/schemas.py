@@ -80,8 +80,10 @@ class JobSubmit(_Request):
     )
     queue: Name = Field(default="default", description="Workers claim from the queues they serve.")
     priority: Int = Field(default=0, ge=0, le=MAX_PRIORITY, description="Higher runs first.")
-    max_attempts: Int = Field(
-        default=3, ge=1, le=MAX_ATTEMPTS_LIMIT, description="Attempts before the job fails for good."
+    max_attempts: Annotated[int, Field(ge=1, le=MAX_ATTEMPTS_LIMIT), BeforeValidator(whole_number)] | None = Field(
+        default=None,
+        description="Attempts before the job fails for good; default: the kind's handler's max_attempts, "
+        "else 3. The handler's max_attempts also caps it.",
     )
     delay_seconds: float = Field(
         default=0.0, ge=0, le=MAX_DELAY_SECONDS, allow_inf_nan=False, description="Run no sooner than this."

@@ -85,8 +85,9 @@ def enqueue(
     queue: Annotated[str, typer.Option(metavar="Q")] = _DEFAULTS.queue,
     priority: Annotated[int, typer.Option(metavar="N", help="0..1000; higher runs first.")] = _DEFAULTS.priority,
     max_attempts: Annotated[
-        int, typer.Option(metavar="N", help="1..100 attempts before it fails.")
-    ] = _DEFAULTS.max_attempts,
+        int | None,
+        typer.Option(metavar="N", help="1..100 attempts before it fails (default: the kind's handler's, else 3)."),
+    ] = None,
     total: Annotated[int | None, typer.Option(metavar="N", help="Items to do, for progress.")] = None,
     delay: Annotated[float, typer.Option(metavar="SECONDS", help="Run no sooner than this.")] = 0.0,
     tenant: Annotated[str, typer.Option(metavar="T")] = _DEFAULTS.tenant,

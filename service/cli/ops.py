@@ -236,6 +236,10 @@ def prune(
     ],
     dry_run: Annotated[bool, typer.Option(help="Count what would be deleted; delete nothing.")] = False,
     force: Annotated[bool, typer.Option(help="Allow --older-than under a day (42m is rarely meant for 42d).")] = False,
+    pause: Annotated[
+        float,
+        typer.Option(metavar="SECONDS", min=0.0, max=60.0, help="Wait this long between batches of 1,000 jobs."),
+    ] = 0.0,
 ) -> None:
     """Delete old finished jobs with their attempts, results and replays.
 
@@ -253,7 +257,7 @@ def prune(
             count = store.count_prunable(seconds)
             print(f"would delete {_jobs(count)} finished more than {older_than} ago (dry run; nothing was deleted)")
             return
-        deleted = Pruner(store, seconds).run_until_done()
+        deleted = Pruner(store, seconds, pause_seconds=pause).run_until_done()
     print(f"deleted {_jobs(deleted)} finished more than {older_than} ago")
 
 

@@ -1,4 +1,4 @@
-"""The console's pages under ``/ui``: overview, jobs, a job, failures, workers, login.
+"""The console's pages under ``/ui``: overview, jobs, a job, failures, workers, schedules, login.
 
 Each page is a plain GET whose URL holds everything it shows (filters, the page's
 keyset cursor), so it can be bookmarked and shared. Every change (cancel, replay,
@@ -355,6 +355,15 @@ async def workers(request: Request, who: OperatorDep, store: StoreDep, now: NowD
         now=now,
         orphans=[s for s in running if s.lease_owner not in {w.id for w in listed}],
     )
+
+
+# -- schedules -------------------------------------------------------------------------------
+
+
+@console.get("/schedules")
+async def schedules(request: Request, who: OperatorDep, store: StoreDep, now: NowDep) -> Response:
+    listed = await blocking(store.list_schedules)
+    return render(request, "schedules.html", who, schedules=listed, now=now)
 
 
 # -- errors of the console's own: a login page, a 403 page ---------------------------------

@@ -12,7 +12,7 @@ statements in place of ``now()``, so tests pin time instead of sleeping.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -48,6 +48,7 @@ from service.jobs import (
 )
 from service.limits import Limit, ScopeUsage
 from service.retry import Decision
+from service.schedules import Schedule, ScheduleSpec
 
 Clock = Callable[[], datetime]
 
@@ -59,6 +60,10 @@ RUNNING_JOBS_LIMIT = 1_000
 
 PRUNE_BATCH = 1_000
 """Jobs one prune statement deletes at most: short transactions, short locks."""
+
+ROLLUP_BATCH = 10_000
+"""Finished jobs one fold of the daily rollup reads at most: a short statement, and a
+worker's maintenance thread never busy with it for long."""
 
 COMPLETE_BATCH = 500
 """Results one ``complete_many`` call should carry at most (the worker's finisher batches
@@ -123,8 +128,12 @@ class Store(Protocol):
         limit: int,
         lease_seconds: float,
         kinds: Sequence[str] | None = None,
+        max_attempts: Mapping[str, int] | None = None,
     ) -> list[ClaimedJob]:
-        """Take up to ``limit`` due jobs: running, attempts + 1, a lease from the database clock."""
+        """Take up to ``limit`` due jobs: running, attempts + 1, a lease from the database clock.
+
+        ``max_attempts``: per kind, its handler's max_attempts (ClaimRequest.max_attempts):
+        written into each claimed job as its default, or as a ceiling on its own."""
         ...
 
     def complete_and_claim(
@@ -304,9 +313,57 @@ class Store(Protocol):
 
     def count_prunable(self, older_than_seconds: float) -> int: ...
 
+    def fold_rollup(
+        self, bounds: Sequence[float], bucket_seconds: Sequence[float], settle_seconds: float, limit: int = ROLLUP_BATCH
+    ) -> int:
+        """Fold up to ``limit`` jobs that finished past the rollup's watermark (and more than
+        ``settle_seconds`` ago) into the daily rollup and move the watermark, in one
+        transaction; 0 when another process holds the watermark. Histogram buckets are
+        ``width_bucket(seconds, bounds)``, each stored with its ``bucket_seconds``.
+        See :mod:`service.maintenance.rollup`."""
+        ...
+
     def health_stats(self) -> DatabaseHealth:
         """Dead tuples of the jobs table and the oldest open transaction's age (PostgreSQL;
         None on SQLite). Reads the statistics views only, never a table."""
+        ...
+
+    # -- periodic schedules (service.schedules) ----------------------------------------
+    def database_now(self) -> datetime:
+        """The database's clock (the pinned clock of a store built with one)."""
+        ...
+
+    def save_schedule(self, spec: ScheduleSpec, next_run_at: datetime) -> Schedule:
+        """Add the schedule, or redefine the one of that name: a redefinition keeps paused, the
+        last run, and next_run_at unless the cron expression or the time zone changed."""
+        ...
+
+    def list_schedules(self) -> list[Schedule]:
+        """Every schedule, by name."""
+        ...
+
+    def due_schedules(self, limit: int = 100) -> tuple[datetime, list[Schedule]]:
+        """The database clock now, and the unpaused schedules due by then, earliest first."""
+        ...
+
+    def advance_schedule(
+        self,
+        name: str,
+        expected: datetime,
+        next_run_at: datetime,
+        tick: datetime | None = None,
+        job_id: uuid.UUID | None = None,
+    ) -> bool:
+        """Move an unpaused schedule on to ``next_run_at`` if it is still due at ``expected``
+        (compare-and-set: False when another pass moved it first), recording the tick fired."""
+        ...
+
+    def set_schedule_paused(self, name: str, paused: bool, next_run_at: datetime | None = None) -> Schedule:
+        """Pause or resume; ``next_run_at`` replaces the next run if given. Raises ScheduleNotFound."""
+        ...
+
+    def delete_schedule(self, name: str) -> None:
+        """Remove the schedule (its jobs stay). Raises ScheduleNotFound."""
         ...
 
     # -- wake-ups -------------------------------------------------------------------

@@ -52,6 +52,8 @@ jobs = sa.Table(
     # attempts: the retry budget used so far (a replay resets it, a release gives one back).
     sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
     sa.Column("max_attempts", sa.Integer, nullable=False, server_default="3"),
+    # True: the enqueue named no max_attempts, so the claim writes the kind's (its handler's) into max_attempts.
+    sa.Column("max_attempts_default", sa.Boolean, nullable=False, server_default=sa.false()),
     # claims counts every claim ever (never reset, never given back): the fencing token's number.
     sa.Column("claims", sa.Integer, nullable=False, server_default="0"),
     sa.Column("done", sa.Integer, nullable=False, server_default="0"),
@@ -122,6 +124,22 @@ jobs = sa.Table(
     # Finished jobs by time: failures and rates over a window, pruning and analysts'
     # date ranges read a slice of this, never the whole history. Written once, at finish.
     sa.Index("ix_jobs_finished_at", "finished_at"),
+    # Failed jobs by time, and by tenant and time: the analysts' "top errors this week" and
+    # "one tenant's failures" read a few percent of a window instead of every job in it.
+    # Only failed rows enter them, written once when a job fails.
+    sa.Index(
+        "ix_jobs_failed_finished_at",
+        "finished_at",
+        postgresql_where=sa.text("state = 'failed'"),
+        sqlite_where=sa.text("state = 'failed'"),
+    ),
+    sa.Index(
+        "ix_jobs_failed_tenant_finished_at",
+        "tenant",
+        "finished_at",
+        postgresql_where=sa.text("state = 'failed'"),
+        sqlite_where=sa.text("state = 'failed'"),
+    ),
 )
 
 job_results = sa.Table(
@@ -154,6 +172,15 @@ job_attempts = sa.Table(
     ),
     sa.Index("uq_job_attempts_job_id_claim", "job_id", "claim", unique=True),
     sa.Index("ix_job_attempts_finished_at", "finished_at"),
+    # Reclaimed attempts by time, with what the analysts' questions about them read (an
+    # index-only scan on PostgreSQL). Only lease_expired attempts enter it: the reaper's.
+    sa.Index(
+        "ix_job_attempts_lease_expired_finished_at",
+        "finished_at",
+        postgresql_include=["job_id", "worker"],
+        postgresql_where=sa.text("outcome = 'lease_expired'"),
+        sqlite_where=sa.text("outcome = 'lease_expired'"),
+    ),
 )
 
 job_items = sa.Table(
@@ -268,4 +295,84 @@ scope_counters = sa.Table(
     sa.Column("window_starts", sa.Integer, nullable=False, server_default="0"),
     # A slot given back twice would show here at once, not as a limit that lets one too many run.
     sa.CheckConstraint("running >= 0", name="running_non_negative"),
+)
+
+# Periodic jobs (service.schedules): one row per schedule. Every worker reads the due ones
+# (ix_schedules_due) and fires each with a compare-and-set on next_run_at; the tick is the
+# job's idempotency key, so one job per tick whatever the number of workers.
+schedules = sa.Table(
+    "schedules",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("cron", sa.Text, nullable=False),
+    sa.Column("timezone", sa.Text, nullable=False, server_default="UTC"),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("payload", Json, nullable=False),
+    sa.Column("queue", sa.Text, nullable=False, server_default="default"),
+    sa.Column("tenant", sa.Text, nullable=False, server_default="default"),
+    sa.Column("catch_up", sa.Text, nullable=False, server_default="one"),
+    sa.Column("source", sa.Text, nullable=False, server_default="cli"),
+    sa.Column("paused", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("next_run_at", Timestamp, nullable=False),
+    sa.Column("last_run_at", Timestamp, nullable=True),
+    sa.Column("last_job_id", Id, nullable=True),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("updated_at", Timestamp, nullable=False),
+    sa.CheckConstraint("catch_up IN ('one','skip')", name="catch_up"),
+    sa.CheckConstraint("source IN ('code','cli')", name="source"),
+    # The schedulers' one read: the due schedules, paused ones never in it.
+    sa.Index(
+        "ix_schedules_due",
+        "next_run_at",
+        postgresql_where=sa.text("NOT paused"),
+        sqlite_where=sa.text("NOT paused"),
+    ),
+)
+
+# -- the daily rollup (service.maintenance.rollup folds finished jobs into it) -----------------
+# The analysts' day-level views read these instead of weeks of job rows. Keyed by the UTC day
+# a job finished first, so a range of days reads a slice of the primary key.
+Day = sa.Date().with_variant(sa.String(10), "sqlite")
+
+job_daily_rollup = sa.Table(
+    "job_daily_rollup",
+    metadata,
+    sa.Column("day", Day, nullable=False),
+    sa.Column("tenant", sa.Text, nullable=False),
+    sa.Column("queue", sa.Text, nullable=False),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("succeeded", sa.Integer, nullable=False),
+    sa.Column("failed", sa.Integer, nullable=False),
+    sa.Column("cancelled", sa.Integer, nullable=False),
+    sa.Column("retried", sa.Integer, nullable=False),  # succeeded or failed after more than one attempt
+    sa.Column("retried_twice", sa.Integer, nullable=False),  # ... after three or more
+    sa.Column("attempts", sa.Integer, nullable=False),  # of the succeeded and failed jobs, all told
+    sa.Column("run_seconds", sa.Float, nullable=False),  # the last attempts' runs, succeeded and failed
+    sa.PrimaryKeyConstraint("day", "tenant", "queue", "kind"),
+)
+
+# One row per bucket that holds jobs: ``measure`` 'run' (the run of a succeeded job: its last
+# attempt's) or 'wait' (the first attempt's pickup). ``seconds`` is the bucket's middle.
+job_daily_histogram = sa.Table(
+    "job_daily_histogram",
+    metadata,
+    sa.Column("day", Day, nullable=False),
+    sa.Column("measure", sa.Text, nullable=False),
+    sa.Column("tenant", sa.Text, nullable=False),
+    sa.Column("queue", sa.Text, nullable=False),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("bucket", sa.Integer, nullable=False),
+    sa.Column("seconds", sa.Float, nullable=False),
+    sa.Column("jobs", sa.Integer, nullable=False),
+    sa.PrimaryKeyConstraint("day", "measure", "tenant", "queue", "kind", "bucket"),
+    sa.CheckConstraint("measure IN ('run','wait')", name="measure"),
+)
+
+# How far the rollup has folded: the last job folded, in (finished_at, id) order. One row.
+rollup_watermark = sa.Table(
+    "rollup_watermark",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("finished_at", Timestamp, nullable=True),
+    sa.Column("job_id", Id, nullable=True),
 )

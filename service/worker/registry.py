@@ -17,12 +17,14 @@ import importlib
 import inspect
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from service.errors import InvalidInput
 from service.items import ItemFailureLimit, check_limit
+from service.jobs import JSON
 from service.payloads import MAX_ATTEMPTS_LIMIT, check_lease_seconds
+from service.schedules import CatchUp, ScheduleSource, ScheduleSpec, catch_up_of, validate_spec
 
 if TYPE_CHECKING:
     from service.worker.context import JobContext
@@ -41,8 +43,8 @@ class HandlerSpec:
     fn: Handler
     queue: str = DEFAULT_QUEUE
     max_attempts: int | None = None
-    """A ceiling on attempts for this kind: the worker stops retrying at this many,
-    even if the job itself allows more. Enqueuers can read it to set the job's own."""
+    """Attempts for this kind's jobs: the default of a job enqueued without max_attempts,
+    and a ceiling on a job's own (the claim writes the result into the job)."""
     lease_seconds: float | None = None
     """The lease this kind's heartbeats renew; long-running kinds need no longer one,
     since heartbeats keep it alive, but a kind whose handler blocks the GIL may."""
@@ -64,6 +66,8 @@ class App:
     def __init__(self, name: str = "jobq") -> None:
         self.name = name
         self._specs: dict[str, HandlerSpec] = {}
+        self._schedules: dict[str, ScheduleSpec] = {}
+        self._schedule_queues: dict[str, str | None] = {}  # None: the kind's handler's queue
 
     def handler(
         self,
@@ -121,8 +125,88 @@ class App:
         self._specs[kind] = spec
         return spec
 
+    def periodic(
+        self,
+        cron: str,
+        *,
+        kind: str | None = None,
+        name: str | None = None,
+        payload: dict[str, JSON] | None = None,
+        queue: str | None = None,
+        timezone: str = "UTC",
+        catch_up: CatchUp | str = CatchUp.ONE,
+        tenant: str = "default",
+    ) -> Callable[[F], F]:
+        """Enqueue a job of the decorated handler's kind on every tick of ``cron``, read in
+        ``timezone`` (service.schedules). Put it above ``@app.handler``; ``kind`` defaults to
+        the handler's, ``name`` to the kind, ``queue`` to the handler's queue. Workers of this
+        app write the schedule at start; ``jobq schedule`` pauses, resumes or lists it."""
+
+        def register(fn: F) -> F:
+            handled = next((spec.kind for spec in self._specs.values() if spec.fn is fn), None)
+            self.schedule(
+                cron,
+                kind=kind or handled or fn.__name__,
+                name=name,
+                payload=payload,
+                queue=queue,
+                timezone=timezone,
+                catch_up=catch_up,
+                tenant=tenant,
+            )
+            return fn
+
+        return register
+
+    def schedule(
+        self,
+        cron: str,
+        *,
+        kind: str,
+        name: str | None = None,
+        payload: dict[str, JSON] | None = None,
+        queue: str | None = None,
+        timezone: str = "UTC",
+        catch_up: CatchUp | str = CatchUp.ONE,
+        tenant: str = "default",
+    ) -> ScheduleSpec:
+        """``periodic`` without a decorator: a schedule for any kind."""
+        spec = validate_spec(
+            ScheduleSpec(
+                name=name or kind,
+                cron=cron,
+                kind=kind,
+                payload=dict(payload or {}),
+                queue=queue or DEFAULT_QUEUE,
+                tenant=tenant,
+                timezone=timezone,
+                catch_up=catch_up_of(catch_up),
+                source=ScheduleSource.CODE,
+            )
+        )
+        if spec.name in self._schedules:
+            raise InvalidInput(f"schedule {spec.name!r} is declared twice in app {self.name!r} (give each a name=)")
+        self._schedules[spec.name] = spec
+        self._schedule_queues[spec.name] = queue
+        return spec
+
+    @property
+    def schedules(self) -> tuple[ScheduleSpec, ...]:
+        """The declared schedules; one without a queue of its own takes its kind's handler's."""
+        return tuple(
+            spec
+            if self._schedule_queues[name] is not None or spec.kind not in self._specs
+            else replace(spec, queue=self._specs[spec.kind].queue)
+            for name, spec in sorted(self._schedules.items())
+        )
+
     def include(self, other: App) -> None:
-        """Register every handler of ``other`` here too (one worker, several apps)."""
+        """Register every handler and schedule of ``other`` here too (one worker, several apps)."""
+        for name, schedule in other._schedules.items():
+            if name in self._schedules:
+                raise InvalidInput(f"schedule {name!r} is declared in app {self.name!r} and in {other.name!r}")
+            self._schedules[name] = schedule
+            self._schedule_queues[name] = other._schedule_queues[name]
         for spec in other:
             self.register(
                 spec.kind,
@@ -143,6 +227,11 @@ class App:
     @property
     def kinds(self) -> tuple[str, ...]:
         return tuple(sorted(self._specs))
+
+    @property
+    def max_attempts(self) -> dict[str, int]:
+        """Per kind that sets one, its handler's max_attempts (the claim applies them)."""
+        return {kind: spec.max_attempts for kind, spec in self._specs.items() if spec.max_attempts is not None}
 
     @property
     def queues(self) -> tuple[str, ...]:

@@ -49,6 +49,8 @@ from service.jobs import (
     WorkerInfo,
 )
 from service.maintenance.reaper import Reaper
+from service.maintenance.rollup import Rollup
+from service.maintenance.scheduler import SCHEDULE_SECONDS, Scheduler
 from service.payloads import check_lease_seconds
 from service.retry import RetryPolicy
 from service.store.base import JOBS_QUEUED, Listener, Store
@@ -163,6 +165,7 @@ class Worker:
         )
         self.reaper = Reaper(store, self.retry_policy)
         self.settler = Settler(store, self.id, self.health, self.retry_policy, clock=clock)
+        self.scheduler = Scheduler(store, app.schedules)
         self.finisher = Finisher(
             store,
             self.settler,
@@ -251,7 +254,9 @@ class Worker:
             if free > 0:
                 sent = self.clock()
                 try:
-                    jobs = self.store.claim(self.id, self.queues, free, self.config.lease_seconds, self.kinds)
+                    jobs = self.store.claim(
+                        self.id, self.queues, free, self.config.lease_seconds, self.kinds, self.app.max_attempts
+                    )
                 except StoreUnavailable as exc:
                     self.health.failed(exc, "claim")
                     self._wake.wait(backoff.next())
@@ -273,7 +278,9 @@ class Worker:
         (prefetch stays one per slot), none once the worker is stopping."""
         if self._stopping.is_set():
             return None
-        return ClaimRequest(self.id, self.queues, freed, self.config.lease_seconds, self.kinds)
+        return ClaimRequest(
+            self.id, self.queues, freed, self.config.lease_seconds, self.kinds, tuple(self.app.max_attempts.items())
+        )
 
     def _start_jobs(self, jobs: list[ClaimedJob], sent: float) -> None:
         for job in jobs:
@@ -442,6 +449,15 @@ class Worker:
                 lambda: jittered(self.config.touch_seconds, spread=0.2),
                 due=self.clock() + self.config.touch_seconds,
             ),
+            # The analysts' daily rollup; leaderless, like the reaper.
+            Duty(
+                "rollup",
+                lambda: Rollup(self.store).run_once(),
+                lambda: jittered(self.config.touch_seconds, spread=0.2),
+                due=self.clock() + self.config.touch_seconds,
+            ),
+            # Each duty's error is its own: a schedule that errs cannot hold back the reaper.
+            Duty("schedule", self.scheduler.run_once, lambda: jittered(SCHEDULE_SECONDS), due=self.clock()),
         ]
 
     def _reap(self) -> None:
@@ -510,7 +526,7 @@ class Duty:
     ``interval()`` seconds after each run."""
 
     name: str
-    run: Callable[[], None]
+    run: Callable[[], object]
     interval: Callable[[], float]
     due: float
 

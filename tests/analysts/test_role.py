@@ -17,14 +17,19 @@ from psycopg import errors
 from sqlalchemy.engine import make_url
 
 from service.jobs import Completion, ItemOutcome, ItemState
+from service.maintenance.rollup import BUCKET_BOUNDS, BUCKET_SECONDS
 from tests.analysts.roles import analyst_login, apply_role_script
 from tests.conftest import PostgresServer, build_store
 from tests.store.builders import claim_one, new_job
 
 TABLES = [
-    "jobs", "job_results", "job_attempts", "job_replays", "job_items", "workers", "api_tokens", "alembic_version"
-]
-VIEWS = ["job_history", "attempt_history", "job_item_history"]
+    "jobs", "job_results", "job_attempts", "job_replays", "job_items", "workers", "api_tokens", "alembic_version",
+    "job_daily_rollup", "job_daily_histogram", "rollup_watermark",
+]  # fmt: skip
+VIEWS = [
+    "job_history", "attempt_history", "job_item_history", "daily_jobs", "daily_histogram", "daily_queue_wait",
+    "daily_run_time",
+]  # fmt: skip
 TOKEN_HASH = hashlib.sha256(b"jobq-test-token").hexdigest()
 
 
@@ -37,9 +42,17 @@ def seeded(postgres_server: PostgresServer, pg_template: str) -> Iterator[str]:
     try:
         store.enqueue(new_job("summarize", tenant="acme"))
         claimed = claim_one(store)
-        store.complete_many([Completion(claimed.lease, {"summary": "short"},
-                                        items=(ItemOutcome(0, ItemState.FAILED, error="ValueError: too long"),))])
+        store.complete_many(
+            [
+                Completion(
+                    claimed.lease,
+                    {"summary": "short"},
+                    items=(ItemOutcome(0, ItemState.FAILED, error="ValueError: too long"),),
+                )
+            ]
+        )
         store.create_token("acme", TOKEN_HASH, name="ci")
+        store.fold_rollup(BUCKET_BOUNDS, BUCKET_SECONDS, settle_seconds=0.0)  # the daily rollup, at once
     finally:
         store.close()
     yield url
@@ -60,8 +73,21 @@ def test_the_analyst_reads_the_views(analyst: psycopg.Connection[Any]):
     [(outcome, worker)] = analyst.execute("SELECT outcome, worker FROM attempt_history").fetchall()
     assert (outcome, worker) == ("succeeded", "worker-a")
     [(kind, index, state, error)] = analyst.execute(
-        "SELECT kind, item_index, state, error FROM job_item_history").fetchall()
+        "SELECT kind, item_index, state, error FROM job_item_history"
+    ).fetchall()
     assert (kind, index, state, error) == ("summarize", 0, "failed", "ValueError: too long")
+
+
+def test_the_analyst_reads_the_daily_rollup(analyst: psycopg.Connection[Any]):
+    [(tenant, kind, finished, succeeded)] = analyst.execute(
+        "SELECT tenant, kind, finished, succeeded FROM daily_jobs"
+    ).fetchall()
+    assert (tenant, kind, finished, succeeded) == ("acme", "summarize", 1, 1)
+    [(queue, jobs)] = analyst.execute("SELECT queue, jobs FROM daily_queue_wait").fetchall()
+    assert (queue, jobs) == ("default", 1)
+    [(kind, jobs)] = analyst.execute("SELECT kind, jobs FROM daily_run_time").fetchall()
+    assert (kind, jobs) == ("summarize", 1)
+    assert analyst.execute("SELECT sum(jobs) FROM daily_histogram").fetchall() == [(2,)]  # its run and its wait
 
 
 @pytest.mark.parametrize("table", TABLES)
@@ -169,8 +195,14 @@ def test_running_the_script_twice_grants_the_same(seeded: str):
     once = grants()
     apply_role_script(seeded)
     assert (
-        grants() == once == [
+        grants()
+        == once
+        == [
             ("attempt_history", "jobq_analyst", "SELECT"),
+            ("daily_histogram", "jobq_analyst", "SELECT"),
+            ("daily_jobs", "jobq_analyst", "SELECT"),
+            ("daily_queue_wait", "jobq_analyst", "SELECT"),
+            ("daily_run_time", "jobq_analyst", "SELECT"),
             ("job_history", "jobq_analyst", "SELECT"),
             ("job_item_history", "jobq_analyst", "SELECT"),
         ]

@@ -221,7 +221,15 @@ def test_downgrade_drops_the_views_and_upgrade_brings_them_back(store_url: str, 
     downgrade(store_url, "0002")
     assert not _views(db)
     upgrade(store_url)
-    assert _views(db) == ["attempt_history", "job_history", "job_item_history"]
+    assert _views(db) == [
+        "attempt_history",
+        "daily_histogram",
+        "daily_jobs",
+        "daily_queue_wait",
+        "daily_run_time",
+        "job_history",
+        "job_item_history",
+    ]
 
 
 @pytest.mark.postgres_only(reason="alembic check compares the PostgreSQL schema")

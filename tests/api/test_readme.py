@@ -8,17 +8,29 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
+from service import Queue
+from service.errors import JobFailed
 from tests.api.conftest import REPO, LiveApi, WorkerProcess
+from tests.conftest import Database
 
 pytestmark = pytest.mark.slow
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
-API_SECTION = README[README.index("\n## REST API\n") :]
+def section(title: str) -> str:
+    """The README from the heading ``title`` to the next heading of the same level."""
+    start = README.index(f"\n{title}\n")
+    level = title.split(" ", 1)[0]
+    end = README.find(f"\n{level} ", start + len(title) + 2)
+    return README[start : end if end != -1 else len(README)]
+
+
+API_SECTION = section("## REST API")
 BLOCKS = re.findall(r"^```(bash|python)\n(.*?)^```$", API_SECTION, flags=re.MULTILINE | re.DOTALL)
 
 
@@ -93,3 +105,99 @@ def test_the_per_item_example_runs(example_env: dict[str, str]) -> None:
         (17, "ValueError: row 'n/a' is not a number"),
         (150, "ValueError: row None is not a number"),
     ]
+
+
+def test_the_curl_example_stops_on_a_failed_job(example_env: dict[str, str]) -> None:
+    script = _block("bash").replace(
+        """'{"kind": "classify", "payload": {"items": ["great product", "arrived broken"]}}'""",
+        """'{"kind": "fail", "payload": {"permanent": true, "message": "no such product"}}'""",
+    )
+    assert '"kind": "fail"' in script
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script], check=False, env=example_env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    last = json.loads(done.stdout.splitlines()[-1])
+    assert (last["state"], last["error"].splitlines()[0]) == ("failed", "PermanentError: no such product")
+
+
+HANDLER_SECTION = section("### A handler")
+
+
+def test_the_handler_example_runs_as_written(tmp_path: Path, sqlite_url: str) -> None:
+    [module] = re.findall(r"^```python\n(.*?)^```$", HANDLER_SECTION, flags=re.MULTILINE | re.DOTALL)
+    assert module.startswith("# myhandlers.py\n")
+    (tmp_path / "myhandlers.py").write_text(module, encoding="utf-8")
+    enqueues = re.findall(r"^    (jobq enqueue .*?)(?:\s+#.*)?$", HANDLER_SECTION, flags=re.MULTILINE)
+    assert len(enqueues) == 3, enqueues
+    env = {
+        **os.environ,
+        "JOBQ_DATABASE_URL": sqlite_url,
+        "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
+    }
+    env.pop("PYTHONPATH", None)  # the current directory is importable, as the README says
+    log = tmp_path / "worker.log"
+    with open(log, "wb") as output:
+        worker = subprocess.Popen(
+            ["jobq", "worker", "--app", "myhandlers", "--poll-seconds", "0.2"],
+            cwd=tmp_path, env=env, stdout=output, stderr=subprocess.STDOUT,
+        )
+    try:
+        ids = []
+        for line in enqueues:
+            done = subprocess.run(["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, (line, done.stderr)
+            ids.append(done.stdout.strip())
+        with Queue(sqlite_url) as queue:
+            paid, missing, labelled = queue.wait(ids[0], timeout=60), ids[1], queue.wait(ids[2], timeout=60)
+            assert queue.result(paid.id) == {"receipt": "receipt-42"}
+            assert paid.max_attempts == 5, "the handler's max_attempts is the kind's default"
+            with pytest.raises(JobFailed, match="payload.invoice_id is missing"):
+                queue.wait(missing, timeout=60)
+            assert queue.get(missing).attempts == 1, "a PermanentError fails at once"
+            assert queue.result(labelled.id) == {"labels": ["positive", "negative"]}
+            [nightly] = queue.store.list_schedules()
+            assert (nightly.name, nightly.spec.cron, nightly.spec.timezone) == ("purge_drafts", "0 3 * * *", "Europe/Berlin")
+    except BaseException:
+        print(log.read_text(errors="replace")[-3000:])
+        raise
+    finally:
+        worker.terminate()
+        worker.wait(30)
+
+
+@pytest.fixture
+def pg_db(pg_url: str) -> Iterator[Database]:
+    database = Database(pg_url)
+    yield database
+    database.close()
+
+
+PRODUCER_SECTION = section("### The producer API and the transactional enqueue")
+
+
+def test_the_producer_api_example_runs_on_postgres(
+    start_worker: Callable[..., WorkerProcess], pg_url: str, pg_db: Database
+) -> None:
+    [script] = re.findall(r"^```python\n(.*?)^```$", PRODUCER_SECTION, flags=re.MULTILINE | re.DOTALL)
+    pg_db.execute("CREATE TABLE orders (id int PRIMARY KEY)")
+    start_worker(pg_url, "--poll-seconds", "0.2")
+    env = {**os.environ, "JOBQ_DATABASE_URL": pg_url, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", script], check=False, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result, state = done.stdout.splitlines()
+    assert "great product" in result and "'label'" in result
+    assert state == "queued"
+    assert pg_db.count("orders") == 1
+    assert pg_db.count("jobs", "kind = 'send_invoice'") == 1, "the job committed with the order"
+
+
+def test_the_producer_api_example_rolls_back_with_the_callers_transaction(pg_url: str, pg_db: Database) -> None:
+    """What the block's last comment promises: an exception inside the block rolls both back."""
+    pg_db.execute("CREATE TABLE orders (id int PRIMARY KEY)")
+    with Queue(pg_url) as queue:
+        with pytest.raises(RuntimeError), psycopg.connect(pg_url) as conn:
+            conn.execute("INSERT INTO orders (id) VALUES (%s)", [7])
+            queue.enqueue("send_invoice", {"invoice_id": 7}, connection=conn)
+            raise RuntimeError("the payment page crashed")
+    assert (pg_db.count("orders"), pg_db.count("jobs")) == (0, 0)

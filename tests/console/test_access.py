@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -10,12 +11,13 @@ import pytest
 from service.console.session import CSRF_COOKIE, SESSION_COOKIE
 from service.limits import Limit
 from service.retry import GiveUp
+from service.schedules import ScheduleSpec
 from service.tokens import hash_token
 from tests.api.conftest import LiveApi
 from tests.console.conftest import admin_token
 from tests.store.builders import new_job
 
-PAGES = ("/ui", "/ui/jobs", "/ui/failures", "/ui/workers")
+PAGES = ("/ui", "/ui/jobs", "/ui/failures", "/ui/workers", "/ui/schedules")
 
 
 def csrf_of(http: httpx.Client, page: str = "/ui/login") -> str:
@@ -151,3 +153,22 @@ def test_the_overview_shows_the_limits_and_their_use(api: LiveApi) -> None:
     row = re.search(r'<tr data-scope="kind:resize">(.*?)</tr>', page, re.S)
     assert row, page
     assert re.findall(r'<td class="num">([^<]*)</td>', row.group(1))[:2] == ["1", "2"]  # running, of 2
+
+
+def test_the_schedules_page_shows_each_schedules_next_run(api: LiveApi) -> None:
+    http = api.http()
+    assert log_in(http, admin_token(api)).status_code == 303
+    assert "No schedules" in http.get("/ui/schedules").text
+    api.store.save_schedule(
+        ScheduleSpec(name="nightly", cron="30 2 * * *", kind="report", timezone="Europe/Berlin"),
+        datetime(2031, 1, 2, 1, 30, tzinfo=UTC),
+    )
+    api.store.save_schedule(ScheduleSpec(name="held", cron="* * * * *", kind="report"), datetime(2031, 1, 1, tzinfo=UTC))
+    api.store.set_schedule_paused("held", True)
+
+    page = http.get("/ui/schedules").text
+    nightly = re.search(r'<tr data-schedule="nightly">(.*?)</tr>', page, re.S)
+    held = re.search(r'<tr data-schedule="held">(.*?)</tr>', page, re.S)
+    assert nightly and held, page
+    assert "2031-01-02 01:30:00" in nightly.group(1) and "Europe/Berlin" in nightly.group(1)
+    assert "paused" in held.group(1) and "2031-01-01" not in held.group(1)

@@ -14,6 +14,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -22,6 +23,7 @@ import pytest
 from service.config import Settings
 from service.jobs import NewJob
 from service.retry import GiveUp
+from service.schedules import ScheduleSpec
 from tests.api.conftest import LiveApi, run_api
 from tests.conftest import Database, PostgresServer
 from tests.console.conftest import admin_token
@@ -299,9 +301,13 @@ def test_a_post_without_the_csrf_token_is_refused(ui: World) -> None:
 @pytest.mark.parametrize("width", [1280, 390])
 def test_every_page_fits_the_window_and_logs_no_error(ui: World, tmp_path: Path, width: int) -> None:
     job = _park(ui, kind="fits")
+    ui.api.store.save_schedule(
+        ScheduleSpec(name="nightly-report-for-every-tenant", cron="30 2 * * *", kind="fits", timezone="America/Argentina/Buenos_Aires"),
+        datetime(2031, 1, 2, 5, 30, tzinfo=UTC),
+    )
     ui.driver.set_window_size(width, 900)
     for name, path in (("overview", "/ui"), ("jobs", "/ui/jobs"), ("job", f"/ui/jobs/{job.id}"),
-                       ("failures", "/ui/failures"), ("workers", "/ui/workers")):
+                       ("failures", "/ui/failures"), ("schedules", "/ui/schedules"), ("workers", "/ui/workers")):
         ui.open(path)
         until(lambda: ui.driver.execute_script("return document.readyState") == "complete", what="the page")
         overflow = ui.driver.execute_script(

@@ -73,7 +73,14 @@ def test_prune_deletes_old_terminal_jobs_with_their_rows_and_nothing_else(cli: R
 
 
 def test_prune_refuses_bad_ages(cli: Run) -> None:
-    for args in ([], ["--older-than", "0d"], ["--older-than", "six weeks"], ["--older-than", "42"]):
+    for args in (
+        [],
+        ["--older-than", "0d"],
+        ["--older-than", "six weeks"],
+        ["--older-than", "42"],
+        ["--older-than", "42d", "--pause", "-1"],
+        ["--older-than", "42d", "--pause", "soon"],
+    ):
         assert_one_line_error(cli("prune", *args), EXIT_USAGE)
 
 

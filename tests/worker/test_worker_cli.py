@@ -100,7 +100,7 @@ def test_a_worker_on_a_schema_behind_keeps_waiting_then_starts_once_migrated(tmp
     from service.store import migrate
 
     path = tmp_path / "behind.db"
-    migrate.upgrade(f"sqlite:///{path}", "0005")  # one migration short of head
+    migrate.upgrade(f"sqlite:///{path}", "0005")  # migrations short of head
     worker = WorkerProcess(f"sqlite:///{path}", tmp_path, "behind", ["--report-seconds", "0.3"],
                            app="service.examples")
     try:

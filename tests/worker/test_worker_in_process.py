@@ -93,6 +93,18 @@ def test_the_kinds_max_attempts_caps_retries(live_store: Store, db: Database) ->
     assert db.job(job.id)["attempts"] == 2
 
 
+def test_the_kinds_max_attempts_is_the_default_of_a_job_that_names_none(live_store: Store, db: Database) -> None:
+    app = App()
+    app.register("flaky", lambda ctx: 1 / 0, max_attempts=4)
+    default = live_store.enqueue(NewJob(kind="flaky"))
+    own = live_store.enqueue(NewJob(kind="flaky", max_attempts=2))
+    with running_worker(live_store, app):
+        for job in (default, own):
+            wait_until(lambda job=job: state(db, job.id) == "failed", 20, what="the job to fail")
+    assert (db.job(default.id)["attempts"], db.job(default.id)["max_attempts"]) == (4, 4)
+    assert (db.job(own.id)["attempts"], db.job(own.id)["max_attempts"]) == (2, 2)
+
+
 def test_progress_reaches_the_database_within_a_second(live_store: Store, db: Database) -> None:
     """Heartbeats are due every 10 s here (lease 30 s): only the prompt flush explains fresh progress."""
     release = threading.Event()

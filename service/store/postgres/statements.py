@@ -113,13 +113,14 @@ WITH n AS (
 ),
 inserted AS (
 INSERT INTO jobs (id, tenant, queue, kind, payload, state, priority, attempts, max_attempts,
-                  done, total, run_after, concurrency_key, idempotency_key, created_at, updated_at)
+                  max_attempts_default, done, total, run_after, concurrency_key, idempotency_key,
+                  created_at, updated_at)
 SELECT i.id, i.tenant, i.queue, i.kind, i.payload, 'queued', i.priority, 0, i.max_attempts,
-       0, i.total, coalesce(i.run_after, n.ts + make_interval(secs => i.delay)),
+       i.max_attempts_default, 0, i.total, coalesce(i.run_after, n.ts + make_interval(secs => i.delay)),
        i.concurrency_key, i.idempotency_key, n.ts, n.ts
 FROM jsonb_to_recordset(%(batch)s::jsonb)
      AS i(id uuid, tenant text, queue text, kind text, payload jsonb, priority int, max_attempts int,
-          delay float8, run_after timestamptz, total int, concurrency_key text, idempotency_key text),
+          max_attempts_default boolean, delay float8, run_after timestamptz, total int, concurrency_key text, idempotency_key text),
      n
 ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, tenant, run_after, created_at
@@ -345,6 +346,14 @@ claimed AS (
     SET state = 'running',
         attempts = j.attempts + 1,
         claims = j.claims + 1,
+        -- the kind's max_attempts (the claimer's handler's): the default of a job that named
+        -- none, a ceiling on one that did; never below this attempt (attempts <= max_attempts)
+        max_attempts = CASE WHEN %(kind_max_attempts)s::jsonb ->> j.kind IS NULL THEN j.max_attempts
+                            WHEN j.max_attempts_default
+                            THEN GREATEST(j.attempts + 1, (%(kind_max_attempts)s::jsonb ->> j.kind)::int)
+                            ELSE GREATEST(j.attempts + 1,
+                                          LEAST(j.max_attempts, (%(kind_max_attempts)s::jsonb ->> j.kind)::int))
+                       END,
         lease_owner = %(worker)s,
         lease_expires_at = n.ts + make_interval(secs => %(lease_seconds)s),
         started_at = n.ts,

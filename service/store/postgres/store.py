@@ -35,6 +35,7 @@ from service.errors import (
 )
 from service.explain import SHOWN_RUNNING_IDS, JobFacts
 from service.jobs import (
+    DEFAULT_MAX_ATTEMPTS,
     JSON,
     LEASE_EXPIRED_GROUP,
     ActiveCount,
@@ -84,7 +85,15 @@ from service.payloads import (
     validate_new_jobs,
 )
 from service.retry import Decision
-from service.store.base import PRUNE_BATCH, REAP_BATCH, RUNNING_JOBS_LIMIT, Clock, DatabaseHealth, Listener
+from service.store.base import (
+    PRUNE_BATCH,
+    REAP_BATCH,
+    ROLLUP_BATCH,
+    RUNNING_JOBS_LIMIT,
+    Clock,
+    DatabaseHealth,
+    Listener,
+)
 from service.store.encoding import (
     bucket_counts,
     check_reap_delays,
@@ -133,6 +142,8 @@ from service.store.postgres.queries import (
     THROUGHPUT,
     TOUCH_WORKER,
 )
+from service.store.postgres.rollup import FOLD_ROLLUP
+from service.store.postgres.schedules import PostgresSchedules
 from service.store.postgres.statements import (
     ACKNOWLEDGE_CANCEL,
     CANCEL_JOB,
@@ -168,7 +179,7 @@ _RETRIES = 5
 T = TypeVar("T")
 
 
-class PostgresStore:
+class PostgresStore(PostgresSchedules):
     """The queue on PostgreSQL. Holds a bounded pool; uses a connection only per statement."""
 
     def __init__(
@@ -296,6 +307,15 @@ class PostgresStore:
         row = self._fetchone(COUNT_PRUNABLE, self._params(older_than=float(older_than_seconds)))
         return int(row["count"]) if row else 0
 
+    def fold_rollup(
+        self, bounds: Sequence[float], bucket_seconds: Sequence[float], settle_seconds: float, limit: int = ROLLUP_BATCH
+    ) -> int:
+        params = self._params(
+            bounds=list(bounds), bucket_seconds=list(bucket_seconds), settle=float(settle_seconds), limit=limit
+        )
+        row = self._fetchone(FOLD_ROLLUP, params)
+        return int(row["folded"]) if row else 0
+
     def health_stats(self) -> DatabaseHealth:
         row = self._fetchone(HEALTH_STATS, {})
         if row is None:
@@ -385,7 +405,8 @@ class PostgresStore:
                 "kind": job.kind,
                 "payload": job.payload,
                 "priority": job.priority,
-                "max_attempts": job.max_attempts,
+                "max_attempts": DEFAULT_MAX_ATTEMPTS if job.max_attempts is None else job.max_attempts,
+                "max_attempts_default": job.max_attempts is None,
                 "delay": job.delay_seconds,
                 "run_after": job.run_after.isoformat() if job.run_after is not None else None,
                 "total": job.total,
@@ -441,8 +462,16 @@ class PostgresStore:
         limit: int,
         lease_seconds: float,
         kinds: Sequence[str] | None = None,
+        max_attempts: Mapping[str, int] | None = None,
     ) -> list[ClaimedJob]:
-        request = ClaimRequest(worker, tuple(queues), limit, lease_seconds, tuple(kinds) if kinds is not None else None)
+        request = ClaimRequest(
+            worker,
+            tuple(queues),
+            limit,
+            lease_seconds,
+            tuple(kinds) if kinds is not None else None,
+            tuple((max_attempts or {}).items()),
+        )
         statement, params = self._claim_statement(request)
         return self._claimed(request, self._fetchall(statement, params))
 
@@ -456,6 +485,7 @@ class PostgresStore:
             cursor=self._claim_cursor,
             lease_seconds=float(request.lease_seconds),
             kinds=list(request.kinds) if request.kinds is not None else None,
+            kind_max_attempts=json.dumps(dict(request.max_attempts)),
         )
 
     def _claimed(self, request: ClaimRequest, rows: list[dict[str, Any]]) -> list[ClaimedJob]:

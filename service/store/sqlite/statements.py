@@ -21,9 +21,10 @@ STATUS_COLUMNS = """
 ENQUEUE_JOBS = (
     """
 INSERT INTO jobs (id, tenant, queue, kind, payload, state, priority, attempts, max_attempts,
-                  done, total, run_after, concurrency_key, idempotency_key, created_at, updated_at)
+                  max_attempts_default, done, total, run_after, concurrency_key, idempotency_key,
+                  created_at, updated_at)
 VALUES (:id, :tenant, :queue, :kind, :payload, 'queued', :priority, 0, :max_attempts,
-        0, :total, coalesce(:run_after, strftime('%Y-%m-%d %H:%M:%f', :now, :delay || ' seconds')),
+        :max_attempts_default, 0, :total, coalesce(:run_after, strftime('%Y-%m-%d %H:%M:%f', :now, :delay || ' seconds')),
         :concurrency_key, :idempotency_key, :now, :now)
 ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING """
@@ -283,6 +284,15 @@ UPDATE jobs
 SET state = 'running',
     attempts = attempts + 1,
     claims = claims + 1,
+    -- the kind's max_attempts (the claimer's handler's): the default of a job that named
+    -- none, a ceiling on one that did; never below this attempt. min/max of a NULL is NULL.
+    max_attempts = coalesce(
+        max(attempts + 1, CASE WHEN max_attempts_default
+                               THEN (SELECT value FROM json_each(:kind_max_attempts) WHERE key = jobs.kind)
+                               ELSE min(max_attempts,
+                                        (SELECT value FROM json_each(:kind_max_attempts) WHERE key = jobs.kind))
+                          END),
+        max_attempts),
     lease_owner = :worker,
     lease_expires_at = strftime('%Y-%m-%d %H:%M:%f', :now, :lease_seconds || ' seconds'),
     started_at = :now,

@@ -36,6 +36,7 @@ from service.errors import (
 )
 from service.explain import SHOWN_RUNNING_IDS, JobFacts
 from service.jobs import (
+    DEFAULT_MAX_ATTEMPTS,
     JSON,
     LEASE_EXPIRED_GROUP,
     ActiveCount,
@@ -81,7 +82,15 @@ from service.payloads import (
     validate_new_jobs,
 )
 from service.retry import Decision
-from service.store.base import PRUNE_BATCH, REAP_BATCH, RUNNING_JOBS_LIMIT, Clock, DatabaseHealth, Listener
+from service.store.base import (
+    PRUNE_BATCH,
+    REAP_BATCH,
+    ROLLUP_BATCH,
+    RUNNING_JOBS_LIMIT,
+    Clock,
+    DatabaseHealth,
+    Listener,
+)
 from service.store.encoding import (
     bucket_counts,
     check_reap_delays,
@@ -102,6 +111,7 @@ from service.store.rows import (
     scope_usage_row,
     worker_info,
 )
+from service.store.sqlite import rollup
 from service.store.sqlite.errors import translate_errors
 from service.store.sqlite.listener import SilentListener
 from service.store.sqlite.queries import (
@@ -138,6 +148,7 @@ from service.store.sqlite.queries import (
     THROUGHPUT,
     TOUCH_WORKER,
 )
+from service.store.sqlite.schedules import SqliteSchedules
 from service.store.sqlite.statements import (
     ACKNOWLEDGE_CANCEL,
     CANCEL_JOB,
@@ -180,7 +191,7 @@ from service.store.sqlite.timestamps import from_text, to_text
 BUSY_TIMEOUT_SECONDS = 30.0
 
 
-class SqliteStore:
+class SqliteStore(SqliteSchedules):
     """The queue in one SQLite file. One connection per store, shared under a lock."""
 
     def __init__(
@@ -210,7 +221,7 @@ class SqliteStore:
             self._conn.execute("PRAGMA synchronous = NORMAL")
             self._conn.execute("PRAGMA foreign_keys = ON")
             self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_SECONDS * 1000)}")
-            self._conn.create_function("width_bucket", 2, _width_bucket, deterministic=True)
+            register_functions(self._conn)
 
     # -- plumbing -------------------------------------------------------------------
     @contextmanager
@@ -313,6 +324,12 @@ class SqliteStore:
             row = conn.execute(COUNT_PRUNABLE, {"now": now, "older_than": float(older_than_seconds)}).fetchone()
         return int(row["count"])
 
+    def fold_rollup(
+        self, bounds: Sequence[float], bucket_seconds: Sequence[float], settle_seconds: float, limit: int = ROLLUP_BATCH
+    ) -> int:
+        with self._write() as (conn, now):
+            return rollup.fold(conn, now, bounds, bucket_seconds, settle_seconds, limit)
+
     def health_stats(self) -> DatabaseHealth:
         # SQLite has no dead tuples (VACUUM reclaims free pages) and no transaction
         # registry to read: neither is measured here.
@@ -409,7 +426,8 @@ class SqliteStore:
                 "kind": job.kind,
                 "payload": dump_json(job.payload, "payload"),
                 "priority": job.priority,
-                "max_attempts": job.max_attempts,
+                "max_attempts": DEFAULT_MAX_ATTEMPTS if job.max_attempts is None else job.max_attempts,
+                "max_attempts_default": job.max_attempts is None,
                 "total": job.total,
                 "delay": float(job.delay_seconds),
                 "run_after": to_text(job.run_after) if job.run_after else None,
@@ -437,15 +455,24 @@ class SqliteStore:
         limit: int,
         lease_seconds: float,
         kinds: Sequence[str] | None = None,
+        max_attempts: Mapping[str, int] | None = None,
     ) -> list[ClaimedJob]:
         check_claim(worker, limit, lease_seconds)
         kinds_json = json.dumps(list(kinds)) if kinds is not None else None
+        kind_max_attempts = json.dumps(dict(max_attempts or {}))
         with self._write() as (conn, now):
             picked = self._pick(conn, now, list(queues), kinds_json, limit)
             rows = []
             for job in picked:
                 row = conn.execute(
-                    CLAIM_JOB, {"id": job.id, "now": now, "worker": worker, "lease_seconds": float(lease_seconds)}
+                    CLAIM_JOB,
+                    {
+                        "id": job.id,
+                        "now": now,
+                        "worker": worker,
+                        "lease_seconds": float(lease_seconds),
+                        "kind_max_attempts": kind_max_attempts,
+                    },
                 ).fetchone()
                 rows.append(row)
                 conn.execute(
@@ -615,7 +642,9 @@ class SqliteStore:
         # Two write transactions, one after the other: a local file has no round trip to save.
         check_claim(claim.worker, claim.limit, claim.lease_seconds)
         lost = self.complete_many(finished)
-        return lost, self.claim(claim.worker, claim.queues, claim.limit, claim.lease_seconds, claim.kinds)
+        return lost, self.claim(
+            claim.worker, claim.queues, claim.limit, claim.lease_seconds, claim.kinds, dict(claim.max_attempts)
+        )
 
     def fail(self, lease: Lease, error: str, decision: Decision) -> FailResult:
         if not isinstance(error, str) or not error.strip():
@@ -877,6 +906,11 @@ class SqliteStore:
         with self._read() as (conn, now):
             rows = conn.execute(RUNNING_JOBS, {"now": now, "limit": limit}).fetchall()
         return [_status(row) for row in rows]
+
+
+def register_functions(conn: sqlite3.Connection) -> None:
+    """What the store's SQL calls that SQLite lacks: PostgreSQL's width_bucket (the migrations' backfills too)."""
+    conn.create_function("width_bucket", 2, _width_bucket, deterministic=True)
 
 
 def _width_bucket(value: float | None, bounds_json: str) -> int | None:
