@@ -262,15 +262,17 @@ class FlakyStore:
     FLAKY = {"claim", "heartbeat", "complete", "complete_many", "complete_and_claim", "fail", "release",
              "acknowledge_cancel", "reap", "touch_worker"}
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, every_call: bool = False) -> None:
+        """``every_call``: every method fails while down (the maintenance duties' reads too)."""
         self._store = store
+        self.every_call = every_call
         self.down = threading.Event()
         self.refused = 0
         self.calls: Counter[str] = Counter()
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._store, name)
-        if name not in self.FLAKY:
+        if not callable(attribute) or (name not in self.FLAKY and not (self.every_call and name != "close")):
             return attribute
 
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -319,7 +321,7 @@ def test_reaper_run_once_requeues_expired_leases_in_batches(make_store: Callable
 def test_an_outage_is_one_outage_until_a_database_call_succeeds(live_store: Store) -> None:
     """Maintenance ticks with nothing due, every 0.2 s, used to end the outage at once (a
     ``store.available`` with ``down_s: 0.2`` while the database was still away)."""
-    flaky = FlakyStore(live_store)
+    flaky = FlakyStore(live_store, every_call=True)
     with running_worker(flaky, App(), reap_seconds=0.1, touch_seconds=60, poll_seconds=5) as worker:  # type: ignore[arg-type]
         flaky.down.set()
         wait_until(lambda: not worker.health.available, 10, what="the worker to see the outage")
