@@ -313,7 +313,7 @@ class ApiProcess:
 
 
 def make_token(store: Any, tenant: str = "bench") -> str:
-    from service.api.auth import hash_token, new_token
+    from service.tokens import hash_token, new_token
 
     token = new_token()
     store.create_token(tenant, hash_token(token), name="bench")

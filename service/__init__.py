@@ -4,16 +4,21 @@ The public names: the handler API (App, JobContext, PermanentError, …) for
 workers, Client for submitting and watching jobs over the REST API, and Queue
 for doing the same from Python straight on the database (inside the caller's
 transaction on PostgreSQL).
+
+Importing ``service`` loads only the exception tree: each other name loads its
+layer when first used, so ``jobq status`` never pays for the worker or the HTTP
+client, nor a handler module for the client.
 """
 
+from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from service.client import Client
 from service.errors import JobCancelled, JobFailed, JobqError, PermanentError
-from service.worker import App, JobContext, JobStopped, StopReason
 
 if TYPE_CHECKING:
+    from service.client import Client
     from service.queue import Queue
+    from service.worker import App, JobContext, JobStopped, StopReason
 
 __all__ = [
     "App",
@@ -28,11 +33,18 @@ __all__ = [
     "StopReason",
 ]
 
+_LAZY = {
+    "App": "service.worker",
+    "JobContext": "service.worker",
+    "JobStopped": "service.worker",
+    "StopReason": "service.worker",
+    "Client": "service.client",
+    "Queue": "service.queue",
+}
+
 
 def __getattr__(name: str) -> Any:
-    # Queue loads the stores and the settings; a worker or a client that never names it skips them.
-    if name == "Queue":
-        from service.queue import Queue
-
-        return Queue
-    raise AttributeError(f"module 'service' has no attribute {name!r}")
+    home = _LAZY.get(name)
+    if home is None:
+        raise AttributeError(f"module 'service' has no attribute {name!r}")
+    return getattr(import_module(home), name)

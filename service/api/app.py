@@ -22,8 +22,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
 
+from service.api.auth import DEFAULT_TENANT
 from service.api.coalesce import CoalescedStatusReads
-from service.api.dependencies import DEFAULT_TENANT
 from service.api.docs import mount_docs
 from service.api.fast_poll import StatusPollFastPath
 from service.api.limits import BodySizeLimit

@@ -1,23 +1,25 @@
-"""Bearer tokens: made here, stored only as a SHA-256 hash, one tenant each.
+"""Who calls ``/v1``: the one reading of the ``Authorization`` header.
 
-A token is ``jobq_`` followed by 32 random bytes in URL-safe base64 (43
-characters). The store keeps its SHA-256 (hex), never the token: a leaked
-database does not leak credentials. A 256-bit random token needs no slow,
-salted hash — nobody can guess it — and a plain hash lets the lookup be one
-indexed equality. Missing, malformed, unknown and revoked tokens all get the
-same 401, so a caller cannot tell which.
+Every route, and the status poll's fast path (:mod:`service.api.fast_poll`),
+authenticates through :func:`identify`; :func:`tenant_of` then looks the token
+up when the route needs its tenant before it reads. Missing, malformed,
+unknown and revoked tokens, and an operator's admin token (the console's, which
+the store never answers for ``/v1``), all get the same 401, so a caller cannot
+tell which. The token rules themselves live in :mod:`service.tokens`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import secrets
+from dataclasses import dataclass
+
+from starlette.concurrency import run_in_threadpool
 
 from service.errors import Unauthorized
+from service.store import Store
+from service.tokens import hash_token, plausible
 
-TOKEN_PREFIX = "jobq_"
-TOKEN_BYTES = 32
-MAX_TOKEN_CHARS = 200  # longer is never ours: refused without a database lookup
+DEFAULT_TENANT = "default"
+"""The tenant everything belongs to when JOBQ_AUTH=off (and NewJob's default)."""
 
 UNAUTHORIZED_MESSAGE = (
     "a valid API token is required: send 'Authorization: Bearer <token>' "
@@ -25,21 +27,43 @@ UNAUTHORIZED_MESSAGE = (
 )
 
 
-def new_token() -> str:
-    """A fresh token: shown once to whoever creates it, never stored."""
-    return TOKEN_PREFIX + secrets.token_urlsafe(TOKEN_BYTES)
-
-
-def hash_token(token: str) -> str:
-    """What the store keeps and looks up: the token's SHA-256, in hex."""
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
-
-
 def unauthorized() -> Unauthorized:
     """The one 401 error, the same whatever was wrong with the token."""
     return Unauthorized(UNAUTHORIZED_MESSAGE)
 
 
-def plausible(token: str) -> bool:
-    """Cheap checks before a lookup; anything failing them is unauthorised."""
-    return 0 < len(token) <= MAX_TOKEN_CHARS and token.isascii() and token.isprintable()
+@dataclass(frozen=True)
+class Caller:
+    """Who calls: a tenant already known (auth off, or the token looked up), or the hash of a
+    token whose lookup is still to make (a status read makes it in the same query as the read)."""
+
+    tenant: str | None = None
+    token_hash: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.tenant is None) == (self.token_hash is None):
+            raise ValueError("a caller is a tenant or a token's hash, one of the two")
+
+
+def identify(authorization: str | None, auth: bool) -> Caller:
+    """The caller an ``Authorization`` header names, split as ``fastapi.security.HTTPBearer`` splits it.
+
+    Raises the one 401 for anything that cannot be a token of ours, before any lookup."""
+    if not auth:
+        return Caller(tenant=DEFAULT_TENANT)
+    scheme, _, token = (authorization or "").partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not plausible(token):
+        raise unauthorized()
+    return Caller(token_hash=hash_token(token))
+
+
+async def tenant_of(caller: Caller, store: Store) -> str:
+    """The caller's tenant, looking the token up if it was not yet (off the event loop)."""
+    if caller.tenant is not None:
+        return caller.tenant
+    assert caller.token_hash is not None  # one of the two (__post_init__)
+    tenant = await run_in_threadpool(store.tenant_for_token, caller.token_hash)
+    if tenant is None:  # unknown, revoked, or an admin token
+        raise unauthorized()
+    return tenant

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, TypeVar
 
@@ -16,14 +15,11 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
-from service.api.auth import hash_token, plausible, unauthorized
+from service.api.auth import Caller, identify, tenant_of
 from service.api.polling import Watcher
 from service.config import Settings
 from service.errors import InvalidInput
 from service.store import Store
-
-DEFAULT_TENANT = "default"
-"""The tenant everything belongs to when JOBQ_AUTH=off (and NewJob's default)."""
 
 T = TypeVar("T")
 
@@ -60,58 +56,37 @@ bearer = HTTPBearer(
     auto_error=False,
     description="An API token from `jobq token create --tenant NAME`, sent as `Authorization: Bearer <token>`.",
 )
+"""Declares the scheme in the OpenAPI document; the header itself is read by :func:`service.api.auth.identify`."""
 
 
-async def get_tenant(
-    settings: SettingsDep,
-    store: StoreDep,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-) -> str:
-    """The tenant of the request's bearer token. The same 401 for missing, bad and revoked."""
-    if not settings.auth:
-        return DEFAULT_TENANT
-    if credentials is None or not plausible(credentials.credentials):
-        raise unauthorized()
-    tenant = await run_in_threadpool(store.tenant_for_token, hash_token(credentials.credentials))
-    if tenant is None:
-        raise unauthorized()
-    return tenant
+async def get_caller(
+    request: Request, settings: SettingsDep, _scheme: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+) -> Caller:
+    """Who calls, as :func:`identify` reads it (the same 401 for anything that is not a token of ours)."""
+    return identify(request.headers.get("authorization"), settings.auth)
+
+
+CallerDep = Annotated[Caller, Depends(get_caller)]
+
+
+async def get_tenant(caller: CallerDep, store: StoreDep) -> str:
+    """The tenant of the request's bearer token. The same 401 for missing, bad, revoked and admin tokens."""
+    return await tenant_of(caller, store)
 
 
 TenantDep = Annotated[str, Depends(get_tenant)]
 
 
-@dataclass(frozen=True)
-class Poller:
-    """Who polls a job: a tenant already known, or a token whose lookup the status read makes itself."""
-
-    tenant: str | None = None
-    token_hash: str | None = None
-
-
-async def get_poller(
-    request: Request,
-    settings: SettingsDep,
-    store: StoreDep,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-) -> Poller:
-    """``get_tenant`` for ``GET /v1/jobs/{id}``, the route clients call most: the same 401s, but a
-    plain poll leaves the token's lookup to the status read, which makes both in one query.
+async def get_poller(request: Request, caller: CallerDep, store: StoreDep) -> Caller:
+    """The caller of ``GET /v1/jobs/{id}``, the route clients call most: a plain poll leaves the
+    token's lookup to the status read, which makes both in one query (as the fast path does).
 
     A request FastAPI would refuse with a 422 (a malformed id, ``wait`` or ``If-None-Match``)
-    gets its lookup here as before, so a bad token is still answered 401 before anything else.
+    gets its lookup here, so a bad token is still answered 401 before anything else.
     """
-    if not settings.auth:
-        return Poller(tenant=DEFAULT_TENANT)
-    if credentials is None or not plausible(credentials.credentials):
-        raise unauthorized()
-    token_hash = hash_token(credentials.credentials)
     if _plain_poll(request):
-        return Poller(token_hash=token_hash)
-    tenant = await run_in_threadpool(store.tenant_for_token, token_hash)
-    if tenant is None:
-        raise unauthorized()
-    return Poller(tenant=tenant)
+        return caller
+    return Caller(tenant=await tenant_of(caller, store))
 
 
 def _plain_poll(request: Request) -> bool:
@@ -125,7 +100,7 @@ def _plain_poll(request: Request) -> bool:
     return True
 
 
-PollerDep = Annotated[Poller, Depends(get_poller)]
+PollerDep = Annotated[Caller, Depends(get_poller)]
 
 
 async def blocking(function: Callable[..., T], *args: object) -> T:

@@ -3,8 +3,8 @@
 Polling is what clients do most, and FastAPI's per-request work (route matching,
 solving a dozen dependencies, validating the returned model again) costs a
 status poll many times its one query. This ASGI middleware answers the common
-case itself, with the same functions the route uses — :meth:`JobOut.of`,
-``poll_after_seconds`` and ``change_tag`` — so the answer is byte for byte the
+case itself, with the same functions the route uses — :func:`service.api.auth.identify`
+for the token, :meth:`JobOut.of`, ``poll_after_seconds`` and ``change_tag`` — so the answer is byte for byte the
 route's (tests/bench checks it). Its read is the store's ``read_statuses``
 (the token and the job in one query), shared by the polls that arrive together
 (:mod:`service.api.coalesce`).
@@ -26,11 +26,11 @@ from typing import Any
 from pydantic import TypeAdapter
 from starlette.types import Scope, Send
 
-from service.api.auth import hash_token, plausible
-from service.api.dependencies import DEFAULT_TENANT
+from service.api.auth import identify
 from service.api.polling import change_tag, poll_after_seconds
-from service.api.schemas import JobOut
+from service.errors import Unauthorized
 from service.jobs import StatusRead
+from service.status import JobOut
 
 _PATH = re.compile(r"/v1/jobs/([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})")
 _JOB_OUT = TypeAdapter(JobOut)
@@ -66,15 +66,11 @@ class StatusPollFastPath:
                     authorization = value
             elif name == b"if-none-match" and len(value.decode("latin-1")) > _MAX_ETAG_CHARS:
                 return None
-        if settings.auth:
-            # As fastapi.security.HTTPBearer splits it, then service.api.dependencies.get_poller.
-            scheme, _, token = (authorization or b"").decode("latin-1").partition(" ")
-            token = token.strip()
-            if scheme.lower() != "bearer" or not token or not plausible(token):
-                return None
-            request = StatusRead(uuid.UUID(job_id), token_hash=hash_token(token))
-        else:
-            request = StatusRead(uuid.UUID(job_id), tenant=DEFAULT_TENANT)
+        try:
+            caller = identify(authorization.decode("latin-1") if authorization is not None else None, settings.auth)
+        except Unauthorized:  # the route answers the 401
+            return None
+        request = StatusRead(uuid.UUID(job_id), tenant=caller.tenant, token_hash=caller.token_hash)
         status = await reads.read(request)
         if status is None:  # the route reads again and answers the error as it always does
             return None

@@ -38,13 +38,10 @@ from service.api.schemas import (
     BatchOut,
     BatchSubmit,
     HealthOut,
-    ItemOut,
     ItemPageOut,
-    JobOut,
     JobPageOut,
     JobResultOut,
     JobSubmit,
-    job_url,
 )
 from service.errors import (
     InvalidInput,
@@ -63,6 +60,7 @@ from service.jobs import (
     require_same_job,
 )
 from service.payloads import check_payload_size
+from service.status import ItemOut, JobOut, job_url
 from service.store import Store
 
 router = APIRouter(prefix="/v1", tags=["jobs"], dependencies=[Depends(no_unknown_query_parameters)])
@@ -199,15 +197,13 @@ async def get_job(
     ] = None,
 ) -> JobOut:
     """One indexed read of the job; never its payload or result."""
-    if poller.tenant is None:  # a plain poll with a token: the token and the job in one query
+    if poller.tenant is not None and wait:
+        status = await wait_for_change(job_id, poller.tenant, store, watcher, wait, if_none_match)
+    else:  # a plain poll: with a token, the token and the job in one query (as the fast path reads it)
         try:
-            status = await blocking(store.get, job_id, None, poller.token_hash)
+            status = await blocking(store.get, job_id, poller.tenant, poller.token_hash)
         except Unauthorized:
             raise unauthorized() from None
-    elif not wait:
-        status = await blocking(store.get, job_id, poller.tenant)
-    else:
-        status = await wait_for_change(job_id, poller.tenant, store, watcher, wait, if_none_match)
     response.headers["ETag"] = change_tag(status)
     return _status_answer(status, now, response)
 

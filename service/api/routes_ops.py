@@ -45,10 +45,11 @@ from service.api.dependencies import (
     no_unknown_query_parameters,
 )
 from service.api.problems import problem_responses
-from service.api.schemas import MAX_BATCH_JOBS, Name, job_url, storable_field
+from service.api.schemas import MAX_BATCH_JOBS, Name, storable_field
 from service.durations import DURATION_PATTERN, parse_duration
 from service.jobs import FailureGroup, ReplayFilter
 from service.metrics import CONTENT_TYPE, MetricsCache
+from service.status import job_url
 
 ops = APIRouter()
 _v1 = [Depends(no_unknown_query_parameters)]

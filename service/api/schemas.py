@@ -11,8 +11,7 @@ agree (the checks raise InvalidInput, a ValueError, which pydantic turns into a 
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
-from typing import Annotated, Any, overload
+from typing import Annotated, Any
 
 from pydantic import (
     AfterValidator,
@@ -24,7 +23,7 @@ from pydantic import (
     field_validator,
 )
 
-from service.jobs import ItemState, JobItem, JobState, JobStatus, NewJob
+from service.jobs import NewJob
 from service.payloads import (
     MAX_ATTEMPTS_LIMIT,
     MAX_DELAY_SECONDS,
@@ -35,6 +34,7 @@ from service.payloads import (
     storable_json,
     storable_text,
 )
+from service.status import ItemOut, JobOut
 
 MAX_BATCH_JOBS = 1_000
 # "Holds a character that is not blank", for names: blank as service.jobs.validate_new_job sees
@@ -140,68 +140,6 @@ class BatchSubmit(_Request):
     )
 
 
-class JobOut(BaseModel):
-    """A job's status. Never carries the payload or the result."""
-
-    job_id: uuid.UUID
-    kind: str
-    queue: str
-    state: JobState
-    done: int = Field(description="Items done so far, as the worker last reported.")
-    total: int | None = Field(description="Items in all, when known.")
-    items_ok: int = Field(description="Items recorded ok so far; GET /v1/jobs/{job_id}/items for their outcomes.")
-    items_failed: int = Field(description="Items recorded failed so far; a job may succeed with some.")
-    attempts: int = Field(description="Attempts started so far (the running one included).")
-    max_attempts: int
-    error: str | None = Field(
-        description="Why the job failed (state failed), or why its last attempt did while it waits "
-        "for a retry (state queued, attempts above 0)."
-    )
-    run_after: datetime | None = Field(
-        description="When a queued job is due, if it was scheduled for later (a delay, or a retry "
-        "backoff); `jobq explain` / GET /v1/jobs/{job_id}/explain say what else holds it."
-    )
-    stale: bool = Field(description="Running, but its lease expired: its worker is gone or stuck.")
-    cancel_requested: bool
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    updated_at: datetime
-    result_url: str | None = Field(description="Where the result is; only when state is succeeded.")
-    poll_after_seconds: int | None = Field(
-        description="Poll again no sooner than this (also the Retry-After header); none once terminal."
-    )
-
-    @classmethod
-    def of(cls, status: JobStatus, poll_after: int | None) -> JobOut:
-        return cls(
-            job_id=status.id,
-            kind=status.kind,
-            queue=status.queue,
-            state=status.state,
-            done=status.done,
-            total=status.total,
-            items_ok=status.items_ok,
-            items_failed=status.items_failed,
-            attempts=status.attempts,
-            max_attempts=status.max_attempts,
-            error=status.error if status.state in (JobState.FAILED, JobState.QUEUED) else None,
-            # Scheduled later than its last change (enqueue or retry): the database set it in
-            # the future, and a status is read without a clock of its own to compare.
-            run_after=_utc(status.run_after)
-            if status.state is JobState.QUEUED and status.run_after > status.updated_at
-            else None,
-            stale=status.stale,
-            cancel_requested=status.cancel_requested,
-            created_at=_utc(status.created_at),
-            started_at=_utc(status.started_at),
-            finished_at=_utc(status.finished_at),
-            updated_at=_utc(status.updated_at),
-            result_url=job_url(status.id) + "/result" if status.state is JobState.SUCCEEDED else None,
-            poll_after_seconds=poll_after,
-        )
-
-
 class BatchOut(BaseModel):
     jobs: list[JobOut] = Field(description="One status per submitted job, in the order given.")
 
@@ -209,28 +147,6 @@ class BatchOut(BaseModel):
 class JobPageOut(BaseModel):
     items: list[JobOut] = Field(description="Newest first.")
     next_cursor: str | None = Field(description="Pass as ?cursor= for the next page; none on the last page.")
-
-
-class ItemOut(BaseModel):
-    """One item's outcome."""
-
-    index: int = Field(description="The item's position in the job's sequence, from 0.")
-    state: ItemState
-    result: Any = Field(description="What the handler recorded for the item (ok only).")
-    error: str | None = Field(description="Why the item failed: its first line, then the traceback's end.")
-    attempt: int = Field(description="The attempt that recorded this outcome.")
-    finished_at: datetime
-
-    @classmethod
-    def of(cls, item: JobItem) -> ItemOut:
-        return cls(
-            index=item.index,
-            state=item.state,
-            result=item.result,
-            error=item.error,
-            attempt=item.attempt,
-            finished_at=_utc(item.finished_at),
-        )
 
 
 class ItemPageOut(BaseModel):
@@ -248,15 +164,3 @@ class JobResultOut(BaseModel):
 
 class HealthOut(BaseModel):
     status: str = Field(examples=["ok"])
-
-
-def job_url(job_id: uuid.UUID) -> str:
-    return f"/v1/jobs/{job_id}"
-
-
-@overload
-def _utc(moment: datetime) -> datetime: ...
-@overload
-def _utc(moment: None) -> None: ...
-def _utc(moment: datetime | None) -> datetime | None:
-    return moment.astimezone(UTC) if moment is not None else None

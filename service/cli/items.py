@@ -11,13 +11,12 @@ import typer
 
 from service.cli.app import app, open_cli_store, parse_job_id
 from service.jobs import MAX_PAGE_SIZE, ItemQuery, ItemState, JobItem
+from service.status import ItemOut
 from service.store import Store
 
 
 def item_fields(item: JobItem) -> dict[str, Any]:
     """An item exactly as ``GET /v1/jobs/{id}/items`` shows it (one mapping, not two)."""
-    from service.api.schemas import ItemOut  # imported here: the API package loads FastAPI
-
     return ItemOut.of(item).model_dump(mode="json")
 
 

@@ -21,15 +21,12 @@ from service.cli.app import (
 from service.errors import InvalidInput
 from service.jobs import JobQuery, JobState, JobStatus, NewJob, require_same_job
 from service.payloads import validate_new_job
+from service.status import JobOut
 
 
 def status_fields(status: JobStatus) -> dict[str, Any]:
     """A job's status exactly as the REST API's ``JobOut`` shows it (one mapping, not two),
     less what only HTTP clients need (the result's URL and the poll hint)."""
-    from service.api.schemas import (
-        JobOut,  # imported here: the API package loads FastAPI, which other commands skip
-    )
-
     return JobOut.of(status, None).model_dump(mode="json", exclude={"result_url", "poll_after_seconds"})
 
 

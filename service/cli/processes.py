@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+from functools import partial
 from typing import Annotated, Any
 
 import typer
@@ -16,12 +18,12 @@ import typer
 from service.cli.app import (
     app,
     cli_state,
-    open_cli_store,
     redact,
 )
 from service.config import Settings
 from service.errors import InvalidInput
 from service.payloads import MAX_LEASE_SECONDS
+from service.store import open_store
 
 
 @app.command()
@@ -80,16 +82,35 @@ def worker(
     log_level: Annotated[
         str, typer.Option(metavar="LEVEL", help="debug, info, warning or error. Logs are JSON lines on stderr.")
     ] = "info",
+    wait_for_database: Annotated[
+        float | None,
+        typer.Option(
+            min=0,
+            metavar="SECONDS",
+            help="At start, wait at most this long for the database to answer with its schema migrated, "
+            "then exit 3 (default: wait for ever, saying what is wrong every 30 s).",
+            show_default=False,
+        ),
+    ] = None,
+    show_traceback: Annotated[
+        bool, typer.Option("--traceback", help="If importing --app fails, print the whole traceback.")
+    ] = False,
+    report_seconds: Annotated[
+        float, typer.Option(min=0.1, hidden=True, help="How often the start-up wait says why (tests).")
+    ] = 30.0,
 ) -> None:
     """Run jobs of the app's kinds until SIGTERM/SIGINT (see `Workers` in the README).
 
     Uses at most JOBQ_POOL_SIZE + 1 database connections (3 by default), whatever --concurrency is.
     """
     import os
+    import traceback
 
     from service.retry import RetryPolicy
     from service.worker import Worker, WorkerConfig, load_app
     from service.worker.logs import configure_logging
+    from service.worker.registry import AppImportFailed
+    from service.worker.startup import wait_for_database as wait_until_ready
 
     if log_level.upper() not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
         raise InvalidInput(f"--log-level must be debug, info, warning or error, not {log_level!r}")
@@ -104,11 +125,32 @@ def worker(
     )
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # `--app myhandlers` finds ./myhandlers.py, as uvicorn does
-    handlers = load_app(app_ref)
+    try:
+        handlers = load_app(app_ref)
+    except AppImportFailed as exc:
+        if show_traceback and exc.__cause__ is not None:
+            traceback.print_exception(exc.__cause__, file=sys.stderr)
+        raise
     configure_logging(log_level)
-    with open_cli_store(ctx) as store:
+    try:
+        store = wait_until_ready(
+            partial(open_store, settings),
+            settings.database_url,
+            wait_seconds=wait_for_database,
+            report_seconds=report_seconds,
+        )
+    except KeyboardInterrupt:  # Ctrl-C while waiting: nothing was started
+        return
+    finally:
+        for handler in logging.getLogger().handlers:
+            handler.flush()  # the JSON lines before an error line
+    if store is None:
+        return
+    try:
         policy = RetryPolicy(settings.retry_base_seconds, settings.retry_cap_seconds)
         Worker(store, handlers, config, retry_policy=policy).run()
+    finally:
+        store.close()
 
 
 # -- operations: failures, replay, alerts, stats, retention (README: Operations) ---------------
@@ -120,13 +162,22 @@ def serve(
     host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0 in a container).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535)] = 8000,
     log_level: Annotated[str, typer.Option(metavar="LEVEL", help="uvicorn's log level.")] = "info",
+    log_format: Annotated[
+        str,
+        typer.Option(
+            metavar="FORMAT",
+            help="json: one JSON object per line on stderr, access lines included, as workers write; "
+            "text: uvicorn's own lines, for a human at a terminal.",
+        ),
+    ] = "json",
 ) -> None:
     """Run the REST API under uvicorn (OpenAPI at /openapi.json, docs at /docs)."""
     import uvicorn
 
     from service.api import create_app
 
-    uvicorn.run(create_app(cli_state(ctx).settings()), host=host, port=port, log_level=log_level)
+    log_config = _uvicorn_log_config(log_format, log_level)
+    uvicorn.run(create_app(cli_state(ctx).settings()), host=host, port=port, log_level=log_level, log_config=log_config)
 
 
 @app.command()
@@ -147,7 +198,14 @@ def dev(
 
     settings = cli_state(ctx).settings().model_copy(update={"auth": False})
     migrations.upgrade(settings.database_url)
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning"))
+    config = uvicorn.Config(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_level="warning",
+        log_config=_uvicorn_log_config("json", "warning"),
+    )
+    server = uvicorn.Server(config)
     worker = _start_dev_worker(settings.database_url)
     threading.Thread(target=_dev_announce, args=(server, worker, settings), daemon=True).start()
     previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)  # uvicorn re-raises it when done
@@ -161,11 +219,38 @@ def dev(
     print("jobq dev: stopped", file=sys.stderr)
 
 
+def _uvicorn_log_config(log_format: str, level: str) -> dict[str, Any]:
+    import uvicorn.config
+
+    from service.logs import LOG_FORMATS, uvicorn_log_config
+
+    if log_format not in LOG_FORMATS:
+        raise InvalidInput(f"--log-format must be json or text, not {log_format!r}")
+    return uvicorn_log_config(log_format, level) or uvicorn.config.LOGGING_CONFIG
+
+
 def _start_dev_worker(database_url: str) -> subprocess.Popen[bytes]:
     # Its own session: Ctrl-C reaches only `jobq dev`, which then stops the worker gracefully.
     env = {**os.environ, "JOBQ_DATABASE_URL": database_url}
     command = [sys.executable, "-m", "service", "worker", "--app", "service.examples", "--poll-seconds", "0.5"]
-    return subprocess.Popen(command, env=env, start_new_session=True)
+    parent = os.getpid()
+    return subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=lambda: _die_with(parent))
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with(parent: int) -> None:
+    """In the child, before exec: SIGTERM it when ``jobq dev`` dies, however it dies (a SIGKILL too,
+    which runs none of the parent's clean-up), so no worker outlives its dev session. Linux only;
+    the signal comes when the thread that started the child ends, here the main thread."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _dev_announce(server: Any, worker: subprocess.Popen[bytes], settings: Settings) -> None:

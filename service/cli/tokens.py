@@ -30,7 +30,7 @@ def token_create(
     ] = False,
 ) -> None:
     """Create an API token and print it once on stdout; only its SHA-256 is stored."""
-    from service.api.auth import hash_token, new_token
+    from service.tokens import hash_token, new_token
 
     if admin == (tenant is not None):
         raise InvalidInput("give either --tenant NAME (an API token) or --admin (an operator's console token)")

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from fastapi import Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from service.api.auth import hash_token, plausible
 from service.config import Settings
 from service.store import Store
+from service.tokens import hash_token, plausible
 
 SESSION_COOKIE = "jobq_session"
 CSRF_COOKIE = "jobq_csrf"

@@ -1,4 +1,5 @@
-"""Background upkeep every worker runs: each task is ``run_once() -> Result`` plus a thin loop."""
+"""Background upkeep: each task is ``run_once() -> Result``, with no loop of its own. The worker's
+maintenance thread runs the reaper (:class:`service.worker.runtime.Duty`); ``jobq prune`` runs the pruner."""
 
 from service.maintenance.reaper import Reaper
 

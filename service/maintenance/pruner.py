@@ -15,12 +15,9 @@ was left when it ran. Age is judged by the database clock, never this host's.
 from __future__ import annotations
 
 import logging
-import random
 import threading
-from collections.abc import Callable
 
-from service.errors import InvalidInput, StoreUnavailable
-from service.maintenance.loop import run_every
+from service.errors import InvalidInput
 from service.store.base import PRUNE_BATCH, Store
 
 logger = logging.getLogger("jobq.maintenance")
@@ -70,14 +67,3 @@ class Pruner:
                 extra={"jobq_fields": {"deleted": deleted, "older_than_seconds": self.older_than_seconds}},
             )
         return deleted
-
-    def run(
-        self,
-        stop: threading.Event,
-        interval: float,
-        *,
-        on_error: Callable[[StoreUnavailable], None] | None = None,
-        rng: random.Random | None = None,
-    ) -> None:
-        """``run_until_done`` every ``interval`` seconds until ``stop`` is set."""
-        run_every(lambda: self.run_until_done(stop), stop, interval, name="pruner", on_error=on_error, rng=rng)

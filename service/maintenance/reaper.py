@@ -10,13 +10,8 @@ database clock, never this host's.
 from __future__ import annotations
 
 import logging
-import random
-import threading
-from collections.abc import Callable
 
-from service.errors import StoreUnavailable
 from service.jobs import ReapResult
-from service.maintenance.loop import run_every
 from service.retry import RetryPolicy
 from service.store.base import REAP_BATCH, Store
 
@@ -49,14 +44,3 @@ class Reaper:
                 extra={"jobq_fields": {"requeued": requeued, "failed": failed, "cancelled": cancelled}},
             )
         return total
-
-    def run(
-        self,
-        stop: threading.Event,
-        interval: float,
-        *,
-        on_error: Callable[[StoreUnavailable], None] | None = None,
-        rng: random.Random | None = None,
-    ) -> None:
-        """``run_once`` every ``interval`` seconds until ``stop`` is set."""
-        run_every(self.run_once, stop, interval, name="reaper", on_error=on_error, rng=rng)

@@ -10,6 +10,7 @@ Layers (each its own module):
                  lease is gone or whose job was cancelled
 - ``runtime``    :class:`Worker`: the claim loop (free slots only), job threads, the listener,
                  the reaper, graceful shutdown
+- ``settler``    writes a failure (with the retry decision), a cancel or a hand-back, fenced
 - ``finisher``   writes successes in batches (one ``complete_many`` for all that are waiting,
                  a lone one at once); handler threads reused from job to job
 

@@ -25,13 +25,13 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any
 
 from service.errors import InvalidInput
 from service.jobs import JSON, ClaimedJob, ClaimRequest, Lease
 from service.store.base import COMPLETE_BATCH, Store
 from service.worker.logs import job_event, log_event
 from service.worker.running import RunningJob
+from service.worker.settler import DISCARDED, Settler
 
 
 @dataclass(frozen=True)
@@ -45,23 +45,20 @@ class Finisher:
     def __init__(
         self,
         store: Store,
-        worker_id: str,
+        settler: Settler,
         *,
-        persist: Callable[[Callable[[], Any]], Any],
-        refused: Callable[[RunningJob, str, float], None],
         done: Callable[[RunningJob], None],
         refill: Callable[[int], ClaimRequest | None] | None = None,
         start: Callable[[list[ClaimedJob], float], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``persist`` retries a write while the database is away; ``refused`` fails a job whose result the
+        """``settler`` retries a write while the database is away and fails a job whose result the
         database refused; ``done`` frees the job's slot once its outcome is written (or cannot be).
         ``refill(n)`` asks for the claim that refills the n slots a batch frees (None: claim nothing,
         the worker is stopping), made in the same transaction as the batch; ``start`` runs what it claimed."""
         self.store = store
-        self.worker_id = worker_id
-        self._persist = persist
-        self._refused = refused
+        self.settler = settler
+        self.worker_id = settler.worker_id
         self._done = done
         self._refill = refill
         self._start = start
@@ -103,12 +100,14 @@ class Finisher:
         claimed: list[ClaimedJob] = []
         try:
             sent = self._clock()
-            lost, claimed = self._persist(lambda: self._complete(batch, request))
+            lost, claimed = self.settler.persist(lambda: self._complete(batch, request))
         except InvalidInput as exc:
             if len(batch) == 1:
                 success = batch[0]
                 try:
-                    self._refused(success.running, f"InvalidResult: the result was refused: {exc}", success.duration)
+                    self.settler.refused(
+                        success.running, f"InvalidResult: the result was refused: {exc}", success.duration
+                    )
                 finally:
                     self._settled(success.running)
                 return
@@ -129,7 +128,7 @@ class Finisher:
                     self.worker_id,
                     duration=success.duration,
                     level=logging.WARNING,
-                    detail="the fenced write matched nothing: the job was reclaimed; the outcome was discarded",
+                    detail=DISCARDED,
                 )
             else:
                 self.written += 1

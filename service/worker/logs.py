@@ -38,62 +38,14 @@ import sys
 import threading
 import time
 import traceback
-from datetime import UTC, datetime
 from typing import Any
 
 from service.jobs import ClaimedJob
+from service.logs import FIELDS_ATTR, JsonFormatter, encode_json, encode_line, timestamps
 
 LOGGER_NAME = "jobq.worker"
-FIELDS_ATTR = "jobq_fields"
 
 logger = logging.getLogger(LOGGER_NAME)
-
-# Built once: json.dumps(..., default=str) builds a new encoder for every line.
-_encode = json.JSONEncoder(default=str).encode
-_LEVEL_NAMES = {
-    logging.DEBUG: "debug",
-    logging.INFO: "info",
-    logging.WARNING: "warning",
-    logging.ERROR: "error",
-    logging.CRITICAL: "critical",
-}
-
-
-class _Timestamps:
-    """``2030-01-01T12:00:00.123+00:00``; the date and time part is formatted once per second."""
-
-    def __init__(self) -> None:
-        self._cached = (-1, "")  # (second, its stamp): one tuple, so threads never see a torn pair
-
-    def format(self, created: float) -> str:
-        second = int(created)
-        micros = round((created - second) * 1_000_000)  # as datetime.fromtimestamp rounds
-        if micros >= 1_000_000:
-            second, micros = second + 1, micros - 1_000_000
-        cached_second, stamp = self._cached
-        if second != cached_second:
-            stamp = datetime.fromtimestamp(second, UTC).isoformat()
-            self._cached = (second, stamp)
-        return f"{stamp[:19]}.{micros // 1000:03d}{stamp[19:]}"
-
-
-_timestamps = _Timestamps()
-
-
-def encode_line(
-    created: float, level: int, name: str, event: str, fields: dict[str, Any], exc: str | None = None
-) -> str:
-    """The one encoder of every JSON log line: ts, level, logger, event, the fields, exc."""
-    line: dict[str, Any] = {
-        "ts": _timestamps.format(created),
-        "level": _LEVEL_NAMES.get(level) or logging.getLevelName(level).lower(),
-        "logger": name,
-        "event": event,
-    }
-    line.update(fields)
-    if exc:
-        line["exc"] = exc
-    return _encode(line)
 
 
 class LineWriter:
@@ -244,20 +196,12 @@ def _job_line(
         if len(_places) > 1000:  # kinds x queues is small; never let it grow without bound
             _places.clear()
         place = _places.setdefault((job.kind, job.queue), f'"kind": {_quote(job.kind)}, "queue": {_quote(job.queue)}')
-    line = f'{{"ts": "{_timestamps.format(created)}", {head}, "job_id": "{job.id}", {place}, "attempt": {job.attempt:d}'
+    line = f'{{"ts": "{timestamps.format(created)}", {head}, "job_id": "{job.id}", {place}, "attempt": {job.attempt:d}'
     if duration is not None:
         line += f', "duration_s": {round(duration, 3)!r}'
     if fields:
-        line += ", " + _encode(fields)[1:-1]
+        line += ", " + encode_json(fields)[1:-1]
     return line + "}"
-
-
-class JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        exc = self.formatException(record.exc_info) if record.exc_info else None
-        return encode_line(
-            record.created, record.levelno, record.name, record.getMessage(), getattr(record, FIELDS_ATTR, {}), exc
-        )
 
 
 def configure_logging(level: str = "INFO") -> None:
@@ -275,3 +219,4 @@ def configure_logging(level: str = "INFO") -> None:
     # No line shows the thread or process names, and every record would look them up.
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     logging.getLogger("psycopg").setLevel(logging.ERROR)  # the pool's reconnect chatter; we log outages ourselves
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # the start-up schema check's plugin set-up lines

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -249,6 +250,29 @@ class App:
         return f"App({self.name!r}, kinds={list(self.kinds)})"
 
 
+class AppImportFailed(InvalidInput):
+    """Importing the ``--app`` module raised: one line says the module, the exception and the file
+    and line where it was raised; ``__cause__`` keeps the whole traceback."""
+
+    def __init__(self, reference: str, exc: Exception) -> None:
+        super().__init__(
+            f"--app {reference}: importing it raised {type(exc).__name__}: {_first_line(exc)} at {_where(exc)}"
+        )
+
+
+def _first_line(exc: Exception) -> str:
+    text = (exc.msg if isinstance(exc, SyntaxError) and exc.msg else str(exc)).strip()
+    return text.splitlines()[0] if text else "(no message)"
+
+
+def _where(exc: Exception) -> str:
+    """file:line where it was raised: the innermost frame (a SyntaxError names the line it could not parse)."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{exc.filename}:{exc.lineno}"
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "(unknown place)"
+
+
 def load_app(reference: str) -> App:
     """The :class:`App` named by ``module[:attribute]`` (attribute default ``app``)."""
     module_name, _, attribute = reference.partition(":")
@@ -260,7 +284,9 @@ def load_app(reference: str) -> App:
     except ModuleNotFoundError as exc:
         if exc.name and module_name.startswith(exc.name):
             raise InvalidInput(f"--app {reference}: no module named {exc.name!r} (is it on PYTHONPATH?)") from exc
-        raise
+        raise AppImportFailed(reference, exc) from exc
+    except Exception as exc:  # the module's own code raised (a SyntaxError too)
+        raise AppImportFailed(reference, exc) from exc
     try:
         app = getattr(module, attribute)
     except AttributeError:

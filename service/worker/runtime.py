@@ -9,12 +9,13 @@ Threads of one worker process:
 - job threads, at most one per slot, reused from job to job
   (:class:`~service.worker.finisher.JobThreads`): each runs a handler
   (:mod:`service.worker.executor`); a failure, cancellation or hand-back is
-  written from there through the fenced store API, a success is handed to
+  written from there by the settler (:mod:`service.worker.settler`), a success is handed to
 - the finisher (:mod:`service.worker.finisher`): writes successes in batches, one
   ``complete_many`` statement for all that are waiting (a lone one at once);
 - the lease keeper (:mod:`service.worker.lease_keeper`): heartbeats and progress;
 - the listener: LISTEN on ``JOBS_QUEUED`` (PostgreSQL), wakes the claim loop;
-- maintenance: the reaper (:mod:`service.maintenance.reaper`) and the workers-table touch.
+- maintenance: a list of :class:`Duty` (the reaper, :mod:`service.maintenance.reaper`, and
+  the workers-table touch), each run at its own interval.
 
 Database connections: all threads share the store's pool (``JOBQ_POOL_SIZE``,
 default 2) and take a connection only for one statement; the listener holds one
@@ -35,9 +36,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from types import FrameType
-from typing import TypeVar
 
-from service.errors import InvalidInput, LeaseLost, StoreUnavailable
+from service.errors import InvalidInput, StoreUnavailable
 from service.jobs import (
     MAX_PAGE_SIZE,
     ClaimedJob,
@@ -45,7 +45,6 @@ from service.jobs import (
     ItemPage,
     ItemQuery,
     JobItem,
-    JobState,
     Lease,
     WorkerInfo,
 )
@@ -57,15 +56,14 @@ from service.retry import RetryPolicy
 from service.store.base import JOBS_QUEUED, Listener, Store
 from service.worker.backoff import Backoff, jittered
 from service.worker.context import JobContext, StopReason
-from service.worker.executor import Failed, Outcome, Stopped, Succeeded, execute
+from service.worker.executor import Failed, Stopped, Succeeded, execute
 from service.worker.finisher import Finisher, JobThreads
 from service.worker.health import StoreHealth
 from service.worker.lease_keeper import LeaseKeeper
 from service.worker.logs import job_event, log_event
 from service.worker.registry import App
 from service.worker.running import Phase, RunningJob
-
-T = TypeVar("T")
+from service.worker.settler import Settler
 
 REAP_SECONDS = 2.0
 """The default reap interval's ceiling (WorkerConfig.reap_seconds)."""
@@ -166,12 +164,11 @@ class Worker:
             clock=clock,
         )
         self.reaper = Reaper(store, self.retry_policy)
+        self.settler = Settler(store, self.id, self.health, self.retry_policy, clock=clock)
         self.scheduler = Scheduler(store, app.schedules)
         self.finisher = Finisher(
             store,
-            self.id,
-            persist=self._persist,
-            refused=self._refused,
+            self.settler,
             done=self._free_slot,
             refill=self._refill,
             start=self._start_jobs,
@@ -347,7 +344,7 @@ class Worker:
             def read(q: ItemQuery = query) -> ItemPage:
                 return self.store.list_items(q)
 
-            page = self._persist(read)
+            page = self.settler.persist(read)
             found.extend(page.items)
             if page.next_after_index is None:
                 return found
@@ -358,86 +355,10 @@ class Worker:
             self._running.pop(running.job.lease, None)
         self._wake.set()  # a slot is free: claim again at once
 
-    def _refused(self, running: RunningJob, error: str, duration: float) -> None:
-        """The database refused a result (too big, say): the attempt fails, not retryable."""
-        try:
-            self._fail(running, error, False, duration)
-        except LeaseLost:
-            job_event("job.lease_lost", running.job, self.id, duration=duration, level=logging.WARNING)
-
-    def _settle(self, running: RunningJob, outcome: Outcome) -> None:
-        """Write the outcome, fenced; retry while the database is away. The caller holds FINISHING."""
-        job = running.job
-        duration = self.clock() - running.started
-        # Item outcomes not yet written go first, fenced like the rest (a failure, a hand-back or a
-        # cancel keeps what was done: the next attempt, or a replay, skips those items).
+    def _settle(self, running: RunningJob, outcome: Failed | Stopped) -> None:
+        """Item outcomes not yet written go first, fenced like the rest; then the outcome."""
         self.keeper.renew(running, wait=True)
-        try:
-            if isinstance(outcome, Succeeded):
-                final = running.completion(outcome.result)
-                try:
-                    self._persist(lambda: self.store.complete(final.lease, final.result, final.done, final.total))
-                except InvalidInput as exc:  # the database refused the result (too big, say)
-                    self._fail(running, f"InvalidResult: the result was refused: {exc}", False, duration)
-                else:
-                    job_event("job.succeeded", job, self.id, duration=duration)
-            elif isinstance(outcome, Failed):
-                self._fail(running, outcome.error, outcome.retryable, duration)
-            elif outcome.reason is StopReason.CANCELLED:
-                self._persist(lambda: self.store.acknowledge_cancel(job.lease))
-                job_event("job.cancelled", job, self.id, duration=duration)
-            elif outcome.reason is StopReason.TIMEOUT:
-                error = f"TimeoutError: {job.kind} ran longer than its timeout of {running.spec.timeout:g} s"
-                self._fail(running, error, True, duration)
-            elif outcome.reason is StopReason.SHUTDOWN:
-                self._persist(lambda: self.store.release(job.lease))
-                job_event("job.released", job, self.id, duration=duration)
-            else:  # LEASE_LOST while finishing: nothing may be written
-                job_event("job.lease_lost", job, self.id, duration=duration, level=logging.WARNING)
-        except LeaseLost:
-            job_event(
-                "job.lease_lost",
-                job,
-                self.id,
-                duration=duration,
-                level=logging.WARNING,
-                detail="the fenced write matched nothing: the job was reclaimed; the outcome was discarded",
-            )
-        finally:
-            running.finished()
-
-    def _fail(self, running: RunningJob, error: str, retryable: bool, duration: float) -> None:
-        job = running.job
-        # The handler's max_attempts is a ceiling on the job's own.
-        ceiling = min(job.max_attempts, running.spec.max_attempts or job.max_attempts)
-        decision = self.retry_policy.decide(job.attempt, ceiling, retryable)
-        result = self._persist(lambda: self.store.fail(job.lease, error, decision))
-        event = {
-            JobState.QUEUED: "job.retrying",
-            JobState.FAILED: "job.failed",
-            JobState.CANCELLED: "job.cancelled",
-        }.get(result.state, "job.failed")
-        fields: dict[str, object] = {"error": error.splitlines()[0][:500]}
-        if result.run_after is not None:
-            fields["run_after"] = result.run_after.isoformat()
-        level = logging.ERROR if event == "job.failed" else logging.WARNING
-        job_event(event, job, self.id, duration=duration, level=level, **fields)
-
-    def _persist(self, write: Callable[[], T], *, deadline: float | None = None) -> T:
-        """Run a fenced write until it lands or is refused; a database outage only delays it."""
-        backoff = Backoff()
-        while True:
-            try:
-                result = write()
-            except StoreUnavailable as exc:
-                self.health.failed(exc, "finish")
-                pause = backoff.next()
-                if deadline is not None and self.clock() + pause > deadline:
-                    raise
-                time.sleep(pause)
-                continue
-            self.health.ok()
-            return result
+        self.settler.settle(running, outcome)
 
     def _settle_overdue(self, running: RunningJob) -> None:
         """A handler told to stop (cancel, timeout) did not return within the grace period:
@@ -467,27 +388,7 @@ class Worker:
                 continue
             running.ctx.request_stop(StopReason.SHUTDOWN)
             self.keeper.renew(running, wait=True)  # the item outcomes so far stay done
-            try:
-                self._persist(partial(self.store.release, running.job.lease), deadline=release_deadline)
-                job_event("job.released", running.job, self.id, duration=self.clock() - running.started)
-            except LeaseLost:
-                job_event(
-                    "job.lease_lost",
-                    running.job,
-                    self.id,
-                    level=logging.WARNING,
-                    duration=self.clock() - running.started,
-                )
-            except StoreUnavailable:
-                log_event(
-                    "job.release_failed",
-                    logging.WARNING,
-                    worker=self.id,
-                    job_id=str(running.job.id),
-                    detail="the database did not answer; the lease will expire and another worker reaps it",
-                )
-            finally:
-                running.finished()
+            self.settler.hand_back(running, release_deadline)
         # Outcomes being written by job threads: a short, bounded wait.
         finish_deadline = self.clock() + 10.0
         while self.clock() < finish_deadline and any(r.phase is Phase.FINISHING for r in self.held()):
@@ -536,29 +437,51 @@ class Worker:
             thread.start()
             self._threads.append(thread)
 
+    def _maintenance_duties(self) -> list[Duty]:
+        """What the maintenance thread does, each at its own (jittered) interval. Another
+        duty is one more entry here."""
+        return [
+            # Reap once at start: a fleet restart finds its own orphans.
+            Duty("reap", self._reap, lambda: jittered(self.config.reap_every), due=self.clock()),
+            Duty(
+                "touch",
+                partial(self.store.touch_worker, self.id),
+                lambda: jittered(self.config.touch_seconds, spread=0.2),
+                due=self.clock() + self.config.touch_seconds,
+            ),
+            # The analysts' daily rollup; leaderless, like the reaper.
+            Duty(
+                "rollup",
+                lambda: Rollup(self.store).run_once(),
+                lambda: jittered(self.config.touch_seconds, spread=0.2),
+                due=self.clock() + self.config.touch_seconds,
+            ),
+            # Each duty's error is its own: a schedule that errs cannot hold back the reaper.
+            Duty("schedule", self.scheduler.run_once, lambda: jittered(SCHEDULE_SECONDS), due=self.clock()),
+        ]
+
+    def _reap(self) -> None:
+        if self.reaper.run_once().requeued:
+            self._wake.set()  # jobs came back due (or soon): look
+
     def _maintenance_loop(self) -> None:
-        next_reap = self.clock()  # reap once at start: a fleet restart finds its own orphans
-        next_touch = self.clock() + self.config.touch_seconds
-        next_schedule = self.clock()
+        duties = self._maintenance_duties()
         while not self._halt.wait(0.2):
-            now = self.clock()
-            try:
-                if now >= next_reap:
-                    next_reap = now + jittered(self.config.reap_every)
-                    if self.reaper.run_once().requeued:
-                        self._wake.set()  # jobs came back due (or soon): look
-                if now >= next_touch:
-                    next_touch = now + jittered(self.config.touch_seconds, spread=0.2)
-                    self.store.touch_worker(self.id)
-                    Rollup(self.store).run_once()  # the analysts' daily rollup; leaderless, like the reaper
-                if now >= next_schedule:  # last: a schedule that errs cannot hold back the reaper
-                    next_schedule = now + jittered(SCHEDULE_SECONDS)
-                    self.scheduler.run_once()
-                self.health.ok()
-            except StoreUnavailable as exc:
-                self.health.failed(exc, "maintenance")
-            except Exception:
-                log_event("worker.maintenance_error", logging.ERROR, exc_info=True, worker=self.id)
+            for duty in duties:
+                now = self.clock()
+                if now < duty.due:
+                    continue
+                duty.due = now + duty.interval()
+                try:
+                    duty.run()
+                except StoreUnavailable as exc:
+                    self.health.failed(exc, f"maintenance.{duty.name}")
+                except Exception:
+                    log_event("worker.maintenance_error", logging.ERROR, exc_info=True, worker=self.id, duty=duty.name)
+                else:
+                    # Only a call that reached the database says it is back; a tick with
+                    # nothing due says nothing (it ended outages early, with a false down_s).
+                    self.health.ok()
 
     def _listen_loop(self) -> None:
         queues = set(self.queues)
@@ -595,6 +518,17 @@ class Worker:
         if listener is not None:
             # close() may wait for a reconnect attempt in progress; never hold up the exit for it.
             threading.Thread(target=listener.close, name="jobq-listener-close", daemon=True).start()
+
+
+@dataclass
+class Duty:
+    """A maintenance task: ``run`` (which may raise StoreUnavailable) once ``due``, then again
+    ``interval()`` seconds after each run."""
+
+    name: str
+    run: Callable[[], object]
+    interval: Callable[[], float]
+    due: float
 
 
 def _concerns(payload: str, queues: set[str]) -> bool:

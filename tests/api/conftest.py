@@ -30,9 +30,9 @@ import uvicorn
 from fastapi import FastAPI
 
 from service.api import create_app
-from service.api.auth import hash_token, new_token
 from service.config import Settings
 from service.store import Store, open_store
+from service.tokens import hash_token, new_token
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from service.api.auth import TOKEN_BYTES, hash_token, new_token
+from service.tokens import TOKEN_BYTES, hash_token, new_token
 from tests.api.conftest import LiveApi
 from tests.api.problems import assert_problem
 from tests.conftest import Database
@@ -27,7 +27,10 @@ def _every_kind_of_bad_authorization(api: LiveApi, db: Database) -> dict[str, di
     revoked = api.token("acme")
     token_id = db.scalar("SELECT id FROM api_tokens WHERE token_hash = %(h)s", h=hash_token(revoked))
     api.store.revoke_token(uuid.UUID(str(token_id)))
+    admin = new_token()
+    api.store.create_token("", hash_token(admin), "operator", admin=True)  # the console's, never /v1's
     return {
+        "admin": {"Authorization": f"Bearer {admin}"},
         "missing": {},
         "unknown": {"Authorization": f"Bearer {new_token()}"},
         "revoked": {"Authorization": f"Bearer {revoked}"},

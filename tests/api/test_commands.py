@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import re
 import shlex
@@ -19,8 +20,8 @@ from unittest import mock
 import httpx
 import pytest
 
-from service.api.auth import hash_token
 from service.cli import main
+from service.tokens import hash_token
 from tests.api.conftest import REPO, LiveApi, free_port
 
 pytestmark = pytest.mark.slow
@@ -105,7 +106,7 @@ def processes() -> Iterator[list[subprocess.Popen[str]]]:
         process.communicate()  # reaps it and closes its pipes
 
 
-def test_serve_runs_the_api_until_sigterm(
+def test_serve_runs_the_api_until_sigterm_logging_json_lines(
     sqlite_url: str, processes: list[subprocess.Popen[str]]
 ) -> None:
     port = free_port()
@@ -123,7 +124,71 @@ def test_serve_runs_the_api_until_sigterm(
     process.send_signal(signal.SIGTERM)
     # uvicorn shuts down gracefully, then re-raises SIGTERM: the conventional exit of a signalled server.
     assert process.wait(timeout=30) in (0, -signal.SIGTERM)
-    assert process.stderr is not None and "Finished server process" in process.stderr.read()
+    assert process.stderr is not None
+    lines = [json.loads(line) for line in process.stderr.read().splitlines()]  # every line is JSON
+    assert {"ts", "level", "logger", "event"} <= set(lines[0])
+    assert any(line["event"].startswith("Finished server process") for line in lines), lines
+    access = [line for line in lines if line["event"] == "http.request" and line["path"] == "/v1/jobs"]
+    assert [(a["logger"], a["method"], a["status"]) for a in access] == [("uvicorn.access", "GET", 401)], lines
+
+
+def test_serve_refuses_an_unknown_log_format() -> None:
+    refused = jobq("serve", "--log-format", "xml")
+    assert refused.returncode == 2 and "--log-format must be json or text" in refused.stderr
+
+
+def _dev_banner(process: subprocess.Popen[str]) -> list[str]:
+    """Lines of `jobq dev`'s stdout up to its Ctrl-C hint (it prints that once it is ready)."""
+    assert process.stdout is not None
+    banner = []
+    deadline = time.monotonic() + 90
+    while not any("Ctrl-C" in line for line in banner):
+        line = process.stdout.readline()
+        assert line or process.poll() is None, f"jobq dev died: {process.stderr.read() if process.stderr else ''}"
+        banner.append(line)
+        assert time.monotonic() < deadline
+    return banner
+
+
+def _start_dev(tmp_path: Path, port: int) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBQ_")}  # the defaults, as on a fresh clone
+    env["PYTHONPATH"] = str(REPO)
+    return subprocess.Popen(
+        [sys.executable, "-m", "service", "dev", "--port", str(port)],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_dev_killed_with_sigkill_takes_its_worker_with_it(
+    tmp_path: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    process = _start_dev(tmp_path, free_port())
+    processes.append(process)
+    _dev_banner(process)
+    workers = _children(process.pid)
+    assert workers, "jobq dev runs its worker as a child process"
+    process.kill()  # SIGKILL: none of jobq dev's own clean-up runs
+    process.wait(timeout=10)
+    deadline = time.monotonic() + 30
+    try:
+        while alive := [pid for pid in workers if _running(pid)]:
+            assert time.monotonic() < deadline, f"the worker outlived jobq dev: {alive}"
+            time.sleep(0.1)
+    finally:
+        for pid in workers:  # an orphan would hold the test's pipes open
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
 
 
 def _children(pid: int) -> list[int]:
@@ -142,25 +207,9 @@ def test_dev_runs_api_and_worker_prints_a_curl_that_works_and_stops_on_ctrl_c(
     tmp_path: Path, processes: list[subprocess.Popen[str]]
 ) -> None:
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBQ_")}  # the defaults, as on a fresh clone
-    env["PYTHONPATH"] = str(REPO)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "service", "dev", "--port", str(port)],
-        env=env,
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = _start_dev(tmp_path, port)
     processes.append(process)
-    assert process.stdout is not None
-    banner = []
-    deadline = time.monotonic() + 90
-    while not any("Ctrl-C" in line for line in banner):
-        line = process.stdout.readline()
-        assert line or process.poll() is None, f"jobq dev died: {process.stderr.read() if process.stderr else ''}"
-        banner.append(line)
-        assert time.monotonic() < deadline
+    banner = _dev_banner(process)
     text = "".join(banner)
     assert f"http://127.0.0.1:{port}" in text
     assert (tmp_path / "jobq.db").exists()  # the SQLite default, migrated
@@ -184,7 +233,6 @@ def test_dev_runs_api_and_worker_prints_a_curl_that_works_and_stops_on_ctrl_c(
     assert workers, "jobq dev runs its worker as a child process"
     process.send_signal(signal.SIGINT)  # Ctrl-C
     assert process.wait(timeout=60) == 0, process.stderr.read() if process.stderr else ""
-    for pid in workers:
-        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+    assert not any(_running(pid) for pid in workers)
     with pytest.raises(httpx.TransportError):
         httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)

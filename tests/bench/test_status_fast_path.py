@@ -19,10 +19,10 @@ import pytest
 from fastapi import FastAPI
 
 from service.api.app import create_app
-from service.api.auth import hash_token, new_token
 from service.api.fast_poll import StatusPollFastPath
 from service.config import Settings
 from service.jobs import NewJob
+from service.tokens import hash_token, new_token
 from tests.conftest import FakeClock
 from tests.store.builders import fail_job
 

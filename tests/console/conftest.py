@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.api.auth import hash_token, new_token
+from service.tokens import hash_token, new_token
 from tests.api.conftest import LiveApi, api, start_api, start_worker  # noqa: F401  (fixtures)
 
 

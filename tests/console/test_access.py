@@ -8,11 +8,11 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from service.api.auth import hash_token
 from service.console.session import CSRF_COOKIE, SESSION_COOKIE
 from service.limits import Limit
 from service.retry import GiveUp
 from service.schedules import ScheduleSpec
+from service.tokens import hash_token
 from tests.api.conftest import LiveApi
 from tests.console.conftest import admin_token
 from tests.store.builders import new_job
