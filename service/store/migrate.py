@@ -15,6 +15,8 @@ from sqlalchemy import create_engine, pool
 from alembic import command
 from service.errors import StoreUnavailable
 
+CONNECT_TIMEOUT_SECONDS = 10
+
 
 def migrations_folder() -> Path:
     """The Alembic folder (env.py, script.py.mako, versions/).
@@ -58,21 +60,25 @@ def downgrade(database_url: str, revision: str = "base") -> None:
 
 
 @contextmanager
-def _translate() -> Iterator[None]:
+def _translate(failed: str = "cannot migrate") -> Iterator[None]:
     """SQLAlchemy's connection errors, as the store's own: StoreUnavailable."""
     try:
         yield
     except sqlalchemy.exc.DBAPIError as exc:
         first_line = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
-        raise StoreUnavailable(f"cannot migrate: {first_line}") from exc
+        raise StoreUnavailable(f"{failed}: {first_line}") from exc
 
 
 def is_at_head(database_url: str) -> bool:
     """True when the database's schema is at the newest migration (readiness checks)."""
     heads = set(ScriptDirectory.from_config(alembic_config(database_url)).get_heads())
-    engine = create_engine(sqlalchemy_url(database_url), poolclass=pool.NullPool)
+    url = sqlalchemy_url(database_url)
+    # A host that drops packets would otherwise hold a readiness check or the worker's
+    # start-up wait for the kernel's TCP timeout (minutes): give up as the listener does.
+    connect_args = {"connect_timeout": CONNECT_TIMEOUT_SECONDS} if url.startswith("postgresql") else {}
+    engine = create_engine(url, poolclass=pool.NullPool, connect_args=connect_args)
     try:
-        with engine.connect() as connection:
+        with _translate("cannot read the schema version"), engine.connect() as connection:
             current = set(MigrationContext.configure(connection).get_current_heads())
     finally:
         engine.dispose()

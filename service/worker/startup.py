@@ -96,8 +96,8 @@ def _check(database_url: str) -> tuple[str | None, str]:
 
     try:
         current = migrate.is_at_head(database_url)
-    except Exception as exc:  # whatever the driver raised, the database did not answer
-        return _first_line(getattr(exc, "orig", None) or exc), UNREACHABLE_ADVICE
+    except StoreUnavailable as exc:  # the database did not answer
+        return _first_line(exc), UNREACHABLE_ADVICE
     if not current:
         return "the database schema is behind this jobq's newest migration", BEHIND_ADVICE
     return None, ""
