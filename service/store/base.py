@@ -130,8 +130,8 @@ class Store(Protocol):
     def complete_and_claim(
         self, finished: Sequence[Completion], claim: ClaimRequest
     ) -> tuple[list[Lease], list[ClaimedJob]]:
-        """``complete_many(finished)`` and then ``claim`` with the request, in one round trip
-        (PostgreSQL: two transactions, pipelined): a worker refills the slots its finished jobs
+        """``complete_many(finished)`` and then ``claim`` with the request, in one transaction
+        (PostgreSQL: pipelined, one round trip): a worker refills the slots its finished jobs
         free with the same write. Returns the lost leases and the jobs claimed."""
         ...
 

@@ -4,17 +4,14 @@ slots given back by every statement that ends a run, round robin and weights acr
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 
-import psycopg
 import pytest
 
 from service.errors import InvalidInput, LimitNotFound
 from service.jobs import Completion, NewJob
 from service.limits import Limit, parse_rate
 from service.store import Store
-from service.store.base import ClaimRequest
 from tests.conftest import Database, FakeClock
 from tests.store.builders import LEASE_SECONDS, fail_job, new_job, reap
 
@@ -286,45 +283,3 @@ def test_enqueued_jobs_of_a_new_tenant_get_a_counter_under_tenant_star(store):
     store.set_limit(Limit("tenant:*", concurrency=2))
     store.enqueue(NewJob(kind="k", payload={}, tenant="fresh"))
     assert [(u.scope, u.running, u.concurrency) for u in store.scope_usage()] == [("tenant:fresh", 0, 2)]
-
-
-@pytest.mark.postgres_only(reason="row locks between sessions")
-def test_a_refill_claim_waiting_for_a_counter_holds_no_counter_the_completion_gave_back(make_store, store_url):
-    """complete_and_claim: while the claim waits for a counter another session holds, the
-    counters its completion gave back are already free. Held together in one transaction, two
-    finishers each waiting for a tenant the other had just given back deadlocked (1 s each,
-    until deadlock_timeout; the limited drain fell to a third of the unlimited one)."""
-    store = make_store(store_url)
-    store.set_limit(Limit("tenant:*", concurrency=3))
-    store.enqueue(new_job(tenant="a"))
-    [job] = claim(store)
-    store.enqueue(new_job(tenant="b"))
-    result: list[object] = []
-    with psycopg.connect(store_url) as holder, psycopg.connect(store_url, autocommit=True) as probe:
-        holder.execute("SELECT 1 FROM scope_counters WHERE scope = 'tenant:b' FOR UPDATE")
-        refill = threading.Thread(
-            target=lambda: result.append(
-                store.complete_and_claim([Completion(job.lease, None)], ClaimRequest("w", ("default",), 1, 30.0))
-            )
-        )
-        refill.start()
-        try:
-            waiting = (
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                " AND wait_event_type = 'Lock' AND query LIKE '%%RECURSIVE%%'"
-            )
-            for _ in range(200):
-                if probe.execute(waiting).fetchone()[0]:
-                    break
-                time.sleep(0.02)
-            else:
-                pytest.fail("the claim never waited for tenant:b's counter")
-            [(running,)] = probe.execute(
-                "SELECT running FROM scope_counters WHERE scope = 'tenant:a' FOR UPDATE NOWAIT"
-            ).fetchall()
-            assert running == 0, "the completion's give-back is not committed"
-        finally:
-            holder.rollback()
-            refill.join(10)
-    [(lost, claimed)] = result
-    assert lost == [] and [c.id for c in claimed] != []

@@ -502,14 +502,10 @@ class PostgresStore:
     def complete_and_claim(
         self, finished: Sequence[Completion], claim: ClaimRequest
     ) -> tuple[list[Lease], list[ClaimedJob]]:
-        # COMPLETE_JOBS and the claim statement as they are, each in its own transaction,
-        # pipelined: both transactions leave in one send and their answers come back together,
-        # so a steady worker pays one round trip per batch of jobs, finished and refilled.
-        # Not one transaction: the completion's give-back locks its scopes' counters, and a
-        # claim in the same transaction would wait for other counters while holding those,
-        # a cycle two finishers close (deadlocks, each found after deadlock_timeout, 1 s, took
-        # the limited drain to 0.34-0.57 of the unlimited one, 2 Dec). Each statement alone
-        # locks its counters in scope order, and a claim commits holding nothing else.
+        # COMPLETE_JOBS and the claim statement as they are, one after the other in one
+        # transaction, pipelined: BEGIN, both statements and COMMIT leave in one send and
+        # their answers come back together, so a steady worker pays one round trip and one
+        # commit per batch of jobs, finished and refilled.
         finished = sorted(finished, key=lambda item: item.lease.job_id)
         complete_params = self._complete_params(finished) if finished else None
         claim_statement, claim_params = self._claim_statement(claim)
@@ -519,7 +515,6 @@ class PostgresStore:
                 with conn.pipeline():
                     with conn.transaction():
                         done = conn.execute(COMPLETE_JOBS, complete_params) if complete_params else None
-                    with conn.transaction():
                         got = conn.execute(claim_statement, claim_params)
                 return (done.fetchall() if done is not None else []), got.fetchall()
 
