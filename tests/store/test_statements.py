@@ -21,7 +21,7 @@ import pytest
 
 from service.store.sqlite import SqliteStore
 
-VERBS = ("SELECT", "WITH", "INSERT", "UPDATE", "DELETE", "LOCK")
+VERBS = ("SELECT", "WITH", "INSERT", "UPDATE", "DELETE", "LOCK", "SET")
 
 
 def named_statements(package: str) -> dict[str, str]:
@@ -48,7 +48,7 @@ def _pg_prepare(conn: psycopg.Connection, statement: str) -> None:
         return f"${numbers.setdefault(match.group(1), len(numbers) + 1)}"
 
     text = re.sub(r"%\((\w+)\)s", number, statement).replace("%%", "%")
-    if text.lstrip().upper().startswith("LOCK"):  # not preparable: run it, and roll it back
+    if text.lstrip().upper().startswith(("LOCK", "SET")):  # not preparable: run it, and roll it back
         with conn.transaction(force_rollback=True):
             conn.execute(text)
         return

@@ -17,6 +17,11 @@ class Retryable(Exception):
     """A deadlock or serialization failure: the statement may simply run again."""
 
 
+class LockWaitTooLong(Exception):
+    """A statement waited past its transaction's lock_timeout (set only where the store
+    has a cheaper way on than waiting: see ``complete_and_claim``)."""
+
+
 @contextmanager
 def translate_errors() -> Iterator[None]:
     """The one place where psycopg's errors become jobq's."""
@@ -26,6 +31,8 @@ def translate_errors() -> Iterator[None]:
         sqlstate = getattr(exc, "sqlstate", None)
         if sqlstate in RETRYABLE_SQLSTATES:
             raise Retryable(str(exc)) from exc
+        if isinstance(exc, pgerrors.LockNotAvailable):
+            raise LockWaitTooLong(str(exc)) from exc
         if isinstance(exc, pgerrors.UndefinedTable):
             raise StoreUnavailable(f"the database schema is not migrated (run jobq migrate): {exc}") from exc
         if isinstance(exc, pgerrors.CheckViolation):

@@ -367,6 +367,16 @@ SELECT cancel_requested, notified FROM written
 """
 )
 
+# -- refill_lock_timeout --
+# complete_and_claim's transaction first gives its finished jobs' scope slots back
+# (COMPLETE_JOBS locks those counters) and then claims, which may wait for other
+# counters. Two finishers, each waiting for a counter the other just gave back, would
+# deadlock until deadlock_timeout (1 s) — the limited drain fell to a third of the
+# unlimited one. So the refill waits at most this long; past it, the store commits the
+# completion on its own and claims after it, holding nothing while it waits. Normal
+# contention (another claim's few milliseconds) stays under it.
+REFILL_LOCK_TIMEOUT = "SET LOCAL lock_timeout = '50ms'"
+
 # -- complete_jobs --
 # Invariant 1: a result is stored only for a token that still holds its job; each
 # job, its result row and its attempt row change together or not at all. Many

@@ -37,6 +37,7 @@ from service.store.base import Clock
 from service.store.fairness import advance_cursor, tenants_to_visit
 from service.store.postgres.connection import READ as _READ
 from service.store.postgres.connection import Connected, fence
+from service.store.postgres.errors import LockWaitTooLong
 from service.store.postgres.items import Items, item_batch
 from service.store.postgres.limits import Limits
 from service.store.postgres.listener import connection_defaults
@@ -50,6 +51,7 @@ from service.store.postgres.statements import (
     COMPLETE_JOBS,
     FAIL_JOB,
     READ_ATTEMPT_RECEIPT,
+    REFILL_LOCK_TIMEOUT,
     RELEASE_JOB,
     RENEW_LEASE,
 )
@@ -174,11 +176,19 @@ class PostgresStore(Submitting, Operations, Limits, Items, Maintenance, Schedule
             with self._connection() as conn:
                 with conn.pipeline():
                     with conn.transaction():
+                        conn.execute(REFILL_LOCK_TIMEOUT)
                         done = conn.execute(COMPLETE_JOBS, complete_params) if complete_params else None
                         got = conn.execute(claim_statement, claim_params)
                 return (done.fetchall() if done is not None else []), got.fetchall()
 
-        completed, claimed = self._retrying(run)
+        try:
+            completed, claimed = self._retrying(run)
+        except LockWaitTooLong:
+            # The refill waited for a scope counter while holding those its completion gave
+            # back: two finishers doing that in opposite orders deadlock. Nothing was written;
+            # the completion alone, then the claim alone, each wait holding nothing else.
+            completed = self._fetchall(COMPLETE_JOBS, complete_params) if complete_params else []
+            claimed = self._fetchall(claim_statement, claim_params)
         return self._lost(finished, completed), self._claimed(claim, claimed)
 
     def _complete_params(self, finished: Sequence[Completion]) -> dict[str, Any]:
