@@ -69,6 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plans", type=Path, default=None, help="write EXPLAIN (ANALYZE, BUFFERS) of each query here")
     parser.add_argument("--no-prune", action="store_true", help="skip the day's prune")
     parser.add_argument("--prune-pause", type=float, default=0.0, help="jobq prune --pause (between batches)")
+    parser.add_argument("--prune-batch", type=int, default=1_000, help="jobq prune --batch (jobs per transaction)")
     parser.add_argument("--history-url", default=None, help="measure this database, which holds history already")
 
 
@@ -233,6 +234,8 @@ def _prune(report: Report, args: argparse.Namespace, url: str, store: Any) -> No
                     older_than,
                     "--pause",
                     str(args.prune_pause),
+                    "--batch",
+                    str(args.prune_batch),
                 ],
                 env=python_env(url),
                 capture_output=True,
@@ -254,7 +257,7 @@ def _prune(report: Report, args: argparse.Namespace, url: str, store: Any) -> No
     report.add("claim, just before the prune", **_latency(before), load=load_average())
     report.add(f"claim, during jobq prune --older-than {older_than}", **_latency(during), load=load_average())
     report.add(
-        f"jobq prune --older-than {older_than} --pause {args.prune_pause:g}",
+        f"jobq prune --older-than {older_than} --pause {args.prune_pause:g} --batch {args.prune_batch}",
         seconds=outcome["seconds"],
         prunable=prunable,
         p99_ratio=percentile(during, 99) / percentile(before, 99),

@@ -57,7 +57,7 @@ def test_prune_deletes_old_terminal_jobs_with_their_rows_and_nothing_else(cli: R
     assert dry.stdout == "would delete 4 jobs finished more than 42d ago (dry run; nothing was deleted)\n"
     assert db.count("jobs") == total
 
-    real = cli("prune", "--older-than", "42d")
+    real = cli("prune", "--older-than", "42d", "--batch", "1")  # four transactions of one job
     assert (real.returncode, real.stdout) == (0, "deleted 4 jobs finished more than 42d ago\n"), real.stderr
     left = {row["id"] for row in db.rows("SELECT id FROM jobs")}
     assert left == {*young, *active}
@@ -80,6 +80,8 @@ def test_prune_refuses_bad_ages(cli: Run) -> None:
         ["--older-than", "42"],
         ["--older-than", "42d", "--pause", "-1"],
         ["--older-than", "42d", "--pause", "soon"],
+        ["--older-than", "42d", "--batch", "0"],
+        ["--older-than", "42d", "--batch", "10001"],
     ):
         assert_one_line_error(cli("prune", *args), EXIT_USAGE)
 
