@@ -141,6 +141,9 @@ class Worker:
         self.id = self.config.worker_id or make_worker_id()
         self.queues = tuple(self.config.queues or app.queues)
         self.kinds = app.kinds
+        # Each claim writes these into the jobs it takes (a kind's default and ceiling); the
+        # app's handlers are fixed once a worker runs, so they are read once, not per claim.
+        self.kind_max_attempts = tuple(sorted(app.max_attempts.items()))
         self.retry_policy = retry_policy or RetryPolicy()
         self.clock = clock
         self.health = StoreHealth(self.id)
@@ -255,7 +258,7 @@ class Worker:
                 sent = self.clock()
                 try:
                     jobs = self.store.claim(
-                        self.id, self.queues, free, self.config.lease_seconds, self.kinds, self.app.max_attempts
+                        self.id, self.queues, free, self.config.lease_seconds, self.kinds, dict(self.kind_max_attempts)
                     )
                 except StoreUnavailable as exc:
                     self.health.failed(exc, "claim")
@@ -278,9 +281,7 @@ class Worker:
         (prefetch stays one per slot), none once the worker is stopping."""
         if self._stopping.is_set():
             return None
-        return ClaimRequest(
-            self.id, self.queues, freed, self.config.lease_seconds, self.kinds, tuple(self.app.max_attempts.items())
-        )
+        return ClaimRequest(self.id, self.queues, freed, self.config.lease_seconds, self.kinds, self.kind_max_attempts)
 
     def _start_jobs(self, jobs: list[ClaimedJob], sent: float) -> None:
         for job in jobs:

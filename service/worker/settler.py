@@ -104,9 +104,8 @@ class Settler:
     def fail(self, running: RunningJob, error: str, retryable: bool, duration: float) -> None:
         """The failure with the retry decision: again later, or for good. Raises LeaseLost."""
         job = running.job
-        # The handler's max_attempts is a ceiling on the job's own.
-        ceiling = min(job.max_attempts, running.spec.max_attempts or job.max_attempts)
-        decision = self.retry_policy.decide(job.attempt, ceiling, retryable)
+        # The claim already applied the handler's max_attempts (default and ceiling) to the job.
+        decision = self.retry_policy.decide(job.attempt, job.max_attempts, retryable)
         result = self.persist(lambda: self.store.fail(job.lease, error, decision))
         event = _FAIL_EVENTS.get(result.state, "job.failed")
         fields: dict[str, object] = {"error": error.splitlines()[0][:500]}
