@@ -22,9 +22,6 @@ from service.store.base import PRUNE_BATCH, Store
 
 logger = logging.getLogger("jobq.maintenance")
 
-DEFAULT_RETENTION_SECONDS = 42 * 86_400
-"""Six weeks: what the README recommends keeping (analysts' queries look back six weeks)."""
-
 
 class Pruner:
     def __init__(

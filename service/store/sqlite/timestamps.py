@@ -16,7 +16,3 @@ def to_text(moment: datetime) -> str:
 
 def from_text(text: str) -> datetime:
     return datetime.strptime(text, "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=UTC)
-
-
-def maybe_time(text: str | None) -> datetime | None:
-    return from_text(text) if text is not None else None
