@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from service.jobs import Completion
+from service.limits import Limit
 from service.store.postgres.statements import CLAIM_JOBS, COMPLETE_JOBS
 from tests.conftest import Database
 from tests.store.builders import new_job
@@ -71,9 +72,7 @@ def test_the_claim_reads_only_the_claimable_index_however_long_the_history(make_
     assert db.count("jobs", "state = 'queued'") == 20
 
 
-def test_completion_finds_rows_by_index_in_a_plan_prepared_while_tables_are_small(
-    make_store, store_url, db: Database
-):
+def test_completion_finds_rows_by_index_in_a_plan_prepared_while_tables_are_small(make_store, store_url, db: Database):
     """A worker's connection prepares COMPLETE_JOBS after a few batches — on a new deployment,
     while jobs and job_attempts are nearly empty — and keeps that generic plan as the tables grow
     (nothing replans it until an ANALYZE). The plan must find rows by their keys: one that reads
@@ -94,8 +93,77 @@ def test_completion_finds_rows_by_index_in_a_plan_prepared_while_tables_are_smal
     plan = next(iter(row.values()))
     plan = json.loads(plan) if isinstance(plan, str) else plan
     shown = json.dumps(plan, indent=1)
-    scanned = [n for n in _plan_nodes(plan[0]["Plan"])
-               if n.get("Relation Name") in ("jobs", "job_attempts", "job_items")]
+    scanned = [
+        n for n in _plan_nodes(plan[0]["Plan"]) if n.get("Relation Name") in ("jobs", "job_attempts", "job_items")
+    ]
     assert scanned, shown
     for node in scanned:
         assert node["Node Type"] != "Seq Scan", f"COMPLETE_JOBS reads all of {node['Relation Name']}\n{shown}"
+
+
+def _claim_values() -> dict[str, str]:
+    return {
+        "now": "NULL",
+        "worker": "'explain'",
+        "queues": "ARRAY['default']",
+        "kinds": "NULL",
+        "limit": "10",
+        "lease_seconds": "30.0",
+        "notify": "false",
+        "cursor": "''",
+        "visit": "11",
+        "kind_max_attempts": "'{}'",
+    }
+
+
+@pytest.mark.parametrize("limited", [False, True], ids=["no limits", "a tenant limit"])
+def test_the_claim_finds_rows_by_key_in_a_plan_prepared_while_tables_are_small(
+    make_store, store_url, db: Database, limited: bool
+):
+    """PostgreSQL runs the claim on a generic plan (its parameters are read through ``n``, so a
+    plan for given values looks no cheaper), made once per connection — on a new deployment,
+    while jobs and scope_counters are nearly empty — and kept as they grow. Every read of those
+    tables must go by a key or an index: the claimed rows are updated by the ctid the claim
+    locked them at, never found again by a hash join over the whole table."""
+    store = make_store(store_url)
+    if limited:
+        store.set_limit(Limit("tenant:t1", concurrency=3))
+    store.enqueue_many([new_job(tenant="t1") for _ in range(20)])
+    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", CLAIM_JOBS)))
+    positional = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", CLAIM_JOBS)
+    values = _claim_values()
+    db.execute("SET plan_cache_mode = force_generic_plan")
+    db.execute(f"PREPARE claim_jobs AS {positional}")
+    try:
+        [row] = db.rows(f"EXPLAIN (FORMAT JSON) EXECUTE claim_jobs({', '.join(values[n] for n in names)})")
+    finally:
+        db.execute("DEALLOCATE claim_jobs")
+        db.execute("RESET plan_cache_mode")
+    plan = next(iter(row.values()))
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+    shown = json.dumps(plan, indent=1)
+    nodes = _plan_nodes(plan[0]["Plan"])
+    scanned = [n for n in nodes if n.get("Relation Name") in ("jobs", "scope_counters")]
+    assert scanned, shown
+    for node in scanned:
+        assert node["Node Type"] != "Seq Scan", f"CLAIM_JOBS reads all of {node['Relation Name']}\n{shown}"
+    assert any(n["Node Type"] == "Tid Scan" and n.get("Relation Name") == "jobs" for n in nodes), shown
+
+
+def test_postgresql_keeps_one_generic_plan_for_the_claim(make_store, store_url, db: Database):
+    """Planning the claim costs as much as running it (docs/PERFORMANCE.md): a plan for given
+    values must not look cheaper than the generic one, or PostgreSQL plans it before every run."""
+    store = make_store(store_url)
+    store.enqueue_many([new_job(tenant=f"t{i % 3}") for i in range(200)])
+    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", CLAIM_JOBS)))
+    positional = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", CLAIM_JOBS)
+    values = _claim_values()
+    db.execute(f"PREPARE claim_jobs AS {positional}")
+    try:
+        for _ in range(12):  # 10 jobs each, of the 200
+            assert len(db.rows(f"EXECUTE claim_jobs({', '.join(values[n] for n in names)})")) == 10
+        plans = db.one("SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = 'claim_jobs'")
+    finally:
+        db.execute("DEALLOCATE claim_jobs")
+    # PostgreSQL makes five custom plans, then compares: from then on the generic one is used.
+    assert plans["custom_plans"] == 5 and plans["generic_plans"] == 7, plans

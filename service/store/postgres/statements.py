@@ -118,16 +118,30 @@ NOTIFY_CHANGED = "CASE WHEN %(notify)s THEN pg_notify('jobq_job_changes', j.id::
 # by one scope still holds its place in the others), so a race can cost a slot for
 # one claim, never put a scope over its limit.
 # With no limits, scope_counters is empty: each probe of it finds nothing.
+#
+# One plan per connection. The parameters are read through ``n`` (a CTE the planner
+# cannot see into), so a plan for given values costs no less than the generic one and
+# PostgreSQL keeps the generic plan after its five trial plans: planning took as long
+# as running (docs/PERFORMANCE.md). A generic plan is made once, maybe on a new
+# deployment's nearly empty tables, and kept as they grow, so every row it touches is
+# found by a key whatever the tables' statistics said: the claimed jobs are updated
+# at the ctid ``picked`` locked them at (a hash join from ``admitted`` read all of
+# jobs), and the counters through the keys ``counters`` locked. A locked job whose
+# newest version our snapshot cannot see (changed and committed after the statement
+# began, still queued) matches no row at its ctid and is simply not claimed this time;
+# counted follows claimed, so the counters stay exact. Plan tests:
+# tests/store/test_claim_plan.py.
 CLAIM_JOBS = (
     """
 WITH RECURSIVE n AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS ts
+    SELECT coalesce(%(now)s::timestamptz, now()) AS ts, %(queues)s::text[] AS queues, %(kinds)s::text[] AS kinds,
+           %(cursor)s::text AS cursor, %(visit)s::int AS visit, %(limit)s::int AS lim
 ),
 q AS (
-    SELECT unnest(%(queues)s::text[]) AS queue
+    SELECT unnest(n.queues) AS queue FROM n
 ),
 walk(tenant, lap, first, step) AS (
-    SELECT %(cursor)s::text, 0, true, 0
+    SELECT n.cursor, 0, true, 0 FROM n
     UNION ALL
     SELECT nxt.tenant, w.lap + CASE WHEN w.tenant IS NULL THEN 1 ELSE 0 END, false, w.step + 1
     FROM walk AS w
@@ -138,13 +152,13 @@ walk(tenant, lap, first, step) AS (
             FROM jobs AS j
             WHERE j.state = 'queued' AND j.queue = q.queue AND j.tenant > coalesce(w.tenant, '')
               AND j.run_after <= (SELECT ts FROM n)
-              AND (%(kinds)s::text[] IS NULL OR j.kind = ANY(%(kinds)s::text[]))
+              AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[]))
             ORDER BY j.tenant
             LIMIT 1
         ) AS h
     ) AS nxt
     -- one lap from the cursor to the end, then one from the start back to the cursor
-    WHERE (w.tenant IS NULL AND w.lap = 0) OR (w.tenant IS NOT NULL AND (w.lap = 0 OR w.tenant < %(cursor)s))
+    WHERE (w.tenant IS NULL AND w.lap = 0) OR (w.tenant IS NOT NULL AND (w.lap = 0 OR w.tenant < (SELECT cursor FROM n)))
 ),
 tenants AS (
     -- scalar subqueries, not joins: the walk is then pulled only until %(visit)s tenants
@@ -162,10 +176,10 @@ tenants AS (
                         CASE WHEN EXISTS (SELECT 1 FROM limits AS d WHERE d.scope = 'tenant:*'
                                           AND (d.concurrency IS NOT NULL OR d.rate IS NOT NULL)) THEN 0 END) AS room
         FROM walk AS w
-        WHERE NOT w.first AND w.tenant IS NOT NULL AND (w.lap = 0 OR w.tenant <= %(cursor)s)
+        WHERE NOT w.first AND w.tenant IS NOT NULL AND (w.lap = 0 OR w.tenant <= (SELECT cursor FROM n))
     ) AS w
     WHERE w.room IS NULL OR w.room > 0
-    LIMIT %(visit)s
+    LIMIT (SELECT visit FROM n)
 ),
 cand AS (
     -- each visited tenant's next jobs, to rank (not locked: another claimer may hold some)
@@ -179,7 +193,7 @@ cand AS (
             FROM jobs AS j, n
             WHERE j.state = 'queued' AND j.queue = q.queue AND j.tenant = t.tenant
               AND j.run_after <= n.ts
-              AND (%(kinds)s::text[] IS NULL OR j.kind = ANY(%(kinds)s::text[]))
+              AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[]))
               AND NOT EXISTS (
                   SELECT 1 FROM scope_counters AS s
                   WHERE s.scope IN ('kind:' || j.kind, 'queue:' || j.queue, 'key:' || j.concurrency_key)
@@ -187,10 +201,10 @@ cand AS (
     + _room("s")
     + """ <= 0)
             ORDER BY j.priority DESC, j.run_after, j.id
-            LIMIT %(limit)s
+            LIMIT (SELECT lim FROM n)
         ) AS j
         ORDER BY j.priority DESC, j.run_after, j.id
-        LIMIT %(limit)s
+        LIMIT (SELECT lim FROM n)
     ) AS c
 ),
 shares AS (
@@ -201,23 +215,23 @@ shares AS (
         FROM cand AS c
         WHERE c.tenant_room IS NULL OR c.place <= c.tenant_room
         ORDER BY (c.tenant_running + c.place) / c.weight, c.step, c.place
-        LIMIT %(limit)s
+        LIMIT (SELECT lim FROM n)
     ) AS best
     GROUP BY tenant, step
 ),
 picked AS (
     -- each tenant's share, locked: SKIP LOCKED goes down the tenant's line past rows that
     -- another claimer holds, so claimers at the same instant take different jobs
-    SELECT j.id, j.tenant, j.kind, j.queue, j.concurrency_key, sh.step, j.place
+    SELECT j.id, j.tid, j.tenant, j.kind, j.queue, j.concurrency_key, sh.step, j.place
     FROM shares AS sh
     CROSS JOIN LATERAL (
         SELECT j.*, row_number() OVER (ORDER BY j.priority DESC, j.run_after, j.id) AS place
         FROM q CROSS JOIN LATERAL (
-            SELECT j.id, j.tenant, j.kind, j.queue, j.concurrency_key, j.priority, j.run_after
+            SELECT j.id, j.ctid AS tid, j.tenant, j.kind, j.queue, j.concurrency_key, j.priority, j.run_after
             FROM jobs AS j
             WHERE j.state = 'queued' AND j.queue = q.queue AND j.tenant = sh.tenant
               AND j.run_after <= (SELECT ts FROM n)
-              AND (%(kinds)s::text[] IS NULL OR j.kind = ANY(%(kinds)s::text[]))
+              AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[]))
               AND NOT EXISTS (
                   SELECT 1 FROM scope_counters AS s, n
                   WHERE s.scope IN ('kind:' || j.kind, 'queue:' || j.queue, 'key:' || j.concurrency_key)
@@ -259,7 +273,9 @@ placed AS (
     FROM scoped AS s LEFT JOIN counters AS c ON c.scope = s.scope
 ),
 admitted AS (
-    SELECT id FROM placed GROUP BY id HAVING bool_and(room IS NULL OR place <= room)
+    SELECT p.id, p.tid
+    FROM picked AS p
+    WHERE p.id IN (SELECT id FROM placed GROUP BY id HAVING bool_and(room IS NULL OR place <= room))
 ),
 claimed AS (
     UPDATE jobs AS j
@@ -279,7 +295,7 @@ claimed AS (
         started_at = n.ts,
         updated_at = n.ts
     FROM admitted, n
-    WHERE j.id = admitted.id
+    WHERE j.ctid = admitted.tid AND j.id = admitted.id
     RETURNING j.id, j.kind, j.queue, j.tenant, j.concurrency_key, j.payload, j.checkpoint, j.done, j.total, j.items_ok, j.items_failed,
               j.attempts, j.claims, j.max_attempts, j.lease_expires_at, j.run_after, n.ts AS started_at, """
     + NOTIFY_CHANGED
@@ -304,7 +320,7 @@ counted AS (
         WHERE s.scope IS NOT NULL
         GROUP BY s.scope
     ) AS t, n
-    WHERE c.scope = t.scope
+    WHERE c.scope = t.scope AND c.scope = ANY(ARRAY(SELECT scope FROM counters))
 ),
 opened AS (
     -- Invariant 3: every attempt has its row from the moment it starts.
