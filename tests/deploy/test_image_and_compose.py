@@ -1,6 +1,7 @@
 """deploy/Dockerfile, deploy/compose.yaml and deploy/.env.example, checked without a Docker engine:
-hadolint on the Dockerfile, every service's command run through the real ``jobq --help``,
-the stop-grace rule, and the env example against the settings jobq reads."""
+hadolint on the Dockerfile, the compose file against the Compose Specification's schema, every
+service's command run through the real ``jobq --help``, the stop-grace rule, and the env example
+against the settings jobq reads."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import json
 import re
 import subprocess
 from fnmatch import fnmatch
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import jsonschema
 import pytest
 
 from tests.deploy.manifests import (
@@ -85,6 +88,22 @@ def test_build_context_holds_what_the_wheel_is_built_from() -> None:
 
 
 # -- the compose file ------------------------------------------------------------------------
+
+# The Compose Specification's schema, vendored unchanged: schema/compose-spec.json of
+# github.com/compose-spec/compose-spec at commit 170098ba07d9f53c383a41bfd4c5166b0a4529a6
+# (Apache License 2.0), the schema `docker compose` validates a file against.
+COMPOSE_SPEC = Path(__file__).with_name("compose-spec.json")
+
+
+def test_compose_file_is_valid_compose() -> None:
+    """Parsed as compose parses it, against the specification's schema: a misspelt key anywhere fails."""
+    schema = json.loads(COMPOSE_SPEC.read_text())
+    jsonschema.Draft7Validator(schema).validate(compose())
+    misspelt = compose()
+    misspelt["services"]["worker"]["stop_grace_perod"] = misspelt["services"]["worker"].pop("stop_grace_period")
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft7Validator(schema).validate(misspelt)
+
 
 
 def jobq_services() -> dict[str, dict[str, Any]]:

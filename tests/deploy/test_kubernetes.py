@@ -1,12 +1,12 @@
 """deploy/k8s, rendered by ``kubectl kustomize`` and validated offline: every object against the
-Kubernetes schemas (kubernetes-validate, strict), the ScaledObject against KEDA's ScaledObject
-schema, every jobq container's arguments through the real ``jobq --help``, the grace rule."""
+Kubernetes schemas (kubernetes-validate, strict), the ScaledObject against KEDA's own CRD
+(vendored beside this file), every jobq container's arguments through the real ``jobq --help``, the grace rule."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +27,7 @@ from tests.deploy.manifests import (
 )
 
 KUBERNETES_VERSION = "1.30"  # the oldest minor the manifests promise to fit (deploy/README.md)
-KEDA_SCHEMA = Path(__file__).with_name("keda_scaledobject.schema.json")
-KEDA_CRD_ENV = "JOBQ_KEDA_CRD"
+KEDA_CRD = Path(__file__).with_name("keda.sh_scaledobjects.yaml")  # its first lines name its source
 
 
 def containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
@@ -58,11 +57,7 @@ def test_validation_can_fail() -> None:
     wrong = json.loads(json.dumps(scaled_object()))
     wrong["spec"]["minReplicas"] = 1
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(wrong, json.loads(KEDA_SCHEMA.read_text()))
-
-
-def test_scaled_object_validates_against_keda_schema() -> None:
-    jsonschema.validate(scaled_object(), json.loads(KEDA_SCHEMA.read_text()))
+        jsonschema.validate(wrong, keda_schema())
 
 
 def _strict(schema: Any) -> Any:
@@ -79,18 +74,20 @@ def _strict(schema: Any) -> Any:
     return schema
 
 
-def test_scaled_object_validates_against_keda_crd_file() -> None:
-    """Against KEDA's own CRD (config/crd/bases/keda.sh_scaledobjects.yaml of a KEDA release), when
-    JOBQ_KEDA_CRD names that file; the repository keeps no copy of it."""
-    path = os.environ.get(KEDA_CRD_ENV)
-    if not path:
-        pytest.skip(f"{KEDA_CRD_ENV} is not set: name KEDA's keda.sh_scaledobjects.yaml to check against it")
-    crd = yaml.safe_load(Path(path).read_text())
+@cache
+def keda_schema() -> dict[str, Any]:
+    """The vendored CRD's schema of the version deploy/k8s's ScaledObject names, made strict."""
+    crd = yaml.safe_load(KEDA_CRD.read_text())
     obj = scaled_object()
     group, version = obj["apiVersion"].split("/")
     assert crd["spec"]["group"] == group and crd["spec"]["names"]["kind"] == obj["kind"]
     (served,) = [v for v in crd["spec"]["versions"] if v["name"] == version]
-    jsonschema.validate(obj, _strict(served["schema"]["openAPIV3Schema"]))
+    schema: dict[str, Any] = _strict(served["schema"]["openAPIV3Schema"])
+    return schema
+
+
+def test_scaled_object_validates_against_keda_crd() -> None:
+    jsonschema.validate(scaled_object(), keda_schema())
 
 
 def test_keda_postgresql_trigger_as_the_scaler_reads_it() -> None:
