@@ -251,6 +251,14 @@ def prune(
             "so the queue's own commits wait less behind them.",
         ),
     ] = PRUNE_BATCH,
+    rollup_older_than: Annotated[
+        str,
+        typer.Option(
+            metavar="DURATION",
+            help="Delete the daily rollup's days (the analysts' day-level views) that ended longer ago "
+            "than this; at least --older-than.",
+        ),
+    ] = "400d",
 ) -> None:
     """Delete old finished jobs with their attempts, results and replays.
 
@@ -263,13 +271,20 @@ def prune(
     seconds = parse_duration(older_than, name="--older-than")
     if seconds < 86_400 and not force:
         raise InvalidInput(f"--older-than {older_than} keeps less than a day of history; add --force if you mean it")
+    rollup_seconds = parse_duration(rollup_older_than, name="--rollup-older-than")
+    if rollup_seconds < seconds:
+        raise InvalidInput(f"--rollup-older-than {rollup_older_than} is shorter than --older-than {older_than}")
     with open_cli_store(ctx) as store:
         if dry_run:
             count = store.count_prunable(seconds)
             print(f"would delete {_jobs(count)} finished more than {older_than} ago (dry run; nothing was deleted)")
             return
-        deleted = Pruner(store, seconds, batch=batch, pause_seconds=pause).run_until_done()
-    print(f"deleted {_jobs(deleted)} finished more than {older_than} ago")
+        pruner = Pruner(store, seconds, batch=batch, pause_seconds=pause, rollup_older_than_seconds=rollup_seconds)
+        deleted = pruner.run_until_done()
+        print(f"deleted {_jobs(deleted)} finished more than {older_than} ago")
+        rows = pruner.prune_rollup()
+        if rows:
+            print(f"deleted {rows:,} rows of the daily rollup for days more than {rollup_older_than} ago")
 
 
 def _ago(text: str, option: str) -> datetime:

@@ -10,6 +10,12 @@ held between batches, so a claim or a finish waits at most one batch.
 was left when it ran. Age is judged by the database clock, never this host's.
 
     Pruner(store, older_than_seconds=42 * 86_400).run_until_done()   # what `jobq prune` does
+
+The daily rollup (service.maintenance.rollup) outlives the jobs it counts: a day of it
+is a few thousand rows where a day of jobs is a hundred thousand, and the analysts'
+day-level questions reach back further than six weeks. It has a retention of its own,
+``rollup_older_than_seconds`` (400 days from ``jobq prune``: a year and its month to
+compare), never shorter than the jobs'; ``prune_rollup`` deletes its whole days.
 """
 
 from __future__ import annotations
@@ -31,15 +37,20 @@ class Pruner:
         *,
         batch: int = PRUNE_BATCH,
         pause_seconds: float = 0.0,
+        rollup_older_than_seconds: float | None = None,
     ) -> None:
         if not older_than_seconds > 0:
             raise InvalidInput(f"the retention must be more than 0 seconds, not {older_than_seconds!r}")
+        if rollup_older_than_seconds is not None and not rollup_older_than_seconds >= older_than_seconds:
+            # A rollup day gone while its jobs stay would make the day-level views disagree with the jobs.
+            raise InvalidInput("the rollup's retention must be at least the jobs' retention")
         if not isinstance(batch, int) or isinstance(batch, bool) or not 1 <= batch <= 10_000:
             raise InvalidInput(f"a prune batch deletes 1 to 10000 jobs, not {batch!r}")
         self.store = store
         self.older_than_seconds = older_than_seconds
         self.batch = batch
         self.pause_seconds = pause_seconds
+        self.rollup_older_than_seconds = rollup_older_than_seconds
 
     def run_once(self) -> int:
         """Delete one batch of the oldest prunable jobs; how many were deleted."""
@@ -62,5 +73,17 @@ class Pruner:
             logger.info(
                 "pruner.pruned",
                 extra={"jobq_fields": {"deleted": deleted, "older_than_seconds": self.older_than_seconds}},
+            )
+        return deleted
+
+    def prune_rollup(self) -> int:
+        """Delete the rollup's days past its retention (none without one); how many rows went."""
+        if self.rollup_older_than_seconds is None:
+            return 0
+        deleted = self.store.prune_rollup(self.rollup_older_than_seconds)
+        if deleted:
+            logger.info(
+                "pruner.rollup_pruned",
+                extra={"jobq_fields": {"deleted": deleted, "older_than_seconds": self.rollup_older_than_seconds}},
             )
         return deleted

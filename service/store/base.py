@@ -311,6 +311,12 @@ class Store(Protocol):
         attempts, results and replays. Never touches queued or running jobs."""
         ...
 
+    def prune_rollup(self, older_than_seconds: float) -> int:
+        """Delete the daily rollup's UTC days (counts and histograms) that ended longer ago
+        than that; how many rows went. The rollup is kept apart from the jobs' retention:
+        a year of days costs what a few days of jobs do."""
+        ...
+
     def count_prunable(self, older_than_seconds: float) -> int: ...
 
     def fold_rollup(

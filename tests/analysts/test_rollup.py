@@ -11,6 +11,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from service.errors import InvalidInput
+from service.maintenance.pruner import Pruner
 from service.maintenance.rollup import BUCKET_BOUNDS, BUCKET_SECONDS, SETTLE_SECONDS, Rollup
 from service.store import Store
 from service.worker import App
@@ -19,6 +21,8 @@ from tests.ops.conftest import backdate
 from tests.store.builders import claim_one, fail_job, new_job
 from tests.worker.harness import wait_until
 from tests.worker.test_worker_in_process import running_worker
+
+DAY = 86_400
 
 DAILY_JOBS_COLUMNS = [
     "day", "tenant", "queue", "kind", "finished", "succeeded", "failed", "cancelled", "retried", "retried_twice", "attempts",
@@ -138,3 +142,38 @@ def test_a_running_worker_keeps_the_rollup_current(make_store: Callable[..., Sto
     with running_worker(live, app, touch_seconds=0.1):
         wait_until(lambda: db.rows("SELECT * FROM daily_jobs"), 10, what="the worker's fold")
     assert [(r["kind"], r["succeeded"]) for r in daily(db, "daily_jobs")] == [("ocr", 1)]
+
+
+def _finish_one_job_today(store: Store, clock: FakeClock) -> None:
+    store.enqueue(new_job("ocr"))
+    clock.advance(1)
+    store.complete(claim_one(store).lease, {"ok": True})
+    settle(clock)
+    assert Rollup(store).run_once() == 1
+
+
+def test_the_rollup_keeps_its_days_until_its_own_retention_then_drops_whole_days(
+    store, db: Database, clock: FakeClock
+):
+    _finish_one_job_today(store, clock)
+    first_day = clock.now().date().isoformat()
+    clock.advance(300 * DAY)
+    _finish_one_job_today(store, clock)
+    later_day = clock.now().date().isoformat()
+    histogram_rows = db.count("job_daily_histogram")
+    assert [r["day"] for r in daily(db, "daily_jobs")] == [first_day, later_day]
+
+    clock.advance(99 * DAY)  # the first day ended 399 days ago: kept
+    assert store.prune_rollup(400 * DAY) == 0
+    clock.advance(2 * DAY)
+    first_day_rows = 1 + histogram_rows // 2  # its count row and its histograms' rows (one job each day)
+    assert store.prune_rollup(400 * DAY) == first_day_rows
+    assert [r["day"] for r in daily(db, "daily_jobs")] == [later_day]
+    assert db.count("job_daily_histogram") == histogram_rows // 2
+    assert store.prune_rollup(400 * DAY) == 0
+
+
+def test_the_rollup_is_never_kept_shorter_than_the_jobs(store):
+    with pytest.raises(InvalidInput):
+        Pruner(store, 42 * DAY, rollup_older_than_seconds=41 * DAY)
+    assert Pruner(store, 42 * DAY).prune_rollup() == 0  # no rollup retention given: nothing deleted

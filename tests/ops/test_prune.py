@@ -4,6 +4,7 @@ never a queued or running job, never younger history, and runs while a worker is
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from service.errors import InvalidInput
 from service.jobs import NewJob, ReplayFilter
 from service.maintenance.pruner import Pruner
+from service.maintenance.rollup import Rollup
 from service.store import Store
 from tests.cli.test_cli import EXIT_USAGE, assert_one_line_error
 from tests.conftest import Database
@@ -19,6 +21,7 @@ from tests.ops.conftest import (
     backdate,
     cancel_job,
     claim_all,
+    db_time,
     fail_jobs,
     succeed_jobs,
 )
@@ -82,8 +85,32 @@ def test_prune_refuses_bad_ages(cli: Run) -> None:
         ["--older-than", "42d", "--pause", "soon"],
         ["--older-than", "42d", "--batch", "0"],
         ["--older-than", "42d", "--batch", "10001"],
+        ["--older-than", "42d", "--rollup-older-than", "41d"],
+        ["--older-than", "42d", "--rollup-older-than", "a year"],
     ):
         assert_one_line_error(cli("prune", *args), EXIT_USAGE)
+
+
+def test_prune_drops_the_rollups_days_past_its_own_longer_retention(cli: Run, live: Store, db: Database) -> None:
+    succeed_jobs(live, "resize", 2)
+    backdate(db, 500, "TRUE")
+    Rollup(live).run_until_done()
+    succeed_jobs(live, "resize", 1)
+    backdate(db, 100, "finished_at > %(recent)s", recent=db_time(db, datetime.now(UTC) - timedelta(days=1)))
+    Rollup(live).run_until_done()
+    assert db.count("job_daily_rollup") == 2
+
+    kept_longer = cli("prune", "--older-than", "42d", "--rollup-older-than", "600d")
+    assert kept_longer.stdout == "deleted 3 jobs finished more than 42d ago\n", kept_longer.stderr
+    assert db.count("job_daily_rollup") == 2  # the jobs are gone, their days' counts stay
+
+    by_default = cli("prune", "--older-than", "42d")  # the rollup's default retention: 400 days
+    rows = 1 + 2  # the day's count row, its run-time and wait histograms (one bucket each)
+    assert by_default.stdout == (
+        "deleted 0 jobs finished more than 42d ago\n"
+        f"deleted {rows} rows of the daily rollup for days more than 400d ago\n"
+    ), by_default.stderr
+    assert db.count("job_daily_rollup") == 1
 
 
 def test_the_pruner_deletes_one_small_batch_at_a_time(live: Store, db: Database) -> None:

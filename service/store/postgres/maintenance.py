@@ -93,6 +93,25 @@ DELETE FROM jobs USING doomed WHERE jobs.id = doomed.id
 """
 
 
+# -- prune_rollup --
+# Retention of the daily rollup, kept longer than the jobs it counts: whole UTC days
+# that ended before the cutoff, counts and histograms in one statement (both tables'
+# keys lead with the day). Never touches a day still being folded.
+PRUNE_ROLLUP = """
+WITH cutoff AS (
+    SELECT ((coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than)s)) AT TIME ZONE 'UTC')::date
+           AS day
+),
+counts AS (
+    DELETE FROM job_daily_rollup WHERE day < (SELECT day FROM cutoff) RETURNING day
+),
+histograms AS (
+    DELETE FROM job_daily_histogram WHERE day < (SELECT day FROM cutoff) RETURNING day
+)
+SELECT (SELECT count(*) FROM counts) + (SELECT count(*) FROM histograms) AS deleted
+"""
+
+
 COUNT_PRUNABLE = """
 SELECT count(*) AS count
 FROM jobs
@@ -102,7 +121,7 @@ WHERE finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs =
 
 
 class Maintenance(Connected):
-    """reap, prune, count_prunable, fold_rollup, health_stats."""
+    """reap, prune, prune_rollup, count_prunable, fold_rollup, health_stats."""
 
     def reap(self, delays: Sequence[float], limit: int = REAP_BATCH) -> ReapResult:
         params = self._params(
@@ -121,6 +140,10 @@ class Maintenance(Connected):
                 return conn.execute(PRUNE_FINISHED, params).rowcount
 
         return self._retrying(run)
+
+    def prune_rollup(self, older_than_seconds: float) -> int:
+        row = self._fetchone(PRUNE_ROLLUP, self._params(older_than=float(older_than_seconds)))
+        return int(row["deleted"]) if row else 0
 
     def count_prunable(self, older_than_seconds: float) -> int:
         row = self._fetchone(COUNT_PRUNABLE, self._params(older_than=float(older_than_seconds)))

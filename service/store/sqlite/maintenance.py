@@ -43,6 +43,17 @@ WHERE id IN (
 """
 
 
+# -- prune_rollup --
+# Retention of the daily rollup: whole UTC days that ended before the cutoff, counts and
+# histograms in one write transaction (both tables' keys lead with the day).
+PRUNE_ROLLUP_COUNTS = """
+DELETE FROM job_daily_rollup WHERE day < date(:now, '-' || :older_than || ' seconds')
+"""
+PRUNE_ROLLUP_HISTOGRAMS = """
+DELETE FROM job_daily_histogram WHERE day < date(:now, '-' || :older_than || ' seconds')
+"""
+
+
 COUNT_PRUNABLE = """
 SELECT count(*) AS count
 FROM jobs
@@ -52,7 +63,7 @@ WHERE finished_at < strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :older_than || ' 
 
 
 class Maintenance(Connected):
-    """reap, prune, count_prunable, fold_rollup, health_stats."""
+    """reap, prune, prune_rollup, count_prunable, fold_rollup, health_stats."""
 
     def reap(self, delays: Sequence[float], limit: int = REAP_BATCH) -> ReapResult:
         delays = checks.reap_delays(delays)
@@ -85,6 +96,11 @@ class Maintenance(Connected):
         with self._write() as (conn, now):
             cursor = conn.execute(PRUNE_FINISHED, {"now": now, "older_than": float(older_than_seconds), "limit": limit})
             return cursor.rowcount
+
+    def prune_rollup(self, older_than_seconds: float) -> int:
+        with self._write() as (conn, now):
+            values = {"now": now, "older_than": float(older_than_seconds)}
+            return sum(conn.execute(sql, values).rowcount for sql in (PRUNE_ROLLUP_COUNTS, PRUNE_ROLLUP_HISTOGRAMS))
 
     def count_prunable(self, older_than_seconds: float) -> int:
         with self._read() as (conn, now):
