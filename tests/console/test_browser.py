@@ -10,6 +10,7 @@ browser's console log must hold no error.
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 import time
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlparse
 
 import pytest
 
@@ -43,6 +45,9 @@ pytestmark = pytest.mark.slow
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 PARKED = "parked"  # a queue no worker serves: what is put there stays where it is put
+# A name the browser maps to 127.0.0.1: pages reached by a name that is not "localhost" or "127.0.0.1", as a
+# deployed jobq is (Swagger UI, for one, calls an online validator only for such names).
+SERVER_NAME = "jobq.test"
 T = TypeVar("T")
 
 
@@ -94,6 +99,17 @@ class World:
     def console_errors(self) -> list[str]:
         return [entry["message"] for entry in self.driver.get_log("browser") if entry["level"] == "SEVERE"]
 
+    def requested_urls(self) -> list[str]:
+        """The http(s) URLs the page asked for since the last call (the DevTools network log)."""
+        urls = []
+        for entry in self.driver.get_log("performance"):
+            message = json.loads(entry["message"])["message"]
+            if message["method"] == "Network.requestWillBeSent":
+                url = str(message["params"]["request"]["url"])
+                if url.startswith(("http://", "https://")):
+                    urls.append(url)
+        return urls
+
     def screenshot(self, tmp_path: Path, name: str) -> Path:
         path = tmp_path / f"{name}.png"
         assert self.driver.save_screenshot(str(path)), path
@@ -116,9 +132,10 @@ def world(
     options.binary_location = str(CHROMIUM)
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
-                 f"--user-data-dir={profile}", "--window-size=1280,900"):
+                 f"--user-data-dir={profile}", "--window-size=1280,900",
+                 f"--host-resolver-rules=MAP {SERVER_NAME} 127.0.0.1"):
         options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
     db = Database(url)
     try:
@@ -315,3 +332,23 @@ def test_every_page_fits_the_window_and_logs_no_error(ui: World, tmp_path: Path,
         assert overflow <= 0, f"{path} at {width} px is {overflow} px wider than the window"
         ui.screenshot(tmp_path, f"{name}-{width}")
     assert ui.worker.worker_id in ui.text("main")  # the workers page names the live worker
+
+
+@pytest.mark.parametrize(("page", "rendered"), [("/docs", ".opblock"), ("/redoc", "[data-section-id]")])
+def test_the_api_docs_load_every_asset_from_jobq_and_nothing_from_elsewhere(
+    world: World, tmp_path: Path, page: str, rendered: str
+) -> None:
+    """Offline, a request to another host fails (a logged error, a broken image); online, it tells that
+    host which API someone is reading. Reached by a name other than 127.0.0.1, as a deployed jobq is."""
+    port = urlparse(world.api.url).port
+    world.requested_urls()  # drain what came before
+    world.console_errors()
+    world.driver.get(f"http://{SERVER_NAME}:{port}{page}")
+    until(lambda: len(world.driver.find_elements(By.CSS_SELECTOR, rendered)) > 5, 20, f"{page} to render the API")
+    time.sleep(1)  # images and late requests of the rendered page
+    urls = world.requested_urls()
+    assert f"http://{SERVER_NAME}:{port}/openapi.json" in urls
+    elsewhere = [url for url in urls if urlparse(url).netloc != f"{SERVER_NAME}:{port}"]
+    assert elsewhere == [], f"{page} asked another host for {elsewhere}"
+    assert world.console_errors() == []
+    world.screenshot(tmp_path, page.strip("/"))
