@@ -11,6 +11,7 @@ browser's console log must hold no error.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tempfile
 import time
@@ -27,6 +28,7 @@ from service.jobs import NewJob
 from service.retry import GiveUp
 from service.schedules import ScheduleSpec
 from tests.api.conftest import LiveApi, run_api
+from tests.cli.test_cli import jobq
 from tests.conftest import Database, PostgresServer
 from tests.console.conftest import admin_token
 from tests.worker.harness import WorkerProcess
@@ -219,6 +221,26 @@ def test_the_overview_shows_the_counts_the_database_has(ui: World, tmp_path: Pat
     assert shown == {name: int(value) for name, value in counted.items()}
     assert shown == {"queued": 5, "due": 3, "waiting": 2, "running": 0, "succeeded": 2, "failed": 1}
     assert int(ui.text("#workers-alive")) == ui.db.count("workers", "last_seen_at > now() - interval '30 seconds'") == 1
+
+    def figure(name: str) -> str:
+        return str(row.find_element(By.CSS_SELECTOR, f'td[data-figure="{name}"]').text)
+
+    assert figure("failure-ratio") == "33 %"  # 1 failed of 3 finished in the hour
+    oldest = ui.db.one("SELECT extract(epoch FROM now() - min(run_after))::float8 AS age FROM jobs "
+                       "WHERE queue = %(queue)s AND state = 'queued' AND run_after <= now()", queue=PARKED)["age"]
+    assert figure("oldest-due").endswith(" s") and abs(int(figure("oldest-due")[:-2]) - oldest) <= 2
+    assert figure("workers") == "0"  # the worker serves "default" only
+    # The last hour's chart: twelve 5-minute bars, which between them hold the hour's outcomes.
+    bars = [str(t.get_attribute("textContent")) for t in row.find_elements(By.CSS_SELECTOR, "svg.chart title")]
+    assert len(bars) == 12
+    outcomes = [tuple(int(n) for n in re.findall(r"(\d+) (?:succeeded|failed)", bar)) for bar in bars]
+    assert (sum(s for s, _ in outcomes), sum(f for _, f in outcomes)) == (2, 1), bars
+
+    # `jobq stats` prints the same numbers.
+    stats = json.loads(jobq("stats", "--json", url=ui.api.settings.database_url, cwd=tmp_path).stdout)
+    [queue] = [q for q in stats["queues"] if q["queue"] == PARKED]
+    assert {name: queue[name] for name in ("queued", "due", "running")} == {"queued": 5, "due": 3, "running": 0}
+    assert stats["workers_alive"] == int(ui.text("#workers-alive"))
     ui.screenshot(tmp_path, "overview")
 
 
@@ -300,7 +322,28 @@ def test_replaying_a_failure_group_queues_its_jobs_again_and_records_the_replay(
     ui.screenshot(tmp_path, "replayed")
 
 
-def test_a_post_without_the_csrf_token_is_refused(ui: World) -> None:
+def test_a_failed_jobs_replay_button_asks_first_and_a_no_changes_nothing(ui: World, tmp_path: Path) -> None:
+    _park(ui, kind="resize", max_attempts=1)
+    [claimed] = ui.api.store.claim("seeder", [PARKED], 1, 30, kinds=["resize"])
+    ui.api.store.fail(claimed.lease, "KeyError: 'width'", GiveUp())
+    ui.open(f"/ui/jobs/{claimed.id}")
+    assert ui.driver.find_elements(By.ID, "cancel") == []  # a failed job can be replayed, not cancelled
+
+    ui.driver.find_element(By.ID, "replay").click()
+    ui.driver.switch_to.alert.dismiss()
+    time.sleep(0.5)  # had the form been sent, its redirect would be back by now
+    assert ui.db.one("SELECT state FROM jobs WHERE id = %(id)s", id=claimed.id)["state"] == "failed"
+    assert ui.db.count("job_replays", "job_id = %(id)s", id=claimed.id) == 0
+
+    ui.driver.find_element(By.ID, "replay").click()
+    assert "Replay job" in ui.accept_confirmation()
+    until(lambda: "queued again" in ui.text("main"), what="the replay's notice")
+    assert ui.text("#state") == "queued"
+    assert ui.db.count("job_replays", "job_id = %(id)s", id=claimed.id) == 1
+    ui.screenshot(tmp_path, "job-replayed")
+
+
+def test_a_post_without_the_csrf_token_is_refused(ui: World, tmp_path: Path) -> None:
     job = _park(ui)
     ui.open(f"/ui/jobs/{job.id}")
     status = ui.driver.execute_async_script(
@@ -313,6 +356,9 @@ def test_a_post_without_the_csrf_token_is_refused(ui: World) -> None:
     assert status == 403
     assert ui.db.one("SELECT state FROM jobs WHERE id = %(id)s", id=job.id)["state"] == "queued"
     ui.console_errors()  # the browser logs the 403 it was given: expected, drained
+    ui.open(f"/ui/jobs/{job.id}")
+    assert ui.text("#state") == "queued"
+    ui.screenshot(tmp_path, "csrf-refused-job-still-queued")
 
 
 @pytest.mark.parametrize("width", [1280, 390])
