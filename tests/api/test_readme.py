@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -51,7 +52,11 @@ def example_env(
     start_api: Callable[..., LiveApi], start_worker: Callable[..., WorkerProcess], pg_url: str
 ) -> dict[str, str]:
     api = start_api(pg_url)
-    start_worker(pg_url, "--poll-seconds", "0.2")
+    worker = start_worker(pg_url, "--poll-seconds", "0.2")
+    deadline = time.monotonic() + 30  # as `jobq dev` has it by the time its curl line is printed: a worker up
+    while "worker.started" not in worker.output():
+        assert time.monotonic() < deadline and worker.process.poll() is None, worker.output()
+        time.sleep(0.05)
     venv_bin = str(Path(sys.executable).parent)
     return {
         **os.environ,
@@ -93,12 +98,19 @@ def test_the_python_example_runs(example_env: dict[str, str]) -> None:
 ITEMS_SECTION = README[README.index("\n### A job of many items") : README.index("\n### A fleet on PostgreSQL")]
 
 
+def test_the_per_item_handler_is_the_one_the_examples_run() -> None:
+    [handler] = re.findall(r"^```python\n(.*?)^```$", ITEMS_SECTION, flags=re.MULTILINE | re.DOTALL)
+    assert '@app.handler("enrich"' in handler and "ctx.map(" in handler
+    assert handler in (REPO / "service" / "examples.py").read_text(encoding="utf-8")
+
+
 def test_the_per_item_example_runs(example_env: dict[str, str]) -> None:
     [script] = re.findall(r"^```bash\n(.*?)^```$", ITEMS_SECTION, flags=re.MULTILINE | re.DOTALL)
     done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], check=False, env=example_env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     partial, status, failed = (json.loads(line) for line in done.stdout.splitlines())
+    print(f"\nthe partial results a second in: {[i['index'] for i in partial['items']]}, next {partial['next_cursor']}")
     assert len(partial["items"]) <= 3 and [i["index"] for i in partial["items"]] == list(range(len(partial["items"])))
     assert (status["state"], status["items_ok"], status["items_failed"]) == ("succeeded", 198, 2)
     assert [(i["index"], i["error"].splitlines()[0]) for i in failed["items"]] == [
@@ -181,7 +193,11 @@ def test_the_producer_api_example_runs_on_postgres(
 ) -> None:
     [script] = re.findall(r"^```python\n(.*?)^```$", PRODUCER_SECTION, flags=re.MULTILINE | re.DOTALL)
     pg_db.execute("CREATE TABLE orders (id int PRIMARY KEY)")
-    start_worker(pg_url, "--poll-seconds", "0.2")
+    worker = start_worker(pg_url, "--poll-seconds", "0.2")
+    deadline = time.monotonic() + 30  # as `jobq dev` has it by the time its curl line is printed: a worker up
+    while "worker.started" not in worker.output():
+        assert time.monotonic() < deadline and worker.process.poll() is None, worker.output()
+        time.sleep(0.05)
     env = {**os.environ, "JOBQ_DATABASE_URL": pg_url, "PYTHONPATH": str(REPO)}
     done = subprocess.run([sys.executable, "-c", script], check=False, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

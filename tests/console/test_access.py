@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+import time
 from datetime import UTC, datetime
 
 import httpx
 import pytest
 
 from service.console.session import CSRF_COOKIE, SESSION_COOKIE
+from service.jobs import WorkerInfo
 from service.limits import Limit
 from service.retry import GiveUp
 from service.schedules import ScheduleSpec
@@ -172,3 +174,53 @@ def test_the_schedules_page_shows_each_schedules_next_run(api: LiveApi) -> None:
     assert nightly and held, page
     assert "2031-01-02 01:30:00" in nightly.group(1) and "Europe/Berlin" in nightly.group(1)
     assert "paused" in held.group(1) and "2031-01-01" not in held.group(1)
+
+
+def test_the_job_list_filters_by_state_tenant_and_creation_time(api: LiveApi) -> None:
+    http = api.http()
+    assert log_in(http, admin_token(api)).status_code == 303
+    store = api.store
+    old = store.enqueue(new_job("scan", queue="filters", tenant="acme"))
+    [running] = store.claim("worker-a", ["filters"], 1, 30)
+    assert running.id == old.id
+    cut = store.get(old.id).created_at.isoformat()
+    time.sleep(0.01)  # ids and created_at carry milliseconds: the later jobs are after the cut
+    acme = store.enqueue(new_job("scan", queue="filters", tenant="acme"))
+    globex = store.enqueue(new_job("scan", queue="filters", tenant="globex"))
+
+    def listed(**filters: str) -> list[str]:
+        page = http.get("/ui/jobs", params={"queue": "filters", **filters})
+        assert page.status_code == 200, page.text
+        return re.findall(r'<tr class="job-row">\s*<td><a class="mono" href="/ui/jobs/([^"]+)"', page.text)
+
+    assert listed() == [str(globex.id), str(acme.id), str(old.id)]
+    assert listed(state="running") == [str(old.id)]
+    assert listed(state="queued", tenant="acme") == [str(acme.id)]
+    assert listed(tenant="globex") == [str(globex.id)]
+    assert listed(created_after=cut) == [str(globex.id), str(acme.id)]
+    assert 'value="globex"' in http.get("/ui/jobs", params={"tenant": "globex"}).text  # the form keeps the filter
+    assert http.get("/ui/jobs", params={"created_after": "yesterday"}).status_code == 422
+
+
+def test_the_workers_page_shows_each_worker_and_the_jobs_it_runs_now(api: LiveApi) -> None:
+    http = api.http()
+    assert log_in(http, admin_token(api)).status_code == 303
+    store = api.store
+    store.register_worker(WorkerInfo("host-1:4242:a", "host-1", 4242, ("pages",), ("resize",), 3))
+    store.register_worker(WorkerInfo("host-2:77:b", "host-2", 77, ("default",), (), 1))
+    store.enqueue(new_job("resize", queue="pages", total=10))
+    store.enqueue(new_job("resize", queue="pages"))  # stays queued
+    [job] = store.claim("host-1:4242:a", ["pages"], 1, 30)
+    store.heartbeat(job.lease, 30, done=4)
+
+    page = http.get("/ui/workers").text
+    first = re.search(r'<section class="card worker" data-worker="host-1:4242:a">(.*?)</section>', page, re.S)
+    second = re.search(r'<section class="card worker" data-worker="host-2:77:b">(.*?)</section>', page, re.S)
+    assert first and second, page
+    facts = dict(re.findall(r"<dt>([^<]+)</dt><dd>([^<]*)</dd>", first.group(1)))
+    assert {name: facts[name] for name in ("Host", "PID", "Queues", "Kinds", "Concurrency")} == {
+        "Host": "host-1", "PID": "4242", "Queues": "pages", "Kinds": "resize", "Concurrency": "3"}
+    assert facts["Started"] and facts["Last seen"] and "alive" in first.group(1)
+    assert "Running 1 of 3" in first.group(1) and f'href="/ui/jobs/{job.id}"' in first.group(1)
+    assert "4 / 10" in first.group(1)
+    assert "Running 0 of 1" in second.group(1) and "any" in second.group(1)  # no kinds given: any kind

@@ -10,6 +10,8 @@ browser's console log must hold no error.
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import tempfile
 import time
@@ -17,6 +19,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlparse
 
 import pytest
 
@@ -25,6 +28,7 @@ from service.jobs import NewJob
 from service.retry import GiveUp
 from service.schedules import ScheduleSpec
 from tests.api.conftest import LiveApi, run_api
+from tests.cli.test_cli import jobq
 from tests.conftest import Database, PostgresServer
 from tests.console.conftest import admin_token
 from tests.worker.harness import WorkerProcess
@@ -43,6 +47,9 @@ pytestmark = pytest.mark.slow
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 PARKED = "parked"  # a queue no worker serves: what is put there stays where it is put
+# A name the browser maps to 127.0.0.1: pages reached by a name that is not "localhost" or "127.0.0.1", as a
+# deployed jobq is (Swagger UI, for one, calls an online validator only for such names).
+SERVER_NAME = "jobq.test"
 T = TypeVar("T")
 
 
@@ -94,6 +101,17 @@ class World:
     def console_errors(self) -> list[str]:
         return [entry["message"] for entry in self.driver.get_log("browser") if entry["level"] == "SEVERE"]
 
+    def requested_urls(self) -> list[str]:
+        """The http(s) URLs the page asked for since the last call (the DevTools network log)."""
+        urls = []
+        for entry in self.driver.get_log("performance"):
+            message = json.loads(entry["message"])["message"]
+            if message["method"] == "Network.requestWillBeSent":
+                url = str(message["params"]["request"]["url"])
+                if url.startswith(("http://", "https://")):
+                    urls.append(url)
+        return urls
+
     def screenshot(self, tmp_path: Path, name: str) -> Path:
         path = tmp_path / f"{name}.png"
         assert self.driver.save_screenshot(str(path)), path
@@ -116,9 +134,10 @@ def world(
     options.binary_location = str(CHROMIUM)
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
-                 f"--user-data-dir={profile}", "--window-size=1280,900"):
+                 f"--user-data-dir={profile}", "--window-size=1280,900",
+                 f"--host-resolver-rules=MAP {SERVER_NAME} 127.0.0.1"):
         options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
     db = Database(url)
     try:
@@ -202,6 +221,26 @@ def test_the_overview_shows_the_counts_the_database_has(ui: World, tmp_path: Pat
     assert shown == {name: int(value) for name, value in counted.items()}
     assert shown == {"queued": 5, "due": 3, "waiting": 2, "running": 0, "succeeded": 2, "failed": 1}
     assert int(ui.text("#workers-alive")) == ui.db.count("workers", "last_seen_at > now() - interval '30 seconds'") == 1
+
+    def figure(name: str) -> str:
+        return str(row.find_element(By.CSS_SELECTOR, f'td[data-figure="{name}"]').text)
+
+    assert figure("failure-ratio") == "33 %"  # 1 failed of 3 finished in the hour
+    oldest = ui.db.one("SELECT extract(epoch FROM now() - min(run_after))::float8 AS age FROM jobs "
+                       "WHERE queue = %(queue)s AND state = 'queued' AND run_after <= now()", queue=PARKED)["age"]
+    assert figure("oldest-due").endswith(" s") and abs(int(figure("oldest-due")[:-2]) - oldest) <= 2
+    assert figure("workers") == "0"  # the worker serves "default" only
+    # The last hour's chart: twelve 5-minute bars, which between them hold the hour's outcomes.
+    bars = [str(t.get_attribute("textContent")) for t in row.find_elements(By.CSS_SELECTOR, "svg.chart title")]
+    assert len(bars) == 12
+    outcomes = [tuple(int(n) for n in re.findall(r"(\d+) (?:succeeded|failed)", bar)) for bar in bars]
+    assert (sum(s for s, _ in outcomes), sum(f for _, f in outcomes)) == (2, 1), bars
+
+    # `jobq stats` prints the same numbers.
+    stats = json.loads(jobq("stats", "--json", url=ui.api.settings.database_url, cwd=tmp_path).stdout)
+    [queue] = [q for q in stats["queues"] if q["queue"] == PARKED]
+    assert {name: queue[name] for name in ("queued", "due", "running")} == {"queued": 5, "due": 3, "running": 0}
+    assert stats["workers_alive"] == int(ui.text("#workers-alive"))
     ui.screenshot(tmp_path, "overview")
 
 
@@ -283,7 +322,28 @@ def test_replaying_a_failure_group_queues_its_jobs_again_and_records_the_replay(
     ui.screenshot(tmp_path, "replayed")
 
 
-def test_a_post_without_the_csrf_token_is_refused(ui: World) -> None:
+def test_a_failed_jobs_replay_button_asks_first_and_a_no_changes_nothing(ui: World, tmp_path: Path) -> None:
+    _park(ui, kind="resize", max_attempts=1)
+    [claimed] = ui.api.store.claim("seeder", [PARKED], 1, 30, kinds=["resize"])
+    ui.api.store.fail(claimed.lease, "KeyError: 'width'", GiveUp())
+    ui.open(f"/ui/jobs/{claimed.id}")
+    assert ui.driver.find_elements(By.ID, "cancel") == []  # a failed job can be replayed, not cancelled
+
+    ui.driver.find_element(By.ID, "replay").click()
+    ui.driver.switch_to.alert.dismiss()
+    time.sleep(0.5)  # had the form been sent, its redirect would be back by now
+    assert ui.db.one("SELECT state FROM jobs WHERE id = %(id)s", id=claimed.id)["state"] == "failed"
+    assert ui.db.count("job_replays", "job_id = %(id)s", id=claimed.id) == 0
+
+    ui.driver.find_element(By.ID, "replay").click()
+    assert "Replay job" in ui.accept_confirmation()
+    until(lambda: "queued again" in ui.text("main"), what="the replay's notice")
+    assert ui.text("#state") == "queued"
+    assert ui.db.count("job_replays", "job_id = %(id)s", id=claimed.id) == 1
+    ui.screenshot(tmp_path, "job-replayed")
+
+
+def test_a_post_without_the_csrf_token_is_refused(ui: World, tmp_path: Path) -> None:
     job = _park(ui)
     ui.open(f"/ui/jobs/{job.id}")
     status = ui.driver.execute_async_script(
@@ -296,6 +356,9 @@ def test_a_post_without_the_csrf_token_is_refused(ui: World) -> None:
     assert status == 403
     assert ui.db.one("SELECT state FROM jobs WHERE id = %(id)s", id=job.id)["state"] == "queued"
     ui.console_errors()  # the browser logs the 403 it was given: expected, drained
+    ui.open(f"/ui/jobs/{job.id}")
+    assert ui.text("#state") == "queued"
+    ui.screenshot(tmp_path, "csrf-refused-job-still-queued")
 
 
 @pytest.mark.parametrize("width", [1280, 390])
@@ -315,3 +378,23 @@ def test_every_page_fits_the_window_and_logs_no_error(ui: World, tmp_path: Path,
         assert overflow <= 0, f"{path} at {width} px is {overflow} px wider than the window"
         ui.screenshot(tmp_path, f"{name}-{width}")
     assert ui.worker.worker_id in ui.text("main")  # the workers page names the live worker
+
+
+@pytest.mark.parametrize(("page", "rendered"), [("/docs", ".opblock"), ("/redoc", "[data-section-id]")])
+def test_the_api_docs_load_every_asset_from_jobq_and_nothing_from_elsewhere(
+    world: World, tmp_path: Path, page: str, rendered: str
+) -> None:
+    """Offline, a request to another host fails (a logged error, a broken image); online, it tells that
+    host which API someone is reading. Reached by a name other than 127.0.0.1, as a deployed jobq is."""
+    port = urlparse(world.api.url).port
+    world.requested_urls()  # drain what came before
+    world.console_errors()
+    world.driver.get(f"http://{SERVER_NAME}:{port}{page}")
+    until(lambda: len(world.driver.find_elements(By.CSS_SELECTOR, rendered)) > 5, 20, f"{page} to render the API")
+    time.sleep(1)  # images and late requests of the rendered page
+    urls = world.requested_urls()
+    assert f"http://{SERVER_NAME}:{port}/openapi.json" in urls
+    elsewhere = [url for url in urls if urlparse(url).netloc != f"{SERVER_NAME}:{port}"]
+    assert elsewhere == [], f"{page} asked another host for {elsewhere}"
+    assert world.console_errors() == []
+    world.screenshot(tmp_path, page.strip("/"))

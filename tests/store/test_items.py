@@ -3,6 +3,7 @@ the job row, read back in item order and paged, replayed item by item; on both s
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pytest
@@ -207,3 +208,64 @@ def test_items_are_pruned_with_their_job(store: Store, clock: FakeClock, db: Dat
     assert store.prune(older_than_seconds=86_400 * 42) == 1
 
     assert db.count("job_items") == 0
+
+
+
+ITEM_HISTORY_JOBS, ITEMS_PER_JOB = 2_000, 50
+
+
+def _seed_item_history(db: Database, beside: uuid.UUID) -> None:
+    """50 outcomes (5 failed) for every job but ``beside``: 100,000 rows of other jobs' items."""
+    numbers = ("SELECT generate_series(0, %(last)s) AS n" if db.dialect == "postgresql"
+               else "WITH RECURSIVE s(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM s WHERE n < %(last)s) SELECT n FROM s")
+    db.execute(
+        f"""INSERT INTO job_items (job_id, item_index, state, error, attempt, finished_at)
+            SELECT j.id, g.n, CASE WHEN g.n IN (3, 13, 23, 33, 43) THEN 'failed' ELSE 'ok' END,
+                   CASE WHEN g.n IN (3, 13, 23, 33, 43) THEN 'ValueError: bad row' END, 1, j.created_at
+            FROM jobs AS j CROSS JOIN ({numbers}) AS g WHERE j.id <> %(beside)s""",
+        last=ITEMS_PER_JOB - 1, beside=beside,
+    )
+    db.execute("ANALYZE")
+
+
+def _item_plan(db: Database, statement: str, params: dict[str, object]) -> list[str]:
+    """What the plan does with job_items: "Seq Scan" / "Index Scan ix_…" (PostgreSQL), or
+    SQLite's "SCAN job_items" / "SEARCH job_items USING INDEX …" lines."""
+    if db.dialect == "postgresql":
+        [row] = db.rows("EXPLAIN (FORMAT JSON) " + statement, **params)
+        plan = next(iter(row.values()))
+        plan = json.loads(plan) if isinstance(plan, str) else plan
+        nodes, pending = [], [plan[0]["Plan"]]
+        while pending:
+            node = pending.pop()
+            nodes.append(node)
+            pending.extend(node.get("Plans", []))
+        return [f"{n['Node Type']} {n.get('Index Name', '')}".strip() for n in nodes
+                if n.get("Relation Name") == "job_items"]
+    rows = db.rows("EXPLAIN QUERY PLAN " + statement, **params)
+    return [str(r["detail"]) for r in rows if "job_items" in str(r["detail"])]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("state", [None, ItemState.FAILED])
+def test_a_page_of_items_reads_its_jobs_items_through_an_index(store: Store, db: Database, state):
+    """A job's items in order (the primary key) and its failed items (ix_job_items_failed), with
+    100,000 outcomes of 2,000 other jobs beside them: the page never reads the whole table."""
+    from service.store.postgres import queries as pg
+    from service.store.sqlite import queries as lite
+
+    store.enqueue_many([new_job() for _ in range(ITEM_HISTORY_JOBS)])
+    mine = store.enqueue(new_job())
+    _seed_item_history(db, mine.id)
+    module = pg if db.dialect == "postgresql" else lite
+    statement = module.LIST_FAILED_ITEMS if state is ItemState.FAILED else module.LIST_ITEMS
+    params = {"job_id": mine.id, "tenant": None, "state": state.value if state else None, "after_index": -1,
+              "limit": 51}
+    used = _item_plan(db, statement, {k: v for k, v in params.items() if f"%({k})s" in statement or f":{k}" in statement})
+
+    index = "ix_job_items_failed" if state is ItemState.FAILED else (
+        "pk_job_items" if db.dialect == "postgresql" else "sqlite_autoindex_job_items_1")
+    if db.dialect == "postgresql":
+        assert used == [f"Index Scan {index}"], used
+    else:
+        assert len(used) == 1 and used[0].startswith(f"SEARCH job_items USING INDEX {index} (job_id=?"), used

@@ -9,11 +9,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from service.errors import JobNotFound
-from service.jobs import ItemPage, ItemQuery, Lease
+from service.jobs import ItemPage, ItemQuery, ItemState, Lease
 from service.store import checks
 from service.store.rows import item_page
 from service.store.sqlite.connection import READ, Connected
-from service.store.sqlite.queries import JOB_EXISTS, LIST_ITEMS
+from service.store.sqlite.queries import JOB_EXISTS, LIST_FAILED_ITEMS, LIST_ITEMS
 
 # The outcomes already stored for the items about to be written: an item re-run after it
 # failed (a retry past max_item_failures) moves from failed to its new state.
@@ -48,7 +48,7 @@ class Items(Connected):
         with self._read() as (conn, _now):
             if conn.execute(JOB_EXISTS, params).fetchone() is None:
                 raise JobNotFound(query.job_id)
-            rows = conn.execute(LIST_ITEMS, params).fetchall()
+            rows = conn.execute(LIST_FAILED_ITEMS if query.state is ItemState.FAILED else LIST_ITEMS, params).fetchall()
         return item_page(rows, query.limit, READ)
 
 

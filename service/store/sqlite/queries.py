@@ -247,3 +247,7 @@ WHERE job_id = :job_id AND item_index > :after_index AND (:state IS NULL OR stat
 ORDER BY item_index
 LIMIT :limit
 """
+
+# The failed items only, through the partial index ix_job_items_failed: SQLite uses a partial
+# index only for a predicate written out as the index's, so not for the parameter above.
+LIST_FAILED_ITEMS = LIST_ITEMS.replace("AND (:state IS NULL OR state = :state)", "AND state = 'failed'")
