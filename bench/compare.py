@@ -25,7 +25,8 @@ the database clock (jobq: ``job_attempts.started_at``/``jobs.finished_at``;
 PgQueuer: its log table's ``picked`` and ``successful`` rows).
 
 Batch enqueue: ``--enqueue-jobs`` jobs in one call, jobq ``store.enqueue_many``
-against PgQueuer ``Queries.enqueue`` with lists, tables emptied between runs.
+against PgQueuer ``Queries.enqueue`` with lists, tables emptied between runs; besides
+the rate, the CPU per job of the calling process and of the database's backends (/proc).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ import psycopg
 
 from bench.common import (
     ROOT,
+    BackendCpu,
     Report,
     WorkerProcess,
     bench_database,
@@ -111,6 +113,7 @@ def run(args: argparse.Namespace) -> Report:
         if args.pgbench_seconds > 0:
             _pgbench(report, args, "before")
         rates: dict[tuple[str, str], list[float]] = {}
+        cpu: dict[str, list[Enqueued]] = {}
         for round_ in range(1, args.rounds + 1):
             for name, sides in cases.items():
                 for setups in sides:
@@ -121,18 +124,20 @@ def run(args: argparse.Namespace) -> Report:
                                    jobs_per_s=rate, load=load_average())
             if args.enqueue_jobs > 0:
                 for queue in ("jobq", "pgqueuer"):
-                    rate = _enqueue(url, queue, args.enqueue_jobs)
-                    rates.setdefault(("enqueue", queue), []).append(rate)
+                    enqueued = _enqueue(url, queue, args.enqueue_jobs)
+                    rates.setdefault(("enqueue", queue), []).append(enqueued.rate)
+                    cpu.setdefault(queue, []).append(enqueued)
                     report.add(f"round {round_}, batch enqueue of {args.enqueue_jobs}: {queue}", queue=queue,
-                               jobs_per_s=rate, load=load_average())
+                               jobs_per_s=enqueued.rate, **enqueued.cpu_us(), load=load_average())
         if args.pgbench_seconds > 0:
             _pgbench(report, args, "after")
-        _summarise(report, cases, rates, args)
+        _summarise(report, cases, rates, cpu, args)
     return report
 
 
 def _summarise(report: Report, cases: dict[str, tuple[list[Setup], list[Setup]]],
-               rates: dict[tuple[str, str], list[float]], args: argparse.Namespace) -> None:
+               rates: dict[tuple[str, str], list[float]], cpu: dict[str, list[Enqueued]],
+               args: argparse.Namespace) -> None:
     for name, (ours, theirs) in cases.items():
         # Per round: jobq's best setup of the case over PgQueuer's best (one setup each but in "best").
         per_round = []
@@ -149,6 +154,10 @@ def _summarise(report: Report, cases: dict[str, tuple[list[Setup], list[Setup]]]
         report.add("batch enqueue: jobq / PgQueuer", jobq=median([m for m, _ in pairs]),
                    pgqueuer=median([o for _, o in pairs]), ratio_per_round=[round(m / o, 2) for m, o in pairs],
                    ratio=median([m / o for m, o in pairs]))
+        for queue, runs in cpu.items():
+            report.add(f"batch enqueue CPU per job: {queue}", queue=queue,
+                       client_cpu_us_per_job=median([r.cpu_us()["client_cpu_us_per_job"] for r in runs]),
+                       backend_cpu_us_per_job=median([r.cpu_us()["backend_cpu_us_per_job"] for r in runs]))
 
 
 def _pgbench(report: Report, args: argparse.Namespace, when: str) -> None:
@@ -176,17 +185,19 @@ async def _pgq_install(url: str) -> None:
         await connection.close()
 
 
-async def _pgq_enqueue(url: str, jobs: int) -> float:
+async def _pgq_enqueue(url: str, jobs: int, backends: BackendCpu | None = None) -> Enqueued:
     from pgqueuer import AsyncpgDriver, Queries
 
     connection = await _pgq_connect(url)
     try:
         queries = Queries(AsyncpgDriver(connection))
-        started = time.perf_counter()
+        if backends is not None:
+            backends.start()
+        cpu, started = time.process_time(), time.perf_counter()
         ids = await queries.enqueue(["noop"] * jobs, [None] * jobs, [0] * jobs)
-        elapsed = time.perf_counter() - started
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
         assert len(ids) == jobs
-        return elapsed
+        return Enqueued(jobs, elapsed, cpu, backends.stop() if backends is not None else 0.0)
     finally:
         await connection.close()
 
@@ -197,19 +208,41 @@ def _reset_pgqueuer(url: str) -> None:
         conn.execute("VACUUM ANALYZE pgqueuer")
 
 
-def _enqueue(url: str, queue: str, jobs: int) -> float:
+@dataclass(frozen=True)
+class Enqueued:
+    """One batch enqueue: its time, and the CPU of the calling process and of the database's backends."""
+
+    jobs: int
+    seconds: float
+    client_cpu: float
+    backend_cpu: float
+
+    @property
+    def rate(self) -> float:
+        return self.jobs / self.seconds
+
+    def cpu_us(self) -> dict[str, float]:
+        return {"client_cpu_us_per_job": 1e6 * self.client_cpu / self.jobs,
+                "backend_cpu_us_per_job": 1e6 * self.backend_cpu / self.jobs}
+
+
+def _enqueue(url: str, queue: str, jobs: int) -> Enqueued:
+    """One batch of ``jobs`` in one call, on emptied tables; the connections are made first."""
     reset_jobs(url)
     _reset_pgqueuer(url)
+    backends = BackendCpu(url)
     if queue == "pgqueuer":
-        return jobs / asyncio.run(_pgq_enqueue(url, jobs))
+        return asyncio.run(_pgq_enqueue(url, jobs, backends))
     store = open_store(Settings(database_url=url, notify=True))
     try:
+        store.scope_usage()  # the pool's connection is up before the backends are sampled
         batch = [NewJob(kind="noop") for _ in range(jobs)]
-        started = time.perf_counter()
+        backends.start()
+        cpu, started = time.process_time(), time.perf_counter()
         statuses = store.enqueue_many(batch)
-        elapsed = time.perf_counter() - started
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
         assert len(statuses) == jobs
-        return jobs / elapsed
+        return Enqueued(jobs, elapsed, cpu, backends.stop())
     finally:
         store.close()
 
