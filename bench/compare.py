@@ -24,14 +24,19 @@ Rates: jobs over the span from the first claim to the last completion, both by
 the database clock (jobq: ``job_attempts.started_at``/``jobs.finished_at``;
 PgQueuer: its log table's ``picked`` and ``successful`` rows).
 
-Batch enqueue: ``--enqueue-jobs`` jobs in one call, jobq ``store.enqueue_many``
-against PgQueuer ``Queries.enqueue`` with lists, tables emptied between runs.
+Batch enqueue: ``--enqueue-jobs`` jobs in one call, jobq ``store.enqueue_many`` (in a
+process of its own, ``bench/enqueue_once.py``) against PgQueuer ``Queries.enqueue``
+with lists, tables emptied between runs; besides the rate, the CPU per job of the
+calling process and of the database's backends (/proc). ``--enqueue-reference PATH``
+adds jobq from another checkout to every round: before and after a change, beside
+PgQueuer, interleaved.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import subprocess
 import sys
 import tempfile
@@ -43,7 +48,9 @@ from typing import Any
 import psycopg
 
 from bench.common import (
+    CODE,
     ROOT,
+    BackendCpu,
     Report,
     WorkerProcess,
     bench_database,
@@ -66,6 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
     parser.add_argument("--cases", default="1x10,2x10,defaults,best")
     parser.add_argument("--enqueue-jobs", type=int, default=20_000, help="jobs in one batch enqueue (0: skip)")
+    parser.add_argument("--enqueue-reference", type=Path, default=None, metavar="PATH",
+                        help="also enqueue with jobq from this checkout, in each round before the others "
+                        "(an A/B of the batch enqueue beside PgQueuer)")
     parser.add_argument("--pgbench-seconds", type=float, default=10.0, help="pgbench before and after (0: skip)")
     parser.add_argument("--log-level", default="info", help="jobq workers' --log-level")
     parser.add_argument("--timeout", type=float, default=300.0)
@@ -111,6 +121,7 @@ def run(args: argparse.Namespace) -> Report:
         if args.pgbench_seconds > 0:
             _pgbench(report, args, "before")
         rates: dict[tuple[str, str], list[float]] = {}
+        cpu: dict[str, list[Enqueued]] = {}
         for round_ in range(1, args.rounds + 1):
             for name, sides in cases.items():
                 for setups in sides:
@@ -120,19 +131,29 @@ def run(args: argparse.Namespace) -> Report:
                         report.add(f"round {round_}, {name}: {setup.queue} {setup.label}", queue=setup.queue,
                                    jobs_per_s=rate, load=load_average())
             if args.enqueue_jobs > 0:
-                for queue in ("jobq", "pgqueuer"):
-                    rate = _enqueue(url, queue, args.enqueue_jobs)
-                    rates.setdefault(("enqueue", queue), []).append(rate)
-                    report.add(f"round {round_}, batch enqueue of {args.enqueue_jobs}: {queue}", queue=queue,
-                               jobs_per_s=rate, load=load_average())
+                for side, code in _enqueue_sides(args):
+                    enqueued = _enqueue(url, side, args.enqueue_jobs, code)
+                    rates.setdefault(("enqueue", side), []).append(enqueued.rate)
+                    cpu.setdefault(side, []).append(enqueued)
+                    report.add(f"round {round_}, batch enqueue of {args.enqueue_jobs}: {side}", queue=side,
+                               jobs_per_s=enqueued.rate, **enqueued.cpu_us(), load=load_average())
         if args.pgbench_seconds > 0:
             _pgbench(report, args, "after")
-        _summarise(report, cases, rates, args)
+        _summarise(report, cases, rates, cpu, args)
     return report
 
 
+def _enqueue_sides(args: argparse.Namespace) -> list[tuple[str, Path]]:
+    """The batch enqueue's sides, in the order each round runs them, with jobq's checkouts."""
+    sides = [("jobq", CODE["root"]), ("pgqueuer", ROOT)]
+    if args.enqueue_reference is not None:
+        sides.insert(0, ("reference", args.enqueue_reference.resolve()))
+    return sides
+
+
 def _summarise(report: Report, cases: dict[str, tuple[list[Setup], list[Setup]]],
-               rates: dict[tuple[str, str], list[float]], args: argparse.Namespace) -> None:
+               rates: dict[tuple[str, str], list[float]], cpu: dict[str, list[Enqueued]],
+               args: argparse.Namespace) -> None:
     for name, (ours, theirs) in cases.items():
         # Per round: jobq's best setup of the case over PgQueuer's best (one setup each but in "best").
         per_round = []
@@ -145,10 +166,18 @@ def _summarise(report: Report, cases: dict[str, tuple[list[Setup], list[Setup]]]
                    ratio_per_round=[round(m / o, 2) for m, o in per_round],
                    ratio=median([m / o for m, o in per_round]))
     if args.enqueue_jobs > 0:
-        pairs = list(zip(rates[("enqueue", "jobq")], rates[("enqueue", "pgqueuer")], strict=True))
-        report.add("batch enqueue: jobq / PgQueuer", jobq=median([m for m, _ in pairs]),
-                   pgqueuer=median([o for _, o in pairs]), ratio_per_round=[round(m / o, 2) for m, o in pairs],
-                   ratio=median([m / o for m, o in pairs]))
+        ratios = [("jobq", "pgqueuer")]
+        if args.enqueue_reference is not None:
+            ratios += [("reference", "pgqueuer"), ("jobq", "reference")]
+        for mine, other in ratios:
+            pairs = list(zip(rates[("enqueue", mine)], rates[("enqueue", other)], strict=True))
+            report.add(f"batch enqueue: {mine} / {other}",
+                       **{mine: median([m for m, _ in pairs]), other: median([o for _, o in pairs])},
+                       ratio_per_round=[round(m / o, 2) for m, o in pairs], ratio=median([m / o for m, o in pairs]))
+        for queue, runs in cpu.items():
+            report.add(f"batch enqueue CPU per job: {queue}", queue=queue,
+                       client_cpu_us_per_job=median([r.cpu_us()["client_cpu_us_per_job"] for r in runs]),
+                       backend_cpu_us_per_job=median([r.cpu_us()["backend_cpu_us_per_job"] for r in runs]))
 
 
 def _pgbench(report: Report, args: argparse.Namespace, when: str) -> None:
@@ -176,17 +205,19 @@ async def _pgq_install(url: str) -> None:
         await connection.close()
 
 
-async def _pgq_enqueue(url: str, jobs: int) -> float:
+async def _pgq_enqueue(url: str, jobs: int, backends: BackendCpu | None = None) -> Enqueued:
     from pgqueuer import AsyncpgDriver, Queries
 
     connection = await _pgq_connect(url)
     try:
         queries = Queries(AsyncpgDriver(connection))
-        started = time.perf_counter()
+        if backends is not None:
+            backends.start()
+        cpu, started = time.process_time(), time.perf_counter()
         ids = await queries.enqueue(["noop"] * jobs, [None] * jobs, [0] * jobs)
-        elapsed = time.perf_counter() - started
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
         assert len(ids) == jobs
-        return elapsed
+        return Enqueued(jobs, elapsed, cpu, backends.stop() if backends is not None else 0.0)
     finally:
         await connection.close()
 
@@ -197,21 +228,48 @@ def _reset_pgqueuer(url: str) -> None:
         conn.execute("VACUUM ANALYZE pgqueuer")
 
 
-def _enqueue(url: str, queue: str, jobs: int) -> float:
+@dataclass(frozen=True)
+class Enqueued:
+    """One batch enqueue: its time, and the CPU of the calling process and of the database's backends."""
+
+    jobs: int
+    seconds: float
+    client_cpu: float
+    backend_cpu: float
+
+    @property
+    def rate(self) -> float:
+        return self.jobs / self.seconds
+
+    def cpu_us(self) -> dict[str, float]:
+        return {"client_cpu_us_per_job": 1e6 * self.client_cpu / self.jobs,
+                "backend_cpu_us_per_job": 1e6 * self.backend_cpu / self.jobs}
+
+
+def _enqueue(url: str, side: str, jobs: int, code: Path) -> Enqueued:
+    """One batch of ``jobs`` in one call, on emptied tables, the connections made first:
+    PgQueuer in this process, jobq in a process of its own on the checkout ``code``."""
     reset_jobs(url)
     _reset_pgqueuer(url)
-    if queue == "pgqueuer":
-        return jobs / asyncio.run(_pgq_enqueue(url, jobs))
-    store = open_store(Settings(database_url=url, notify=True))
-    try:
-        batch = [NewJob(kind="noop") for _ in range(jobs)]
-        started = time.perf_counter()
-        statuses = store.enqueue_many(batch)
-        elapsed = time.perf_counter() - started
-        assert len(statuses) == jobs
-        return jobs / elapsed
-    finally:
-        store.close()
+    backends = BackendCpu(url)
+    if side == "pgqueuer":
+        return asyncio.run(_pgq_enqueue(url, jobs, backends))
+    with subprocess.Popen([sys.executable, str(ROOT / "bench" / "enqueue_once.py"), url, str(jobs)],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                          env={**python_env(url), "PYTHONPATH": str(code)}, cwd=code) as child:
+        assert child.stdin is not None and child.stdout is not None
+        if child.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"jobq's enqueue from {code} did not start")
+        backends.start()
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        answer = json.loads(child.stdout.readline())
+        spent = backends.stop()
+        child.stdin.write("done\n")
+        child.stdin.flush()
+    if child.returncode != 0:
+        raise RuntimeError(f"jobq's enqueue from {code} exited with {child.returncode}")
+    return Enqueued(jobs, answer["seconds"], answer["cpu_seconds"], spent)
 
 
 class _PgqProcess:

@@ -9,6 +9,7 @@ import re
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -57,21 +58,40 @@ class _TimeOrderedIds:
         self._last = 0
 
     def next(self) -> uuid.UUID:
-        millis = time.time_ns() // 1_000_000
-        rand = int.from_bytes(os.urandom(10), "big")
-        value = (millis & ((1 << 48) - 1)) << 80
-        value |= 0x7 << 76  # version 7
-        value |= ((rand >> 62) & 0xFFF) << 64  # 12 bits rand_a
-        value |= 0b10 << 62  # RFC 9562 variant
-        value |= rand & ((1 << 62) - 1)  # 62 bits rand_b
+        value = _uuid7(time.time_ns() // 1_000_000, int.from_bytes(os.urandom(10), "big"))
         with self._lock:
             if value <= self._last:
                 value = self._last + 1
             self._last = value
         return uuid.UUID(int=value)
 
+    def take(self, count: int) -> list[uuid.UUID]:
+        """``count`` ids, increasing: a batch's, in its order. They share one clock reading
+        (a batch is made within a millisecond or so) and one read of randomness, sorted."""
+        millis = time.time_ns() // 1_000_000
+        rand = os.urandom(10 * count)
+        values = sorted(_uuid7(millis, int.from_bytes(rand[at : at + 10], "big")) for at in range(0, 10 * count, 10))
+        with self._lock:
+            last = self._last
+            for i, value in enumerate(values):
+                last = values[i] = value if value > last else last + 1
+            self._last = last
+        return [uuid.UUID(int=value) for value in values]
 
-new_job_id = _TimeOrderedIds().next
+
+def _uuid7(millis: int, random: int) -> int:
+    """A UUIDv7 as an integer, from the time in milliseconds and 80 random bits."""
+    value = (millis & ((1 << 48) - 1)) << 80
+    value |= 0x7 << 76  # version 7
+    value |= ((random >> 62) & 0xFFF) << 64  # 12 bits rand_a
+    value |= 0b10 << 62  # RFC 9562 variant
+    value |= random & ((1 << 62) - 1)  # 62 bits rand_b
+    return value
+
+
+_ids = _TimeOrderedIds()
+new_job_id = _ids.next
+new_job_ids = _ids.take
 
 
 DEFAULT_MAX_ATTEMPTS = 3
@@ -345,34 +365,66 @@ def replayable_states(which: ReplayFilter) -> list[str]:
     return states
 
 
-def queued_status(job: NewJob, job_id: uuid.UUID, run_after: datetime, created_at: datetime) -> JobStatus:
-    """The status of a job the store has just inserted, built from what it inserted:
-    the database supplies only the id's row times, so a batch need not be read back."""
-    return JobStatus(
-        id=job_id,
-        tenant=job.tenant,
-        queue=job.queue,
-        kind=job.kind,
+def queued_statuses(
+    jobs: Sequence[NewJob], ids: Sequence[uuid.UUID], run_after: Sequence[datetime], created_at: datetime
+) -> list[JobStatus]:
+    """The statuses of jobs the store has just inserted, built from what it inserted: the
+    database supplies only the batch's clock (``created_at``) and each job's ``run_after``,
+    so a batch need not be read back.
+
+    The first status is made by JobStatus's own ``__init__``; every other one is filled in
+    from the first's fields and its job's own (_own_fields) without calling it: a frozen
+    dataclass's ``__init__`` sets each of the 25 fields through ``object.__setattr__``,
+    3.8 µs a status against 1.4 µs for this, where a job's whole enqueue in a large batch
+    costs ~7.5 µs of the caller's CPU (docs/PERFORMANCE.md, enqueue).
+    """
+    if not jobs:
+        return []
+    first = JobStatus(
+        **_own_fields(jobs[0], ids[0], run_after[0]),
         state=JobState.QUEUED,
-        priority=job.priority,
         attempts=0,
-        max_attempts=DEFAULT_MAX_ATTEMPTS if job.max_attempts is None else job.max_attempts,
         done=0,
-        total=job.total,
         error=None,
         cancel_requested=False,
         stale=False,
-        concurrency_key=job.concurrency_key,
-        idempotency_key=job.idempotency_key,
         lease_owner=None,
         lease_expires_at=None,
-        run_after=run_after,
         created_at=created_at,
         started_at=None,
         finished_at=None,
         updated_at=created_at,
         result_id=None,
     )
+    shared = vars(first)
+    statuses = [first]
+    for job, job_id, due in zip(jobs[1:], ids[1:], run_after[1:], strict=True):
+        status = object.__new__(JobStatus)
+        vars(status).update(shared, **_own_fields(job, job_id, due))
+        statuses.append(status)
+    return statuses
+
+
+def _own_fields(job: NewJob, job_id: uuid.UUID, run_after: datetime) -> dict[str, Any]:
+    """The fields of a queued job's status that come from the job (queued_statuses)."""
+    return {
+        "id": job_id,
+        "tenant": job.tenant,
+        "queue": job.queue,
+        "kind": job.kind,
+        "priority": job.priority,
+        "max_attempts": stored_max_attempts(job),
+        "total": job.total,
+        "concurrency_key": job.concurrency_key,
+        "idempotency_key": job.idempotency_key,
+        "run_after": run_after,
+    }
+
+
+def stored_max_attempts(job: NewJob) -> int:
+    """The max_attempts a job is stored with: its own, else DEFAULT_MAX_ATTEMPTS until the
+    first claim writes its kind's (``max_attempts_default`` marks it)."""
+    return DEFAULT_MAX_ATTEMPTS if job.max_attempts is None else job.max_attempts
 
 
 def require_same_job(job: NewJob, stored: JobStatus, stored_payload: JSON) -> None:

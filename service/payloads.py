@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from service.errors import InvalidInput, PayloadTooLarge
 from service.jobs import ADMIN_TENANT, JSON, MAX_PAGE_SIZE, ItemOutcome, ItemState, NewJob
@@ -29,8 +29,10 @@ MAX_DELAY_SECONDS = 366 * 86_400
 MAX_LEASE_SECONDS = 86_400
 
 # Built once: json.dumps with any option builds a new encoder per call, which costs
-# more than encoding a small value.
-_COMPACT = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+# more than encoding a small value. ASCII only, so every character outside printable
+# ASCII, a NUL and a lone surrogate among them, comes out as a ``\uXXXX`` escape: JSON
+# text without ``\u`` holds no string that storable_json would refuse (see dump_batch).
+_COMPACT = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=True)
 
 
 def is_int(value: object) -> bool:
@@ -79,14 +81,40 @@ def dump_json(value: JSON, what: str) -> str:
 
 
 def dump_batch(rows: Sequence[Mapping[str, Any]], values: Sequence[JSON], what: str) -> str:
-    """One JSON document for a batch of rows that carry JSON ``values`` (already found
-    storable); InvalidInput naming ``what`` and the reason if one of them is not JSON."""
+    """One JSON document for a batch of rows that carry the JSON ``values`` (and otherwise only
+    text already found storable); InvalidInput as dump_json would raise it for the values
+    in turn, which it raises only for a batch that is refused."""
     try:
-        return _COMPACT.encode(rows)
+        text = _COMPACT.encode(rows)
     except (TypeError, ValueError) as exc:
+        _refuse(values, what, exc)
+    if "\\u" in text:  # escaped text somewhere (an accent will do): find what storable_json refuses
         for value in values:
-            dump_json(value, what)  # raises for the first culprit, with its own reason
-        raise InvalidInput(f"{what} is not JSON-serialisable: {exc}") from exc
+            storable_json(value, what)
+    return text
+
+
+def dump_values(values: Sequence[JSON], what: str) -> list[str]:
+    """dump_json of each value, refused as dump_batch refuses a batch."""
+    encode = _COMPACT.encode
+    try:
+        texts = [encode(value) for value in values]
+    except (TypeError, ValueError) as exc:
+        _refuse(values, what, exc)
+    for value, text in zip(values, texts, strict=True):
+        if "\\u" in text:  # the walk only for a value with escaped text (see _COMPACT)
+            storable_json(value, what)
+    return texts
+
+
+def _refuse(values: Sequence[JSON], what: str, exc: Exception) -> NoReturn:
+    """A batch did not encode: the error dump_json raises for its values one after the other
+    (the first value storable_json refuses, else the first that is not JSON)."""
+    for value in values:
+        storable_json(value, what)
+    for value in values:
+        dump_json(value, what)
+    raise InvalidInput(f"{what} is not JSON-serialisable: {exc}") from exc
 
 
 def check_payload_size(payload: JSON, limit: int, what: str = "payload") -> None:

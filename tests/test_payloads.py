@@ -3,6 +3,7 @@ refuse what the store refuses, with the domain's own words."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ from pydantic import ValidationError
 from service.api.schemas import JobSubmit
 from service.errors import InvalidInput
 from service.jobs import NewJob
-from service.payloads import dump_json, validate_new_job
+from service.payloads import dump_batch, dump_json, dump_values, storable_json, validate_new_job
 
 UNSTORABLE: list[tuple[dict[str, Any], str]] = [
     ({"kind": "a\u0000b"}, "kind must not contain the NUL character"),
@@ -47,3 +48,52 @@ def test_a_storable_job_passes_both():
     fields = {"kind": "x", "queue": "q", "payload": {"s": "ok \u00e9", "n": [1.5, None, True]}}
     assert _domain_verdict(fields) is None
     assert JobSubmit.model_validate(fields).to_new_job("t", None).payload == fields["payload"]
+
+
+# Text that JSON escapes (\uXXXX) yet both databases store: the batch encoders look
+# closer at escaped text and must not refuse it.
+STORABLE_ESCAPED: list[Any] = [
+    {"s": "żółw ✓"},
+    {"emoji \U0001f600": ["\U0001f600"]},  # a surrogate pair in JSON, one character in Python
+    {"s": "\\u0000 and \\ud800 as typed: a backslash, then letters"},
+    {"s": "\x01\x1f"},
+]
+
+
+@pytest.mark.parametrize("values", [STORABLE_ESCAPED, [{}, {"n": 1}]])
+def test_the_batch_encoders_take_what_dump_json_takes(values: list[Any]):
+    assert dump_values(values, "payload") == [dump_json(value, "payload") for value in values]
+    rows = [{"id": i, "payload": value} for i, value in enumerate(values)]
+    assert json.loads(dump_batch(rows, values, "payload")) == rows
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [{}, {"s": "a\u0000b"}, {"n": float("nan")}],  # storable_json's refusal comes first...
+        [{}, {"n": float("nan")}, {"s": "a\u0000b"}],  # ...whichever job holds it
+        [{"when": object()}, {"k\ud800": 1}],
+        [{"ok": "é"}, {"when": object()}, {"n": [float("inf")]}],
+        [{"deep": [{"x": "\ud800"}]}],
+    ],
+)
+def test_the_batch_encoders_refuse_in_the_words_of_dump_json_for_each_value_in_turn(values: list[Any]):
+    """The error dump_json raises for the first value storable_json refuses, else for the first
+    value that is not JSON: what a batch said when every payload was walked before encoding."""
+    expected = None
+    for check in (storable_json, dump_json):
+        for value in values:
+            try:
+                check(value, "payload")
+            except InvalidInput as exc:
+                expected = str(exc)
+                break
+        if expected:
+            break
+    assert expected
+    with pytest.raises(InvalidInput) as refused:
+        dump_values(values, "payload")
+    assert str(refused.value) == expected
+    with pytest.raises(InvalidInput) as refused:
+        dump_batch([{"payload": value} for value in values], values, "payload")
+    assert str(refused.value) == expected

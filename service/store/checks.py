@@ -20,7 +20,6 @@ from typing import Any, Protocol, TypeVar
 
 from service.errors import InvalidInput, InvalidTransition, JobNotFound, LeaseLost, LimitNotFound, TokenNotFound
 from service.jobs import (
-    DEFAULT_MAX_ATTEMPTS,
     JSON,
     AttemptOutcome,
     Completion,
@@ -34,6 +33,7 @@ from service.jobs import (
     WorkerInfo,
     error_group,
     replayable_states,
+    stored_max_attempts,
 )
 from service.limits import Limit
 from service.payloads import (
@@ -77,7 +77,7 @@ def enqueue_rows(
             "kind": job.kind,
             "payload": payload(job.payload),
             "priority": job.priority,
-            "max_attempts": DEFAULT_MAX_ATTEMPTS if job.max_attempts is None else job.max_attempts,
+            "max_attempts": stored_max_attempts(job),
             "max_attempts_default": job.max_attempts is None,  # the kind's, set at the first claim
             "total": job.total,
             "delay": float(job.delay_seconds),

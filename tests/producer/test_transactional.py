@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from service import App, Queue
 from service.jobs import JobState
 from service.store.base import JOBS_QUEUED
+from service.store.postgres.submit import COPY_FROM_JOBS
 from tests.conftest import Database
 from tests.worker.test_worker_in_process import running_worker
 
@@ -66,6 +67,39 @@ def test_rollback_leaves_no_job_and_wakes_nobody(queue: Queue, orders: Database)
         assert [(n.channel, n.payload) for n in woken] == [(JOBS_QUEUED, "default")]  # the commit sends it
     finally:
         listener.close()
+
+
+@pytest.mark.parametrize("size", [2, COPY_FROM_JOBS], ids=["ENQUEUE_JOBS", "COPY_JOBS"])
+def test_a_batch_commits_or_rolls_back_with_the_callers_transaction(queue: Queue, orders: Database, size: int) -> None:
+    jobs = [{"kind": "ship", "payload": {"order": i}, "queue": ("default", "bulk")[i % 2]} for i in range(size)]
+    listener = queue.store.listen([JOBS_QUEUED])
+    try:
+        with psycopg.connect(queue.settings.database_url) as conn:
+            conn.execute("INSERT INTO orders VALUES (1, 100)")
+            queue.enqueue_many(jobs, connection=conn)
+            conn.rollback()
+        assert orders.count("orders") == 0 and orders.count("jobs") == 0
+        assert [n for n in listener.wait(1.0) if n.payload != "*"] == []
+        with psycopg.connect(queue.settings.database_url) as conn:
+            conn.execute("INSERT INTO orders VALUES (1, 100)")
+            statuses = queue.enqueue_many(jobs, connection=conn)
+            assert orders.count("jobs") == 0
+            conn.commit()
+        assert orders.count("orders") == 1 and orders.count("jobs") == size
+        assert [queue.get(status.id) for status in statuses] == statuses
+        woken = [n for n in listener.wait(5.0) if n.payload != "*"]
+        assert [(n.channel, n.payload) for n in woken] == [(JOBS_QUEUED, "bulk,default")]  # one, at the commit
+    finally:
+        listener.close()
+
+
+@pytest.mark.parametrize("size", [2, COPY_FROM_JOBS], ids=["ENQUEUE_JOBS", "COPY_JOBS"])
+def test_a_batch_on_an_autocommit_connection_commits_by_itself(queue: Queue, orders: Database, size: int) -> None:
+    with psycopg.connect(queue.settings.database_url, autocommit=True) as conn:
+        statuses = queue.enqueue_many([{"kind": "ship", "payload": {"order": i}} for i in range(size)], connection=conn)
+        assert orders.count("jobs") == size
+        assert conn.info.transaction_status is psycopg.pq.TransactionStatus.IDLE
+    assert [queue.get(status.id) for status in statuses] == statuses
 
 
 def test_sqlalchemy_connection_and_session(queue: Queue, orders: Database) -> None:

@@ -12,6 +12,7 @@ from service.errors import InvalidInput, JobNotFound, LeaseLost
 from service.jobs import MAX_PAGE_SIZE, JobQuery, Lease, ReplayFilter
 from service.payloads import MAX_DELAY_SECONDS, MAX_TOTAL
 from service.retry import GiveUp, Retry
+from service.store.postgres.submit import COPY_FROM_JOBS
 from tests.conftest import Database
 from tests.store.builders import claim_one, fail_job, new_job
 
@@ -28,6 +29,8 @@ BAD_JOBS = [
     ({"payload": {"when": datetime(2030, 1, 1)}}, "payload is not JSON-serialisable"),
     ({"payload": {"x": float("nan")}}, "payload is not JSON-serialisable"),
     ({"payload": {"x": [float("-inf")]}}, "payload is not JSON-serialisable"),
+    ({"payload": {"text": ["a\u0000b"]}}, "payload must not contain the NUL character"),
+    ({"payload": {"key \ud800": 1}}, "payload must be valid Unicode"),
     ({"kind": ""}, "kind must be a non-empty string"),
     ({"kind": "   "}, "kind must be a non-empty string"),
     ({"kind": "k" * 201}, "kind must be at most 200 characters"),
@@ -49,17 +52,27 @@ BAD_JOBS = [
 
 
 def test_a_bad_job_is_rejected_by_name_and_nothing_is_written(store, db: Database):
-    """Each bad job alone, and in the middle of a batch of good ones: InvalidInput naming the field."""
+    """Each bad job alone, in the middle of a batch of good ones, and in the middle of a batch
+    large enough for COPY (PostgreSQL): InvalidInput naming the field, in the same words."""
+    good = [new_job() for _ in range(COPY_FROM_JOBS // 2)]
     problems = []
     for fields, message in BAD_JOBS:
-        for submit in (lambda job: store.enqueue(job), lambda job: store.enqueue_many([new_job(), job, new_job()])):
+        said = set()
+        for submit in (
+            lambda job: store.enqueue(job),
+            lambda job: store.enqueue_many([new_job(), job, new_job()]),
+            lambda job: store.enqueue_many([*good, job, *good]),
+        ):
             try:
                 submit(new_job(**fields))
             except InvalidInput as exc:
+                said.add(str(exc))
                 if not re.search(message, str(exc)):
                     problems.append(f"{fields}: {exc!r} does not say {message!r}")
             else:
                 problems.append(f"{fields}: accepted")
+        if len(said) > 1:
+            problems.append(f"{fields}: refused in different words: {said}")
     assert problems == []
     assert db.count("jobs") == 0
 

@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 
 from service.jobs import JobState
+from service.store.postgres.submit import COPY_FROM_JOBS
 from tests.conftest import Database, FakeClock
 from tests.store.builders import new_job
 
@@ -93,6 +94,38 @@ def test_a_batch_answers_each_job_as_stored_delays_and_keys_mixed(store, clock: 
     assert new == sorted(new), "ids are time-ordered in the order given"
 
 
+def test_a_batch_as_large_as_copy_takes_answers_each_job_as_stored(store, db: Database, clock: FakeClock):
+    """A batch of COPY_FROM_JOBS jobs without keys goes by COPY on PostgreSQL, which takes no
+    expressions: its statuses, run_after included, must still be what was stored."""
+    at = clock.now() + timedelta(hours=2)
+    delays = [0, 1.5, 0.0000005, 0.0000015, 2.0000004999, 90, 366 * 86_400]
+    jobs = [
+        new_job(
+            f"kind-{i % 3}",
+            payload={"i": i, "text": "żółw ✓ \\u0000 \U0001f600" if i % 2 else "plain", "nested": [{"n": i}]},
+            queue=f"queue-{i % 2}",
+            tenant=f"tenant-{i % 4}",
+            priority=i % 5,
+            max_attempts=None if i % 3 else 1 + i % 7,
+            total=None if i % 2 else i,
+            concurrency_key=None if i % 5 else f"key-{i}",
+            delay_seconds=delays[i % len(delays)],
+            run_after=at if i % 11 == 0 else None,
+        )
+        for i in range(COPY_FROM_JOBS)
+    ]
+
+    statuses = store.enqueue_many(jobs)
+
+    assert [status == store.get(status.id, status.tenant) for status in statuses] == [True] * len(jobs)
+    assert [s.id for s in statuses] == sorted(s.id for s in statuses), "ids are time-ordered in the order given"
+    assert [db.job(s.id)["payload"] for s in statuses] == [job.payload for job in jobs]
+    assert [bool(db.job(s.id)["max_attempts_default"]) for s in statuses] == [job.max_attempts is None for job in jobs]
+    assert statuses[1].run_after - statuses[1].created_at == timedelta(seconds=1.5)
+    assert statuses[0].run_after == at and statuses[11].run_after == at
+    assert {s.created_at for s in statuses} == {clock.now()}
+
+
 def test_enqueue_many_of_nothing_writes_nothing(store, db: Database):
     assert store.enqueue_many([]) == []
     assert db.count("jobs") == 0
@@ -151,7 +184,8 @@ def test_the_same_idempotency_key_twice_in_one_batch_makes_one_job(store, db: Da
 
 
 @pytest.mark.postgres_only(reason="counts statements with a PostgreSQL statement-level trigger")
-def test_enqueue_many_is_one_insert_statement_in_one_transaction(store, db: Database):
+@pytest.mark.parametrize("size", [COPY_FROM_JOBS - 1, COPY_FROM_JOBS], ids=["ENQUEUE_JOBS", "COPY_JOBS"])
+def test_enqueue_many_is_one_insert_statement_in_one_transaction(store, db: Database, size: int):
     db.execute(
         """
         CREATE TABLE insert_log (statements int NOT NULL DEFAULT 0);
@@ -165,7 +199,7 @@ def test_enqueue_many_is_one_insert_statement_in_one_transaction(store, db: Data
         """
     )
 
-    store.enqueue_many([new_job(payload={"i": i}) for i in range(200)])
+    store.enqueue_many([new_job(payload={"i": i}) for i in range(size)])
 
     assert db.scalar("SELECT statements FROM insert_log") == 1
-    assert db.count("jobs") == 200
+    assert db.count("jobs") == size

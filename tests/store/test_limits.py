@@ -12,6 +12,7 @@ from service.errors import InvalidInput, LimitNotFound
 from service.jobs import Completion, NewJob
 from service.limits import Limit, parse_rate
 from service.store import Store
+from service.store.postgres.submit import COPY_FROM_JOBS
 from tests.conftest import Database, FakeClock
 from tests.store.builders import LEASE_SECONDS, fail_job, new_job, reap
 
@@ -279,7 +280,9 @@ def test_claimers_racing_never_put_a_scope_over_its_limit(make_store, store_url,
         db.execute("UPDATE jobs SET state = 'cancelled', finished_at = updated_at WHERE state <> 'cancelled'")
 
 
-def test_enqueued_jobs_of_a_new_tenant_get_a_counter_under_tenant_star(store):
+@pytest.mark.parametrize("size", [1, COPY_FROM_JOBS], ids=["one", "copied"])
+def test_enqueued_jobs_of_a_new_tenant_get_a_counter_under_tenant_star(store, size: int):
     store.set_limit(Limit("tenant:*", concurrency=2))
-    store.enqueue(NewJob(kind="k", payload={}, tenant="fresh"))
-    assert [(u.scope, u.running, u.concurrency) for u in store.scope_usage()] == [("tenant:fresh", 0, 2)]
+    store.enqueue_many([NewJob(kind="k", payload={}, tenant=("fresh", "new")[i % 2]) for i in range(size)])
+    expected = [("tenant:fresh", 0, 2), ("tenant:new", 0, 2)][: min(size, 2)]
+    assert [(u.scope, u.running, u.concurrency) for u in store.scope_usage()] == expected
