@@ -4,6 +4,7 @@ idempotency keys' read-back."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -30,28 +31,40 @@ from service.store.postgres.queries import STATUS_COLUMNS
 # status is what was inserted. The wake-up for idle workers rides in the same
 # statement (one round trip, one commit): one JOBS_QUEUED notification per
 # statement, never per row, delivered at commit; none when nothing was inserted.
+# The API's submit passes its caller's token_hash: the jobs then go to the token's
+# tenant, looked up here (the unique index on the hash) and in force at this
+# statement's snapshot, so a revoked token inserts nothing from the revoke's commit
+# on; token_tenant in the answer is NULL for an unknown, revoked or admin token.
+# Without a token_hash (the library, the CLI) each job's own tenant is taken.
 ENQUEUE_JOBS = (
     """
 WITH n AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS ts
 ),
+token AS (
+    SELECT tenant FROM api_tokens
+    WHERE token_hash = %(token_hash)s AND revoked_at IS NULL AND NOT admin
+),
 inserted AS (
 INSERT INTO jobs (id, tenant, queue, kind, payload, state, priority, attempts, max_attempts,
                   max_attempts_default, done, total, run_after, concurrency_key, idempotency_key,
                   created_at, updated_at)
-SELECT i.id, i.tenant, i.queue, i.kind, i.payload, 'queued', i.priority, 0, i.max_attempts,
+SELECT i.id, coalesce(t.tenant, i.tenant), i.queue, i.kind, i.payload, 'queued', i.priority, 0, i.max_attempts,
        i.max_attempts_default, 0, i.total, coalesce(i.run_after, n.ts + make_interval(secs => i.delay)),
        i.concurrency_key, i.idempotency_key, n.ts, n.ts
 FROM jsonb_to_recordset(%(batch)s::jsonb)
      AS i(id uuid, tenant text, queue text, kind text, payload jsonb, priority int, max_attempts int,
-          max_attempts_default boolean, delay float8, run_after timestamptz, total int, concurrency_key text, idempotency_key text),
-     n
+          max_attempts_default boolean, delay float8, run_after timestamptz, total int, concurrency_key text, idempotency_key text)
+     CROSS JOIN n
+     LEFT JOIN token AS t ON true
+WHERE %(token_hash)s::text IS NULL OR t.tenant IS NOT NULL
 ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, tenant, run_after, created_at
 ),"""
     + tenant_counters("inserted")
     + """
 SELECT (SELECT ts FROM n) AS created_at,
+       (SELECT tenant FROM token) AS token_tenant,
        count(*) AS inserted,
        CASE WHEN %(keyed)s THEN array_agg(id) END AS ids,
        array_agg(id) FILTER (WHERE run_after <> created_at) AS later_ids,
@@ -78,14 +91,17 @@ WHERE (j.tenant, j.idempotency_key) IN (
 class Submitting(Connected):
     """enqueue and enqueue_many."""
 
-    def enqueue(self, job: NewJob, *, connection: object | None = None) -> JobStatus:
-        return self.enqueue_many([job], connection=connection)[0]
+    def enqueue(self, job: NewJob, *, connection: object | None = None, token_hash: str | None = None) -> JobStatus:
+        return self.enqueue_many([job], connection=connection, token_hash=token_hash)[0]
 
-    def enqueue_many(self, jobs: Sequence[NewJob], *, connection: object | None = None) -> list[JobStatus]:
+    def enqueue_many(
+        self, jobs: Sequence[NewJob], *, connection: object | None = None, token_hash: str | None = None
+    ) -> list[JobStatus]:
         """With ``connection`` (the caller's psycopg connection, or a SQLAlchemy Connection or
         Session on psycopg: see :mod:`.caller`), the statements run in the caller's
         transaction and are neither committed nor retried here: the jobs exist, and the
-        workers are woken, only when the caller commits."""
+        workers are woken, only when the caller commits. With ``token_hash``, the token's
+        lookup rides in the same statement (one round trip for the API's submit)."""
         if not jobs:
             return []
         caller = caller_connection(connection) if connection is not None else None
@@ -98,6 +114,7 @@ class Submitting(Connected):
             batch=dump_batch(batch, [job.payload for job in jobs], "payload"),
             keyed=keyed,
             wake_queues=",".join(sorted({j.queue for j in jobs})),
+            token_hash=token_hash,
         )
 
         def fetch(statement: str, values: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -111,6 +128,9 @@ class Submitting(Connected):
         # Only when an idempotency key was taken does a second one read the existing jobs
         # (committed by then: the insert waited for any transaction that held the key).
         row = fetch(ENQUEUE_JOBS, params)[0]  # an aggregate answers one row
+        if token_hash is not None:  # the jobs are the token's tenant's (nothing was written for no token)
+            tenant = checks.token_scope(row["token_tenant"])
+            jobs = [replace(job, tenant=tenant) for job in jobs]
         created_at = row["created_at"]
         later = dict(zip(row["later_ids"] or (), row["later_run_after"] or (), strict=True))
         inserted = set(row["ids"] or ()) if keyed else None
