@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
 
 from service.api.auth import DEFAULT_TENANT
-from service.api.coalesce import CoalescedStatusReads
+from service.api.coalesce import CoalescedStatusReads, CoalescedSubmits
 from service.api.docs import mount_docs
 from service.api.fast_poll import StatusPollFastPath
 from service.api.fast_submit import SubmitFastPath
@@ -94,6 +94,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             raise
         app.state.store = store
         app.state.status_reads = CoalescedStatusReads(store)
+        app.state.submits = CoalescedSubmits(store, settings.max_batch_body_bytes)
         app.state.watcher = watcher
         if not settings.auth:
             log.warning(

@@ -217,6 +217,7 @@ async def _left_but_accepted(pg_url: str, clock: FakeClock) -> None:
             headers_for(token, "application/vnd.acme+json"),  # FastAPI reads +json types as JSON too
             headers_for(token, transfer_encoding="chunked"),
             headers_for(token, content_length="12", transfer_encoding="chunked"),
+            headers_for(token, content_length="5"),  # a body longer than declared (no server passes one on)
         ):
             await submit_both(fast, slow, b'{"kind":"k"}', headers)
 
@@ -258,9 +259,9 @@ async def _failures(pg_url: str, clock: FakeClock) -> None:
         token = token_of(app.state.store)
         outage = StoreUnavailable("PostgreSQL unavailable: connection to server at 10.1.2.3 failed")
         for error, status in ((outage, 503), (RuntimeError("secret internals"), 500)):
-            # The route looks the token up first, then enqueues: both stores fail at the enqueue.
+            # The route looks the token up, then enqueues; the fast path's batch calls enqueue_many.
             with mock.patch.object(slow_app.state.store, "enqueue", side_effect=error), \
-                 mock.patch.object(app.state.store, "enqueue", side_effect=error):
+                 mock.patch.object(app.state.store, "enqueue_many", side_effect=error):
                 expected = await slow.post("/v1/jobs", b'{"kind":"k"}', headers_for(token))
                 assert await fast.post("/v1/jobs", b'{"kind":"k"}', headers_for(token)) == expected
             assert expected.status == status and b"10.1.2.3" not in expected.body and b"secret" not in expected.body
@@ -277,3 +278,53 @@ def test_a_revoked_token_is_refused_on_the_very_next_submit(api: LiveApi, db: Da
     assert_problem(http.post("/v1/jobs", json={"kind": "k"}), 401, "unauthorized")
     assert_problem(http.post("/v1/jobs", json={"kind": "k"}, headers={"Idempotency-Key": "k"}), 401)
     assert db.count("jobs") == 1
+
+
+@pytest.mark.parametrize("poisoned", [False, True], ids=["valid", "one-refused"])
+def test_concurrent_submits_share_store_calls_and_each_gets_its_own_answer(store_url: str, clock: FakeClock,
+                                                                         db: Database, poisoned: bool) -> None:
+    asyncio.run(_concurrent_submits(store_url, clock, db, poisoned))
+
+
+async def _concurrent_submits(store_url: str, clock: FakeClock, db: Database, poisoned: bool) -> None:
+    async with asgi_client(store_url, clock) as (fast, app):
+        store: Store = app.state.store
+        acme, globex, revoked = token_of(store, "acme"), token_of(store, "globex"), new_token()
+        store.revoke_token(store.create_token("acme", hash_token(revoked)).id)
+        requests = [(acme, b'{"kind":"a","payload":{"n":%d}}' % n, {}) for n in range(30)]
+        requests += [(globex, b'{"kind":"g"}', {}) for _ in range(10)]
+        requests += [(revoked, b'{"kind":"r"}', {}) for _ in range(5)]
+        requests += [(acme, b'{"kind":"k"}', {"idempotency_key": "same"}) for _ in range(5)]
+        if poisoned:  # a job the store refuses: the others of its token's batch go to the route one by one
+            requests += [(acme, b'{"kind":"nul"}', {"idempotency_key": "nul\x00"})]
+        else:  # another job with the same key, after them in the batch (the route's requests race)
+            requests += [(acme, b'{"kind":"other"}', {"idempotency_key": "same"})]
+        with mock.patch.object(store, "enqueue_many", wraps=store.enqueue_many) as enqueue_many:
+            answers = await asyncio.gather(*(
+                fast.post("/v1/jobs", body, headers_for(token, **more)) for token, body, more in requests
+            ))
+        by_kind: dict[bytes, list[Answer]] = {}
+        for (_, body, _), answer in zip(requests, answers, strict=True):
+            by_kind.setdefault(json.loads(body)["kind"].encode(), []).append(answer)
+        assert {a.status for a in by_kind[b"a"] + by_kind[b"g"]} == {202}
+        assert [db.job(json.loads(a.body)["job_id"])["tenant"] for a in by_kind[b"a"]] == ["acme"] * 30
+        assert [db.job(json.loads(a.body)["job_id"])["tenant"] for a in by_kind[b"g"]] == ["globex"] * 10
+        assert [json.loads(a.body)["kind"] for a in by_kind[b"a"]] == ["a"] * 30  # each its own job
+        assert {a.status for a in by_kind[b"r"]} == {401}
+        keyed = {json.loads(a.body)["job_id"] for a in by_kind[b"k"]}
+        assert {a.status for a in by_kind[b"k"]} == {202} and len(keyed) == 1
+        assert [a.status for a in by_kind[b"nul" if poisoned else b"other"]] == [422 if poisoned else 409]
+        assert db.count("jobs") == 30 + 10 + 1
+        if not poisoned:  # all arrived before the first call returned: one batch, one call per token
+            assert enqueue_many.call_count == 3
+
+
+def test_a_batch_takes_no_more_bodies_than_a_batch_request_may_carry() -> None:
+    from service.api.coalesce import SUBMIT_BATCH, CoalescedSubmits, Submit
+    from service.jobs import NewJob
+
+    submits = CoalescedSubmits(store=mock.Mock(), max_batch_bytes=1_000)
+    one = Submit(NewJob(kind="k"), None, 400)
+    assert submits._batch_length([one] * 5) == 2
+    assert submits._batch_length([Submit(NewJob(kind="k"), None, 5_000), one]) == 1  # one is always taken
+    assert submits._batch_length([Submit(NewJob(kind="k"), None, 1)] * (SUBMIT_BATCH + 5)) == SUBMIT_BATCH
