@@ -18,7 +18,7 @@ from typing import Generic, TypeVar
 from starlette.concurrency import run_in_threadpool
 
 from service.errors import StoreUnavailable
-from service.jobs import JobStatus, NewJob, StatusRead
+from service.jobs import JobStatus, NewJob, StatusRead, require_same_job
 from service.store.base import STATUS_READ_BATCH, Store
 
 SUBMIT_BATCH = 100
@@ -111,7 +111,8 @@ class Submit:
 
 class CoalescedSubmits(_Coalesced[Submit, JobStatus]):
     """``await submits.enqueue(Submit(...))``: the stored job's status, as ``store.enqueue(job,
-    token_hash=...)`` answers it (its errors raised as it raises them).
+    token_hash=...)`` answers it (its errors raised as it raises them), and for a job with an
+    Idempotency-Key, IdempotencyConflict if the key was used for another job.
 
     A batch goes to the store as one ``enqueue_many`` per token in it (one statement and one
     commit each on PostgreSQL: each token looked up in the statement that inserts its jobs),
@@ -146,9 +147,21 @@ class CoalescedSubmits(_Coalesced[Submit, JobStatus]):
                 statuses = self._store.enqueue_many([batch[i].job for i in indexes], token_hash=token_hash)
             except Exception as exc:  # noqa: BLE001 - every submit of the group answers it
                 answers.update(dict.fromkeys(indexes, exc))
-            else:
-                answers.update(zip(indexes, statuses, strict=True))
+                continue
+            for index, status in zip(indexes, statuses, strict=True):
+                answers[index] = self._same_request(batch[index].job, status)
         return [answers[index] for index in range(len(batch))]
+
+    def _same_request(self, job: NewJob, stored: JobStatus) -> JobStatus | BaseException:
+        """A keyed job's status if the key's job is this very request (the rule of
+        :func:`service.jobs.require_same_job`, as the route applies it), in the batch's hand-off."""
+        if job.idempotency_key is None:
+            return stored
+        try:
+            require_same_job(job, stored, self._store.get_payload(stored.id, stored.tenant))
+        except Exception as exc:  # noqa: BLE001 - the submit answers it: a 409, a 503
+            return exc
+        return stored
 
     def _unanswered(self, answer: asyncio.Future[JobStatus]) -> None:
         answer.set_exception(StoreUnavailable("the API is stopping; the job may or may not have been stored"))

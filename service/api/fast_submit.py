@@ -7,7 +7,7 @@ answer validated again: about 1.5 ms of the API's CPU for one INSERT (bench subm
 submit itself, with what the route uses: the same request model
 (:class:`~service.api.schemas.JobSubmit`, validated from ``json.loads`` of the body as
 FastAPI validates it), :func:`service.api.auth.identify` for the token, the idempotency
-rule of :func:`service.api.routes.require_same_request`, :func:`JobOut.of` and
+rule of :func:`service.jobs.require_same_job`, :func:`JobOut.of` and
 ``poll_after_seconds`` for the answer, :func:`service.api.problems.problem_for` for
 its errors. The token's lookup and the insert are one store call (``enqueue_many``
 with the token's hash: one statement on PostgreSQL), so every submit is authenticated
@@ -40,7 +40,6 @@ from service.api.auth import DEFAULT_TENANT, identify, unauthorized
 from service.api.coalesce import Submit
 from service.api.polling import poll_after_seconds
 from service.api.problems import problem_for, problem_response
-from service.api.routes import require_same_request
 from service.api.schemas import JOB_OUT, JobSubmit
 from service.errors import InvalidInput, Unauthorized
 from service.status import JobOut, job_url
@@ -88,17 +87,16 @@ def _plain_submit(scope: Scope, max_body_bytes: int) -> _Heads | None:
 
 class SubmitFastPath:
     def __init__(self, state: State) -> None:
-        self.state = state  # the FastAPI app's state: settings, clock, store and submits (once started)
+        self.state = state  # the FastAPI app's state: settings, clock, submits (once started)
 
     async def answer(self, scope: Scope, receive: Receive, send: Send) -> Receive | None:
         """None if this was a plain submit and it has been answered; otherwise the ``receive``
         the app must read the request with (the body this read, then the rest)."""
         if not (scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/v1/jobs"):
             return receive
-        store = getattr(self.state, "store", None)
         submits = getattr(self.state, "submits", None)
         settings = getattr(self.state, "settings", None)
-        if store is None or submits is None or settings is None:
+        if submits is None or settings is None:
             return receive
         heads = _plain_submit(scope, settings.max_body_bytes)
         if heads is None:
@@ -129,8 +127,6 @@ class SubmitFastPath:
         now = self.state.clock()
         try:
             status = await submits.enqueue(Submit(job, caller.token_hash, len(body)))
-            if job.idempotency_key is not None:
-                await require_same_request(store, job, status)
         except (
             InvalidInput
         ):  # nothing of its token's batch was written: the route checks the token, then submits it alone

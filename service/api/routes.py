@@ -116,7 +116,7 @@ async def submit_job(
     job = body.to_new_job(tenant, idempotency_key)
     status = await blocking(store.enqueue, job)
     if job.idempotency_key is not None:
-        await require_same_request(store, job, status)
+        await _require_same_request(store, job, status)
     response.headers["Location"] = job_url(status.id)
     return _status_answer(status, now, response)
 
@@ -140,7 +140,7 @@ async def submit_batch(
     statuses = await blocking(store.enqueue_many, jobs)
     for job, status in zip(jobs, statuses, strict=True):
         if job.idempotency_key is not None:  # a key used before (or twice here) must name this very job
-            await require_same_request(store, job, status)
+            await _require_same_request(store, job, status)
     return BatchOut(jobs=[JobOut.of(status, poll_after_seconds(status, now)) for status in statuses])
 
 
@@ -361,7 +361,7 @@ def _status_answer(status: JobStatus, now: datetime, response: Response) -> JobO
     return JobOut.of(status, hint)
 
 
-async def require_same_request(store: Store, job: NewJob, stored: JobStatus) -> None:
+async def _require_same_request(store: Store, job: NewJob, stored: JobStatus) -> None:
     """The key may have been used before: the stored job must be this very request
     (the rule is :func:`service.jobs.require_same_job`; the payload is read only on keyed submits)."""
     payload = await blocking(store.get_payload, stored.id, stored.tenant)
