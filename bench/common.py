@@ -201,9 +201,9 @@ CODE = {"root": ROOT}
 (``--code PATH``: an A/B of two versions under the same bench, interleaved)."""
 
 
-def python_env(database_url: str, **extra: str) -> dict[str, str]:
+def python_env(database_url: str, code: Path | None = None, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBQ_")}
-    env.update({"PYTHONPATH": str(CODE["root"]), "JOBQ_DATABASE_URL": database_url, **extra})
+    env.update({"PYTHONPATH": str(code or CODE["root"]), "JOBQ_DATABASE_URL": database_url, **extra})
     return env
 
 
@@ -271,10 +271,12 @@ def free_port() -> int:
 class ApiProcess:
     """``python -m service serve`` on a free local port, waited for until it answers.
 
-    ``command`` replaces the server (the poll bench's bare-uvicorn ceiling)."""
+    ``command`` replaces the server (the bare-uvicorn ceilings); ``code`` is the checkout it
+    loads jobq from (default: ``--code``, else this one), so one bench can serve two versions."""
 
     def __init__(self, database_url: str, *, auth: bool = True, env: dict[str, str] | None = None,
-                 log_path: Path | None = None, command: list[str] | None = None) -> None:
+                 log_path: Path | None = None, command: list[str] | None = None,
+                 code: Path | None = None) -> None:
         self.port = free_port()
         out = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115 - closed in stop()
         self._out = out
@@ -285,8 +287,8 @@ class ApiProcess:
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=out,
-            env=python_env(database_url, **extra),
-            cwd=CODE["root"],
+            env=python_env(database_url, code, **extra),
+            cwd=code or CODE["root"],
         )
         wait_for(self._answers, 30, 0.1, "the API to answer")
 

@@ -54,10 +54,11 @@ class Connection:
 
 
 def request(method: str, path: str, *, token: str | None = None, body: bytes | None = None,
-            content_type: str = "application/json") -> bytes:
+            content_type: str = "application/json", headers: dict[str, str] | None = None) -> bytes:
     lines = [f"{method} {path} HTTP/1.1", "Host: bench"]
     if token:
         lines.append(f"Authorization: Bearer {token}")
+    lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
     if body is not None:
         lines += [f"Content-Type: {content_type}", f"Content-Length: {len(body)}"]
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + (body or b"")

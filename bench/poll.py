@@ -20,10 +20,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import sys
 
 import psycopg
-
-import sys
 
 from bench.common import (
     ApiProcess,

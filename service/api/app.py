@@ -23,9 +23,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
 
 from service.api.auth import DEFAULT_TENANT
-from service.api.coalesce import CoalescedStatusReads
+from service.api.coalesce import CoalescedStatusReads, CoalescedSubmits
 from service.api.docs import mount_docs
 from service.api.fast_poll import StatusPollFastPath
+from service.api.fast_submit import SubmitFastPath
 from service.api.limits import BodySizeLimit
 from service.api.polling import NotifyWatcher, PollingWatcher, Watcher
 from service.api.problems import Problem, problem_handler
@@ -59,13 +60,21 @@ def uses_notifications(settings: Settings) -> bool:
 
 
 class JobqApi(FastAPI):
-    """FastAPI, with the status poll's fast path in front of all of it (see fast_poll)."""
+    """FastAPI, with the fast paths of the status poll and the submit in front of all of it
+    (see fast_poll and fast_submit)."""
 
-    fast_poll: StatusPollFastPath | None = None  # None: every request goes to the routes
+    fast_poll: StatusPollFastPath | None = None  # None: every poll goes to the routes
+    fast_submit: SubmitFastPath | None = None  # None: every submit goes to the routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.fast_poll is not None and await self.fast_poll.answered(scope, send):
             return
+        if self.fast_submit is not None:
+            # It reads a submit's body to decide: what it leaves to the routes gets the body handed on.
+            left = await self.fast_submit.answer(scope, receive, send)
+            if left is None:
+                return
+            receive = left
         await super().__call__(scope, receive, send)
 
 
@@ -85,6 +94,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             raise
         app.state.store = store
         app.state.status_reads = CoalescedStatusReads(store)
+        app.state.submits = CoalescedSubmits(store, settings.max_batch_body_bytes)
         app.state.watcher = watcher
         if not settings.auth:
             log.warning(
@@ -122,6 +132,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     )
     # A plain GET /v1/jobs/{id} that succeeds is answered before FastAPI's machinery (see fast_poll).
     app.fast_poll = StatusPollFastPath(app.state)
+    app.fast_submit = SubmitFastPath(app.state)  # and a plain POST /v1/jobs (see fast_submit)
     app.include_router(ops)  # first: its literal /v1/jobs/replay wins over /v1/jobs/{job_id}
     app.include_router(limits_router)
     app.include_router(router)

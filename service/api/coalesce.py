@@ -1,54 +1,167 @@
-"""Concurrent status polls share one store read: group commit, for reads.
+"""Concurrent requests share one store call: group commit, for status reads and for submits.
 
-A poll that finds no read in flight starts one at once, so a lone poll waits for
-nothing. Polls that arrive while a read is running queue up and go together in
-the next one: under load a batch grows with the load, and the thread hand-off and
-the round trip, which cost more than the row, are paid once per batch instead of
-once per poll.
+A request that finds no call in flight starts one at once, so a lone request waits
+for nothing. Requests that arrive while a call is running queue up and go together
+in the next one: under load a batch grows with the load, and the thread hand-off,
+the round trip and (for submits) the commit, which cost more than a row, are paid
+once per batch instead of once per request.
 """
 
 from __future__ import annotations
 
 import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 
-from service.jobs import JobStatus, StatusRead
+from service.errors import StoreUnavailable
+from service.jobs import JobStatus, NewJob, StatusRead, require_same_job
 from service.store.base import STATUS_READ_BATCH, Store
 
+SUBMIT_BATCH = 100
+"""Submits one batch carries at most: a batched submit waits for the whole batch's commit."""
 
-class CoalescedStatusReads:
-    """``await reads.read(StatusRead(...))``: a job's status, or None if the store has none
-    for that tenant or token (or could not be read); the caller then asks the long way."""
+Request = TypeVar("Request")
+Answer = TypeVar("Answer")
+
+
+class _Coalesced(ABC, Generic[Request, Answer]):
+    """The queue and the one task that empties it, batch by batch, each batch one call of
+    ``_call`` in a worker thread, which answers each request (or raises for it)."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
-        self._waiting: list[tuple[StatusRead, asyncio.Future[JobStatus | None]]] = []
-        self._reader: asyncio.Task[None] | None = None  # held: the loop keeps only a weak reference
+        self._waiting: list[tuple[Request, asyncio.Future[Answer]]] = []
+        self._runner: asyncio.Task[None] | None = None  # held: the loop keeps only a weak reference
 
-    async def read(self, request: StatusRead) -> JobStatus | None:
-        answer: asyncio.Future[JobStatus | None] = asyncio.get_running_loop().create_future()
+    async def _ask(self, request: Request) -> Answer:
+        answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._waiting.append((request, answer))
-        if self._reader is None:
-            self._reader = asyncio.get_running_loop().create_task(self._read_until_none_wait())
+        if self._runner is None:
+            self._runner = asyncio.get_running_loop().create_task(self._run_until_none_wait())
         return await answer
 
-    async def _read_until_none_wait(self) -> None:
-        batch: list[tuple[StatusRead, asyncio.Future[JobStatus | None]]] = []
+    async def _run_until_none_wait(self) -> None:
+        batch: list[tuple[Request, asyncio.Future[Answer]]] = []
         try:
             while self._waiting:
-                batch, self._waiting = self._waiting[:STATUS_READ_BATCH], self._waiting[STATUS_READ_BATCH:]
-                try:
-                    found = await run_in_threadpool(self._store.read_statuses, [request for request, _ in batch])
-                except Exception:  # noqa: BLE001 - each poll falls back to the route, which reports the error
-                    found = [None] * len(batch)
-                for (_, answer), status in zip(batch, found, strict=True):
-                    if not answer.done():
-                        answer.set_result(status)
+                taken = self._batch_length([request for request, _ in self._waiting])
+                batch, self._waiting = self._waiting[:taken], self._waiting[taken:]
+                answers = await run_in_threadpool(self._call, [request for request, _ in batch])
+                for (_, answer), outcome in zip(batch, answers, strict=True):
+                    if answer.done():
+                        continue
+                    if isinstance(outcome, BaseException):
+                        answer.set_exception(outcome)
+                    else:
+                        answer.set_result(outcome)
         finally:
-            # Cancelled (the server stopping): nobody is left to read for the polls still waiting.
+            # Cancelled (the server stopping): nobody is left to call the store for those still waiting.
             for _, answer in batch + self._waiting:
                 if not answer.done():
-                    answer.set_result(None)
+                    self._unanswered(answer)
             self._waiting = []
-            self._reader = None
+            self._runner = None
+
+    @abstractmethod
+    def _batch_length(self, waiting: Sequence[Request]) -> int:
+        """How many of the waiting requests (at least one) the next call takes."""
+
+    @abstractmethod
+    def _call(self, batch: Sequence[Request]) -> Sequence[Answer | BaseException]:
+        """The store call for a batch (in a worker thread): an answer or an error per request."""
+
+    @abstractmethod
+    def _unanswered(self, answer: asyncio.Future[Answer]) -> None:
+        """Settles a request the batches will not answer (the server stopping)."""
+
+
+class CoalescedStatusReads(_Coalesced[StatusRead, JobStatus | None]):
+    """``await reads.read(StatusRead(...))``: a job's status, or None if the store has none
+    for that tenant or token (or could not be read); the caller then asks the long way."""
+
+    async def read(self, request: StatusRead) -> JobStatus | None:
+        return await self._ask(request)
+
+    def _batch_length(self, waiting: Sequence[StatusRead]) -> int:
+        return min(len(waiting), STATUS_READ_BATCH)
+
+    def _call(self, batch: Sequence[StatusRead]) -> Sequence[JobStatus | None]:
+        try:
+            return self._store.read_statuses(batch)
+        except Exception:  # noqa: BLE001 - each poll falls back to the route, which reports the error
+            return [None] * len(batch)
+
+    def _unanswered(self, answer: asyncio.Future[JobStatus | None]) -> None:
+        answer.set_result(None)
+
+
+@dataclass(frozen=True)
+class Submit:
+    """One submit in a batch: the job, the hash of its caller's token (None: ``job.tenant``
+    is the caller's, auth off), and its request body's size, which bounds a batch."""
+
+    job: NewJob
+    token_hash: str | None
+    size: int
+
+
+class CoalescedSubmits(_Coalesced[Submit, JobStatus]):
+    """``await submits.enqueue(Submit(...))``: the stored job's status, as ``store.enqueue(job,
+    token_hash=...)`` answers it (its errors raised as it raises them), and for a job with an
+    Idempotency-Key, IdempotencyConflict if the key was used for another job.
+
+    A batch goes to the store as one ``enqueue_many`` per token in it (one statement and one
+    commit each on PostgreSQL: each token looked up in the statement that inserts its jobs),
+    all in one thread hand-off. ``enqueue_many`` is all or none, so one job the store refuses
+    as invalid refuses the others of its token's group with it, nothing written: each of them
+    gets the InvalidInput, which sends the request to the route, which submits it alone."""
+
+    def __init__(self, store: Store, max_batch_bytes: int) -> None:
+        super().__init__(store)
+        self._max_batch_bytes = max_batch_bytes
+
+    async def enqueue(self, submit: Submit) -> JobStatus:
+        return await self._ask(submit)
+
+    def _batch_length(self, waiting: Sequence[Submit]) -> int:
+        """Up to SUBMIT_BATCH jobs, and no more bodies than one batch request may carry."""
+        taken, size = 0, 0
+        for submit in waiting[:SUBMIT_BATCH]:
+            size += submit.size
+            if taken and size > self._max_batch_bytes:
+                break
+            taken += 1
+        return taken
+
+    def _call(self, batch: Sequence[Submit]) -> Sequence[JobStatus | BaseException]:
+        groups: dict[str | None, list[int]] = {}
+        for index, submit in enumerate(batch):
+            groups.setdefault(submit.token_hash, []).append(index)
+        answers: dict[int, JobStatus | BaseException] = {}
+        for token_hash, indexes in groups.items():
+            try:
+                statuses = self._store.enqueue_many([batch[i].job for i in indexes], token_hash=token_hash)
+            except Exception as exc:  # noqa: BLE001 - every submit of the group answers it
+                answers.update(dict.fromkeys(indexes, exc))
+                continue
+            for index, status in zip(indexes, statuses, strict=True):
+                answers[index] = self._same_request(batch[index].job, status)
+        return [answers[index] for index in range(len(batch))]
+
+    def _same_request(self, job: NewJob, stored: JobStatus) -> JobStatus | BaseException:
+        """A keyed job's status if the key's job is this very request (the rule of
+        :func:`service.jobs.require_same_job`, as the route applies it), in the batch's hand-off."""
+        if job.idempotency_key is None:
+            return stored
+        try:
+            require_same_job(job, stored, self._store.get_payload(stored.id, stored.tenant))
+        except Exception as exc:  # noqa: BLE001 - the submit answers it: a 409, a 503
+            return exc
+        return stored
+
+    def _unanswered(self, answer: asyncio.Future[JobStatus]) -> None:
+        answer.set_exception(StoreUnavailable("the API is stopping; the job may or may not have been stored"))

@@ -23,17 +23,16 @@ import re
 import uuid
 from typing import Any
 
-from pydantic import TypeAdapter
 from starlette.types import Scope, Send
 
 from service.api.auth import identify
 from service.api.polling import change_tag, poll_after_seconds
+from service.api.schemas import JOB_OUT
 from service.errors import Unauthorized
 from service.jobs import StatusRead
 from service.status import JobOut
 
 _PATH = re.compile(r"/v1/jobs/([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})")
-_JOB_OUT = TypeAdapter(JobOut)
 _MAX_ETAG_CHARS = 200  # the route's If-None-Match limit; longer ones get the route's 422
 
 
@@ -75,7 +74,7 @@ class StatusPollFastPath:
         if status is None:  # the route reads again and answers the error as it always does
             return None
         hint = poll_after_seconds(status, self.state.clock())
-        body = _JOB_OUT.dump_json(JobOut.of(status, hint))
+        body = JOB_OUT.dump_json(JobOut.of(status, hint))
         headers = [
             (b"content-length", str(len(body)).encode("latin-1")),
             (b"content-type", b"application/json"),

@@ -107,17 +107,25 @@ class Listener(Protocol):
 
 class Store(Protocol):
     # -- submitting ---------------------------------------------------------------
-    def enqueue(self, job: NewJob, *, connection: object | None = None) -> JobStatus:
+    def enqueue(self, job: NewJob, *, connection: object | None = None, token_hash: str | None = None) -> JobStatus:
         """Store one job. With an idempotency key already used by the tenant, return that job.
 
         ``connection``: the caller's open PostgreSQL connection (psycopg, or a SQLAlchemy
         Connection/Session on psycopg); the job is inserted in the caller's transaction and
         exists only if the caller commits. SQLite refuses it (InvalidInput).
+
+        ``token_hash`` (the API's submit): the job is stored for the tenant of the live tenant
+        token with this hash instead of ``job.tenant``, the token looked up in the same statement
+        (SQLite: the same transaction), so a revoked token is refused from its revocation's
+        commit on. Unauthorized, with nothing written, for an unknown, revoked or admin token.
         """
         ...
 
-    def enqueue_many(self, jobs: Sequence[NewJob], *, connection: object | None = None) -> list[JobStatus]:
-        """Store many jobs in one round trip, all or none; the answer is in the order given."""
+    def enqueue_many(
+        self, jobs: Sequence[NewJob], *, connection: object | None = None, token_hash: str | None = None
+    ) -> list[JobStatus]:
+        """Store many jobs in one round trip, all or none; the answer is in the order given.
+        ``connection`` and ``token_hash`` as for ``enqueue``."""
         ...
 
     # -- the worker's hot path (each write fenced by the lease) -------------------

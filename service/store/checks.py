@@ -18,7 +18,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
-from service.errors import InvalidInput, InvalidTransition, JobNotFound, LeaseLost, LimitNotFound, TokenNotFound
+from service.errors import (
+    InvalidInput,
+    InvalidTransition,
+    JobNotFound,
+    LeaseLost,
+    LimitNotFound,
+    TokenNotFound,
+    Unauthorized,
+)
 from service.jobs import (
     JSON,
     AttemptOutcome,
@@ -87,6 +95,14 @@ def enqueue_rows(
         }
         for job_id, job in zip(ids, jobs, strict=True)
     ]
+
+
+def token_scope(tenant: str | None) -> str:
+    """The tenant of the API token an operation is scoped to (``get`` and ``enqueue`` with a
+    ``token_hash``), as the store looked it up: None is an unknown, revoked or admin token."""
+    if tenant is None:
+        raise Unauthorized("unknown or revoked token")
+    return tenant
 
 
 # -- the worker's hot path ------------------------------------------------------------

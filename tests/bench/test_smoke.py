@@ -19,6 +19,7 @@ TINY = {
     "drain": ["--jobs", "40", "--cases", "1x4", "--pgbench-seconds", "1" if shutil.which("pgbench") else "0"],
     "pickup": ["--trials", "3", "--sqlite-default-trials", "1"],
     "poll": ["--clients", "2", "--seconds", "0.5", "--jobs", "5", "--auth", "on"],
+    "submit": ["--clients", "2", "--seconds", "0.5", "--rounds", "1", "--keys"],
     "scale": ["--history", "500", "--churn", "300", "--trials", "5", "--queued", "20"],
     "cost": ["--jobs", "30", "--concurrency", "2", "--enqueue", "batch", "--connection-jobs", "4", "--items", "40",
              "--item-seconds", "0"],

@@ -10,65 +10,16 @@ route's answers.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from fastapi import FastAPI
 
-from service.api.app import create_app
 from service.api.fast_poll import StatusPollFastPath
-from service.config import Settings
 from service.jobs import NewJob
 from service.tokens import hash_token, new_token
+from tests.api.asgi import asgi_client
 from tests.conftest import FakeClock
 from tests.store.builders import fail_job
-
-
-@dataclass
-class Answer:
-    status: int
-    headers: list[tuple[bytes, bytes]]
-    body: bytes
-
-
-class Client:
-    """Calls the ASGI app directly (no server, no HTTP client): what the app itself answers."""
-
-    def __init__(self, app: FastAPI) -> None:
-        self.app = app
-
-    async def get(self, target: str, headers: dict[str, str] | None = None) -> Answer:
-        path, _, query = target.partition("?")
-        scope = {
-            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
-            "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": query.encode(),
-            "root_path": "", "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80), "state": {},
-            "headers": [(b"host", b"test")] + [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()],
-        }
-        sent: list[dict[str, Any]] = []
-
-        async def receive() -> dict[str, Any]:
-            return {"type": "http.request", "body": b"", "more_body": False}
-
-        async def send(message: dict[str, Any]) -> None:
-            sent.append(message)
-
-        await self.app(scope, receive, send)
-        start = next(m for m in sent if m["type"] == "http.response.start")
-        body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-        return Answer(start["status"], sorted(start["headers"]), body)
-
-
-@asynccontextmanager
-async def client(url: str, clock: FakeClock, *, fast: bool, auth: bool) -> AsyncIterator[tuple[Client, FastAPI]]:
-    app = create_app(Settings(database_url=url, auth=auth), clock=clock)
-    if not fast:
-        app.fast_poll = None
-    async with app.router.lifespan_context(app):
-        yield Client(app), app
 
 
 @pytest.mark.parametrize("auth", [True, False], ids=["auth", "no-auth"])
@@ -88,8 +39,8 @@ def test_plain_polls_match_the_route_byte_for_byte(store_url: str, clock: FakeCl
 
 
 async def _plain_polls(store_url: str, clock: FakeClock, auth: bool, answered: list[str]) -> None:
-    async with client(store_url, clock, fast=True, auth=auth) as (fast, app), \
-               client(store_url, clock, fast=False, auth=auth) as (slow, _):
+    async with asgi_client(store_url, clock, auth=auth) as (fast, app), \
+               asgi_client(store_url, clock, auth=auth, fast_poll=False) as (slow, _):
         store = app.state.store
         token = new_token()
         store.create_token("acme", hash_token(token))
@@ -117,8 +68,7 @@ def test_everything_else_gets_the_routes_answers(pg_url: str, clock: FakeClock) 
 
 
 async def _everything_else(pg_url: str, clock: FakeClock) -> None:
-    async with client(pg_url, clock, fast=True, auth=True) as (fast, app), \
-               client(pg_url, clock, fast=False, auth=True) as (slow, _):
+    async with asgi_client(pg_url, clock) as (fast, app), asgi_client(pg_url, clock, fast_poll=False) as (slow, _):
         store = app.state.store
         mine, theirs = new_token(), new_token()
         store.create_token("acme", hash_token(mine))

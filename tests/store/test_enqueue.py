@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 
+from service.errors import Unauthorized
 from service.jobs import JobState
 from service.store.postgres.submit import COPY_FROM_JOBS
 from tests.conftest import Database, FakeClock
@@ -203,3 +204,60 @@ def test_enqueue_many_is_one_insert_statement_in_one_transaction(store, db: Data
 
     assert db.scalar("SELECT statements FROM insert_log") == 1
     assert db.count("jobs") == size
+
+
+# -- the API's submit: the token's lookup in the same statement --------------------------------
+
+
+def test_a_job_enqueued_with_a_token_hash_is_the_tokens_tenants(store, db: Database, clock: FakeClock):
+    store.create_token("acme", "hash-of-acme")
+
+    status = store.enqueue(new_job(tenant="default", total=4, delay_seconds=5), token_hash="hash-of-acme")
+
+    assert status.tenant == "acme" and db.job(status.id)["tenant"] == "acme"
+    assert status == store.get(status.id, "acme")
+    assert status.run_after == clock.now() + timedelta(seconds=5)
+    batch = store.enqueue_many([new_job("a"), new_job("b", tenant="globex")], token_hash="hash-of-acme")
+    assert [(s.kind, s.tenant) for s in batch] == [("a", "acme"), ("b", "acme")]
+    assert [store.get(s.id, "acme") for s in batch] == batch
+
+
+def test_an_unknown_revoked_or_admin_token_enqueues_nothing(store, db: Database):
+    store.create_token("acme", "hash-of-acme")
+    revoked = store.create_token("acme", "hash-of-revoked")
+    store.revoke_token(revoked.id)
+    store.create_token("ignored", "hash-of-admin", admin=True)
+
+    for token_hash in ("hash-of-nobody", "hash-of-revoked", "hash-of-admin"):
+        with pytest.raises(Unauthorized):
+            store.enqueue(new_job(), token_hash=token_hash)
+        with pytest.raises(Unauthorized):
+            store.enqueue_many([new_job(idempotency_key="k"), new_job()], token_hash=token_hash)
+        with pytest.raises(Unauthorized):  # a batch the size that COPY would take without a token
+            store.enqueue_many([new_job() for _ in range(COPY_FROM_JOBS)], token_hash=token_hash)
+    assert db.count("jobs") == 0
+
+
+def test_a_token_is_refused_from_its_revocation_on(store, db: Database):
+    token = store.create_token("acme", "hash-of-acme")
+    store.enqueue(new_job(), token_hash="hash-of-acme")
+
+    store.revoke_token(token.id)
+
+    with pytest.raises(Unauthorized):
+        store.enqueue(new_job(), token_hash="hash-of-acme")
+    assert db.count("jobs") == 1
+
+
+def test_a_used_idempotency_key_answers_the_tokens_tenants_job(store, db: Database):
+    store.create_token("acme", "hash-of-acme")
+    store.create_token("globex", "hash-of-globex")
+    first = store.enqueue(new_job(idempotency_key="order-42", payload={"n": 1}), token_hash="hash-of-acme")
+    theirs = store.enqueue(new_job(idempotency_key="order-42"), token_hash="hash-of-globex")
+
+    again = store.enqueue(new_job(idempotency_key="order-42", payload={"n": 2}), token_hash="hash-of-acme")
+
+    assert again == first and again.tenant == "acme"
+    assert theirs.id != first.id and theirs.tenant == "globex"
+    assert db.count("jobs") == 2
+    assert db.job(first.id)["payload"] == {"n": 1}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -43,28 +44,40 @@ were even at 50 jobs a call and COPY_JOBS cost less time and CPU from 100
 # status is what was inserted. The wake-up for idle workers rides in the same
 # statement (one round trip, one commit): one JOBS_QUEUED notification per
 # statement, never per row, delivered at commit; none when nothing was inserted.
+# The API's submit passes its caller's token_hash: the jobs then go to the token's
+# tenant, looked up here (the unique index on the hash) and in force at this
+# statement's snapshot, so a revoked token inserts nothing from the revoke's commit
+# on; token_tenant in the answer is NULL for an unknown, revoked or admin token.
+# Without a token_hash (the library, the CLI) each job's own tenant is taken.
 ENQUEUE_JOBS = (
     """
 WITH n AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS ts
 ),
+token AS (
+    SELECT tenant FROM api_tokens
+    WHERE token_hash = %(token_hash)s AND revoked_at IS NULL AND NOT admin
+),
 inserted AS (
 INSERT INTO jobs (id, tenant, queue, kind, payload, state, priority, attempts, max_attempts,
                   max_attempts_default, done, total, run_after, concurrency_key, idempotency_key,
                   created_at, updated_at)
-SELECT i.id, i.tenant, i.queue, i.kind, i.payload, 'queued', i.priority, 0, i.max_attempts,
+SELECT i.id, coalesce(t.tenant, i.tenant), i.queue, i.kind, i.payload, 'queued', i.priority, 0, i.max_attempts,
        i.max_attempts_default, 0, i.total, coalesce(i.run_after, n.ts + make_interval(secs => i.delay)),
        i.concurrency_key, i.idempotency_key, n.ts, n.ts
 FROM jsonb_to_recordset(%(batch)s::jsonb)
      AS i(id uuid, tenant text, queue text, kind text, payload jsonb, priority int, max_attempts int,
-          max_attempts_default boolean, delay float8, run_after timestamptz, total int, concurrency_key text, idempotency_key text),
-     n
+          max_attempts_default boolean, delay float8, run_after timestamptz, total int, concurrency_key text, idempotency_key text)
+     CROSS JOIN n
+     LEFT JOIN token AS t ON true
+WHERE %(token_hash)s::text IS NULL OR t.tenant IS NOT NULL
 ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, tenant, run_after, created_at
 ),"""
     + tenant_counters("inserted")
     + """
 SELECT (SELECT ts FROM n) AS created_at,
+       (SELECT tenant FROM token) AS token_tenant,
        count(*) AS inserted,
        CASE WHEN %(keyed)s THEN array_agg(id) END AS ids,
        array_agg(id) FILTER (WHERE run_after <> created_at) AS later_ids,
@@ -151,25 +164,34 @@ class _JsonbText(Dumper):
 class Submitting(Connected):
     """enqueue and enqueue_many."""
 
-    def enqueue(self, job: NewJob, *, connection: object | None = None) -> JobStatus:
-        return self.enqueue_many([job], connection=connection)[0]
+    def enqueue(self, job: NewJob, *, connection: object | None = None, token_hash: str | None = None) -> JobStatus:
+        return self.enqueue_many([job], connection=connection, token_hash=token_hash)[0]
 
-    def enqueue_many(self, jobs: Sequence[NewJob], *, connection: object | None = None) -> list[JobStatus]:
+    def enqueue_many(
+        self, jobs: Sequence[NewJob], *, connection: object | None = None, token_hash: str | None = None
+    ) -> list[JobStatus]:
         """With ``connection`` (the caller's psycopg connection, or a SQLAlchemy Connection or
         Session on psycopg: see :mod:`.caller`), the statements run in the caller's
         transaction and are neither committed nor retried here: the jobs exist, and the
-        workers are woken, only when the caller commits."""
+        workers are woken, only when the caller commits. With ``token_hash``, the token's
+        lookup rides in the same statement (one round trip for the API's submit)."""
         if not jobs:
             return []
         caller = caller_connection(connection) if connection is not None else None
         ids = new_job_ids(len(jobs))
         keyed = any(job.idempotency_key is not None for job in jobs)
-        if keyed or len(jobs) < COPY_FROM_JOBS:
-            return self._insert(jobs, ids, keyed, caller)
+        # COPY checks no token: an API batch (a token_hash) is one statement whatever its size.
+        if keyed or token_hash is not None or len(jobs) < COPY_FROM_JOBS:
+            return self._insert(jobs, ids, keyed, caller, token_hash)
         return self._copy(jobs, ids, caller)
 
     def _insert(
-        self, jobs: Sequence[NewJob], ids: list[uuid.UUID], keyed: bool, caller: psycopg.Connection[Any] | None
+        self,
+        jobs: Sequence[NewJob],
+        ids: list[uuid.UUID],
+        keyed: bool,
+        caller: psycopg.Connection[Any] | None,
+        token_hash: str | None,
     ) -> list[JobStatus]:
         """ENQUEUE_JOBS, then READ_BY_IDEMPOTENCY_KEYS if a key was taken."""
         batch = checks.enqueue_rows(jobs, ids, payload=lambda value: value, time=datetime.isoformat)
@@ -177,6 +199,7 @@ class Submitting(Connected):
             batch=dump_batch(batch, [job.payload for job in jobs], "payload"),
             keyed=keyed,
             wake_queues=_wake_queues(jobs),
+            token_hash=token_hash,
         )
 
         def fetch(statement: str, values: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -190,6 +213,9 @@ class Submitting(Connected):
         # Only when an idempotency key was taken does a second one read the existing jobs
         # (committed by then: the insert waited for any transaction that held the key).
         row = fetch(ENQUEUE_JOBS, params)[0]  # an aggregate answers one row
+        if token_hash is not None:  # the jobs are the token's tenant's (nothing was written for no token)
+            tenant = checks.token_scope(row["token_tenant"])
+            jobs = [replace(job, tenant=tenant) for job in jobs]
         created_at = row["created_at"]
         later = dict(zip(row["later_ids"] or (), row["later_run_after"] or (), strict=True))
         statuses = queued_statuses(jobs, ids, [later.get(job_id, created_at) for job_id in ids], created_at)

@@ -7,7 +7,6 @@ import json
 import uuid
 from collections.abc import Sequence
 
-from service.errors import Unauthorized
 from service.jobs import JSON, Attempt, JobPage, JobQuery, JobStatus, StatusRead
 from service.store import checks
 from service.store.base import RUNNING_JOBS_LIMIT
@@ -33,9 +32,7 @@ class Reads(Connected):
         with self._read() as (conn, now):
             if token_hash is not None:  # in-process reads cost no round trip: two lookups under one lock
                 token = conn.execute(TENANT_FOR_TOKEN, {"token_hash": token_hash}).fetchone()
-                if token is None:
-                    raise Unauthorized("unknown or revoked token")
-                tenant = token["tenant"]
+                tenant = checks.token_scope(token["tenant"] if token is not None else None)
             row = conn.execute(GET_JOB, {"job_id": str(job_id), "tenant": tenant, "now": now}).fetchone()
         return status(checks.found(row, job_id))
 

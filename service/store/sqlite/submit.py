@@ -4,13 +4,14 @@ idempotency keys' read-back."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from service.errors import InvalidInput
 from service.jobs import JobStatus, NewJob, new_job_id
 from service.payloads import dump_json
 from service.store import checks
 from service.store.sqlite.connection import Connected, status
-from service.store.sqlite.queries import STATUS_COLUMNS
+from service.store.sqlite.queries import STATUS_COLUMNS, TENANT_FOR_TOKEN
 from service.store.sqlite.statements import TENANT_COUNTER
 from service.store.sqlite.timestamps import to_text
 
@@ -44,10 +45,12 @@ FROM jobs WHERE tenant = :tenant AND idempotency_key = :idempotency_key
 class Submitting(Connected):
     """enqueue and enqueue_many."""
 
-    def enqueue(self, job: NewJob, *, connection: object | None = None) -> JobStatus:
-        return self.enqueue_many([job], connection=connection)[0]
+    def enqueue(self, job: NewJob, *, connection: object | None = None, token_hash: str | None = None) -> JobStatus:
+        return self.enqueue_many([job], connection=connection, token_hash=token_hash)[0]
 
-    def enqueue_many(self, jobs: Sequence[NewJob], *, connection: object | None = None) -> list[JobStatus]:
+    def enqueue_many(
+        self, jobs: Sequence[NewJob], *, connection: object | None = None, token_hash: str | None = None
+    ) -> list[JobStatus]:
         if connection is not None:
             raise InvalidInput(
                 "an enqueue inside the caller's transaction (connection=) needs PostgreSQL; "
@@ -57,6 +60,11 @@ class Submitting(Connected):
         rows = checks.enqueue_rows(jobs, ids, payload=lambda value: dump_json(value, "payload"), time=to_text)
         statuses = []
         with self._write() as (conn, now):
+            if token_hash is not None:  # the token's tenant, read in the write transaction that inserts
+                token = conn.execute(TENANT_FOR_TOKEN, {"token_hash": token_hash}).fetchone()
+                tenant = checks.token_scope(token["tenant"] if token is not None else None)
+                rows = [{**row, "tenant": tenant} for row in rows]
+                jobs = [replace(job, tenant=tenant) for job in jobs]
             for row in rows:
                 found = conn.execute(ENQUEUE_JOBS, {**row, "now": now}).fetchone()
                 if found is None:
