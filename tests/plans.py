@@ -25,9 +25,22 @@ def params(statement: str, job_id: str, dialect: str) -> dict[str, Any]:
     now = datetime.now(UTC)
     day_ago: Any = now - timedelta(hours=24)
     values: dict[str, Any] = {
-        "now": None, "window": 3600.0, "buckets": 12, "bucket_seconds": 300.0, "within": 30.0,
-        "tenant": "t7", "state": None, "kind": None, "queue": None, "created_after": None, "after_id": None,
-        "limit": 51, "job_id": job_id, "since": day_ago, "bounds": [0.1, 1.0, 10.0], "scopes": None,
+        "now": None,
+        "window": 3600.0,
+        "buckets": 12,
+        "bucket_seconds": 300.0,
+        "within": 30.0,
+        "tenant": "t7",
+        "state": None,
+        "kind": None,
+        "queue": None,
+        "created_after": None,
+        "after_id": None,
+        "limit": 51,
+        "job_id": job_id,
+        "since": day_ago,
+        "bounds": [0.1, 1.0, 10.0],
+        "scopes": None,
     }
     if dialect == "sqlite":  # SQLite's store binds times as its sortable UTC text
         values["now"] = now.strftime("%Y-%m-%d %H:%M:%S.000")
@@ -80,7 +93,8 @@ def seed(db: Database, make_store: Any, url: str) -> str:
     return str(running.id)
 
 
-def _pg_full_scans(db: Database, statement: str, params: dict[str, Any]) -> tuple[list[str], str]:
+def pg_plan_nodes(db: Database, statement: str, params: dict[str, Any]) -> tuple[list[dict[str, Any]], Any]:
+    """Every node of PostgreSQL's plan for ``statement`` (EXPLAIN, not run), and the plan."""
     [row] = db.rows("EXPLAIN (FORMAT JSON) " + statement, **params)
     plan = next(iter(row.values()))
     plan = json.loads(plan) if isinstance(plan, str) else plan
@@ -89,6 +103,11 @@ def _pg_full_scans(db: Database, statement: str, params: dict[str, Any]) -> tupl
         node = pending.pop()
         nodes.append(node)
         pending.extend(node.get("Plans", []))
+    return nodes, plan
+
+
+def _pg_full_scans(db: Database, statement: str, params: dict[str, Any]) -> tuple[list[str], str]:
+    nodes, plan = pg_plan_nodes(db, statement, params)
     scans = [
         n["Relation Name"] for n in nodes if n["Node Type"] == "Seq Scan" and n.get("Relation Name") in HISTORY_TABLES
     ]

@@ -40,6 +40,28 @@ def _claim_params(**values: Any) -> dict[str, Any]:
     return {name: values.get(name, defaults.get(name)) for name in names}
 
 
+def _prepared(statement: str, values: dict[str, str]) -> tuple[str, str]:
+    """The statement with $n for its named parameters, and its arguments (SQL literals) in that order."""
+    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", statement)))
+    positional = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", statement)
+    return positional, ", ".join(values[name] for name in names)
+
+
+def _generic_plan(db: Database, statement: str, values: dict[str, str]) -> tuple[list[dict[str, Any]], str]:
+    """The nodes of the generic plan PostgreSQL makes for ``statement`` now, and the plan to show."""
+    positional, arguments = _prepared(statement, values)
+    db.execute("SET plan_cache_mode = force_generic_plan")
+    db.execute(f"PREPARE generic AS {positional}")
+    try:
+        [row] = db.rows(f"EXPLAIN (FORMAT JSON) EXECUTE generic({arguments})")
+    finally:
+        db.execute("DEALLOCATE generic")
+        db.execute("RESET plan_cache_mode")
+    plan = next(iter(row.values()))
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+    return _plan_nodes(plan[0]["Plan"]), json.dumps(plan, indent=1)
+
+
 def test_the_claim_reads_only_the_claimable_index_however_long_the_history(make_store, store_url, db: Database):
     db.execute(
         """
@@ -80,22 +102,9 @@ def test_completion_finds_rows_by_index_in_a_plan_prepared_while_tables_are_smal
     store = make_store(store_url)
     store.enqueue_many([new_job() for _ in range(50)])
     store.complete_many([Completion(job.lease, None) for job in store.claim("w", ["default"], 50, 30)])
-    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", COMPLETE_JOBS)))
-    positional = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", COMPLETE_JOBS)
     values = {"now": "NULL", "batch": "'[]'", "items": "'[]'", "notify": "false"}
-    db.execute("SET plan_cache_mode = force_generic_plan")
-    db.execute(f"PREPARE complete_jobs AS {positional}")
-    try:
-        [row] = db.rows(f"EXPLAIN (FORMAT JSON) EXECUTE complete_jobs({', '.join(values[n] for n in names)})")
-    finally:
-        db.execute("DEALLOCATE complete_jobs")
-        db.execute("RESET plan_cache_mode")
-    plan = next(iter(row.values()))
-    plan = json.loads(plan) if isinstance(plan, str) else plan
-    shown = json.dumps(plan, indent=1)
-    scanned = [
-        n for n in _plan_nodes(plan[0]["Plan"]) if n.get("Relation Name") in ("jobs", "job_attempts", "job_items")
-    ]
+    nodes, shown = _generic_plan(db, COMPLETE_JOBS, values)
+    scanned = [n for n in nodes if n.get("Relation Name") in ("jobs", "job_attempts", "job_items")]
     assert scanned, shown
     for node in scanned:
         assert node["Node Type"] != "Seq Scan", f"COMPLETE_JOBS reads all of {node['Relation Name']}\n{shown}"
@@ -129,20 +138,7 @@ def test_the_claim_finds_rows_by_key_in_a_plan_prepared_while_tables_are_small(
     if limited:
         store.set_limit(Limit("tenant:t1", concurrency=3))
     store.enqueue_many([new_job(tenant="t1") for _ in range(20)])
-    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", CLAIM_JOBS)))
-    positional = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", CLAIM_JOBS)
-    values = _claim_values()
-    db.execute("SET plan_cache_mode = force_generic_plan")
-    db.execute(f"PREPARE claim_jobs AS {positional}")
-    try:
-        [row] = db.rows(f"EXPLAIN (FORMAT JSON) EXECUTE claim_jobs({', '.join(values[n] for n in names)})")
-    finally:
-        db.execute("DEALLOCATE claim_jobs")
-        db.execute("RESET plan_cache_mode")
-    plan = next(iter(row.values()))
-    plan = json.loads(plan) if isinstance(plan, str) else plan
-    shown = json.dumps(plan, indent=1)
-    nodes = _plan_nodes(plan[0]["Plan"])
+    nodes, shown = _generic_plan(db, CLAIM_JOBS, _claim_values())
     scanned = [n for n in nodes if n.get("Relation Name") in ("jobs", "scope_counters")]
     assert scanned, shown
     for node in scanned:
@@ -155,13 +151,11 @@ def test_postgresql_keeps_one_generic_plan_for_the_claim(make_store, store_url, 
     values must not look cheaper than the generic one, or PostgreSQL plans it before every run."""
     store = make_store(store_url)
     store.enqueue_many([new_job(tenant=f"t{i % 3}") for i in range(200)])
-    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", CLAIM_JOBS)))
-    positional = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", CLAIM_JOBS)
-    values = _claim_values()
+    positional, arguments = _prepared(CLAIM_JOBS, _claim_values())
     db.execute(f"PREPARE claim_jobs AS {positional}")
     try:
         for _ in range(12):  # 10 jobs each, of the 200
-            assert len(db.rows(f"EXECUTE claim_jobs({', '.join(values[n] for n in names)})")) == 10
+            assert len(db.rows(f"EXECUTE claim_jobs({arguments})")) == 10
         plans = db.one("SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = 'claim_jobs'")
     finally:
         db.execute("DEALLOCATE claim_jobs")

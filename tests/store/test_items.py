@@ -3,7 +3,6 @@ the job row, read back in item order and paged, replayed item by item; on both s
 
 from __future__ import annotations
 
-import json
 import uuid
 
 import pytest
@@ -19,6 +18,7 @@ from service.jobs import (
 )
 from service.store import Store
 from tests.conftest import Database, FakeClock
+from tests.plans import pg_plan_nodes
 from tests.store.builders import claim_one, new_job, reap
 
 
@@ -60,10 +60,12 @@ def test_items_come_with_the_result_in_the_same_write(store: Store):
     first, second = store.claim("worker-a", ["default"], 2, 30)
     store.heartbeat(first.lease, 30, items=[ok(0)])
 
-    lost = store.complete_many([
-        Completion(first.lease, {"n": 2}, items=(ok(1, "b"),)),
-        Completion(second.lease, {"n": 1}, items=(failed(0),)),
-    ])
+    lost = store.complete_many(
+        [
+            Completion(first.lease, {"n": 2}, items=(ok(1, "b"),)),
+            Completion(second.lease, {"n": 1}, items=(failed(0),)),
+        ]
+    )
 
     assert lost == []
     assert all_items(store, first.id) == [(0, "ok"), (1, "ok")]
@@ -161,10 +163,12 @@ def test_bad_item_outcomes_are_refused_and_nothing_is_written(store: Store, db: 
 def test_replay_of_failed_items_picks_jobs_with_failed_items_and_is_recorded(store: Store, db: Database):
     store.enqueue_many([new_job(total=2), new_job()])
     with_failures, clean = store.claim("worker-a", ["default"], 2, 30)
-    store.complete_many([
-        Completion(with_failures.lease, "partial", items=(ok(0), failed(1))),
-        Completion(clean.lease, "done", items=(ok(0),)),
-    ])
+    store.complete_many(
+        [
+            Completion(with_failures.lease, "partial", items=(ok(0), failed(1))),
+            Completion(clean.lease, "done", items=(ok(0),)),
+        ]
+    )
     which = ReplayFilter(ids=(with_failures.id, clean.id), failed_items=True)
 
     dry = store.replay(which, by="cli:ann", dry_run=True)
@@ -210,20 +214,23 @@ def test_items_are_pruned_with_their_job(store: Store, clock: FakeClock, db: Dat
     assert db.count("job_items") == 0
 
 
-
 ITEM_HISTORY_JOBS, ITEMS_PER_JOB = 2_000, 50
 
 
 def _seed_item_history(db: Database, beside: uuid.UUID) -> None:
     """50 outcomes (5 failed) for every job but ``beside``: 100,000 rows of other jobs' items."""
-    numbers = ("SELECT generate_series(0, %(last)s) AS n" if db.dialect == "postgresql"
-               else "WITH RECURSIVE s(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM s WHERE n < %(last)s) SELECT n FROM s")
+    numbers = (
+        "SELECT generate_series(0, %(last)s) AS n"
+        if db.dialect == "postgresql"
+        else "WITH RECURSIVE s(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM s WHERE n < %(last)s) SELECT n FROM s"
+    )
     db.execute(
         f"""INSERT INTO job_items (job_id, item_index, state, error, attempt, finished_at)
             SELECT j.id, g.n, CASE WHEN g.n IN (3, 13, 23, 33, 43) THEN 'failed' ELSE 'ok' END,
                    CASE WHEN g.n IN (3, 13, 23, 33, 43) THEN 'ValueError: bad row' END, 1, j.created_at
             FROM jobs AS j CROSS JOIN ({numbers}) AS g WHERE j.id <> %(beside)s""",
-        last=ITEMS_PER_JOB - 1, beside=beside,
+        last=ITEMS_PER_JOB - 1,
+        beside=beside,
     )
     db.execute("ANALYZE")
 
@@ -232,16 +239,12 @@ def _item_plan(db: Database, statement: str, params: dict[str, object]) -> list[
     """What the plan does with job_items: "Seq Scan" / "Index Scan ix_…" (PostgreSQL), or
     SQLite's "SCAN job_items" / "SEARCH job_items USING INDEX …" lines."""
     if db.dialect == "postgresql":
-        [row] = db.rows("EXPLAIN (FORMAT JSON) " + statement, **params)
-        plan = next(iter(row.values()))
-        plan = json.loads(plan) if isinstance(plan, str) else plan
-        nodes, pending = [], [plan[0]["Plan"]]
-        while pending:
-            node = pending.pop()
-            nodes.append(node)
-            pending.extend(node.get("Plans", []))
-        return [f"{n['Node Type']} {n.get('Index Name', '')}".strip() for n in nodes
-                if n.get("Relation Name") == "job_items"]
+        nodes, _plan = pg_plan_nodes(db, statement, params)
+        return [
+            f"{n['Node Type']} {n.get('Index Name', '')}".strip()
+            for n in nodes
+            if n.get("Relation Name") == "job_items"
+        ]
     rows = db.rows("EXPLAIN QUERY PLAN " + statement, **params)
     return [str(r["detail"]) for r in rows if "job_items" in str(r["detail"])]
 
@@ -259,12 +262,22 @@ def test_a_page_of_items_reads_its_jobs_items_through_an_index(store: Store, db:
     _seed_item_history(db, mine.id)
     module = pg if db.dialect == "postgresql" else lite
     statement = module.LIST_FAILED_ITEMS if state is ItemState.FAILED else module.LIST_ITEMS
-    params = {"job_id": mine.id, "tenant": None, "state": state.value if state else None, "after_index": -1,
-              "limit": 51}
-    used = _item_plan(db, statement, {k: v for k, v in params.items() if f"%({k})s" in statement or f":{k}" in statement})
+    params = {
+        "job_id": mine.id,
+        "tenant": None,
+        "state": state.value if state else None,
+        "after_index": -1,
+        "limit": 51,
+    }
+    used = _item_plan(
+        db, statement, {k: v for k, v in params.items() if f"%({k})s" in statement or f":{k}" in statement}
+    )
 
-    index = "ix_job_items_failed" if state is ItemState.FAILED else (
-        "pk_job_items" if db.dialect == "postgresql" else "sqlite_autoindex_job_items_1")
+    index = (
+        "ix_job_items_failed"
+        if state is ItemState.FAILED
+        else ("pk_job_items" if db.dialect == "postgresql" else "sqlite_autoindex_job_items_1")
+    )
     if db.dialect == "postgresql":
         assert used == [f"Index Scan {index}"], used
     else:
