@@ -11,7 +11,7 @@ import pytest
 
 from service.jobs import Completion
 from service.limits import Limit
-from service.store.postgres.statements import CLAIM_JOBS, COMPLETE_JOBS
+from service.store.postgres.statements import CLAIM_JOBS, CLAIM_PLANNER, COMPLETE_JOBS
 from tests.conftest import Database
 from tests.store.builders import new_job
 
@@ -47,16 +47,22 @@ def _prepared(statement: str, values: dict[str, str]) -> tuple[str, str]:
     return positional, ", ".join(values[name] for name in names)
 
 
-def _generic_plan(db: Database, statement: str, values: dict[str, str]) -> tuple[list[dict[str, Any]], str]:
-    """The nodes of the generic plan PostgreSQL makes for ``statement`` now, and the plan to show."""
+def _generic_plan(
+    db: Database, statement: str, values: dict[str, str], *, setting: str | None = None
+) -> tuple[list[dict[str, Any]], str]:
+    """The nodes of the generic plan PostgreSQL makes for ``statement`` now (under ``setting``,
+    a SET LOCAL the store runs before it), and the plan to show."""
     positional, arguments = _prepared(statement, values)
-    db.execute("SET plan_cache_mode = force_generic_plan")
-    db.execute(f"PREPARE generic AS {positional}")
+    db.execute("BEGIN")
     try:
+        db.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        if setting is not None:
+            db.execute(setting)
+        db.execute(f"PREPARE generic AS {positional}")
         [row] = db.rows(f"EXPLAIN (FORMAT JSON) EXECUTE generic({arguments})")
-    finally:
         db.execute("DEALLOCATE generic")
-        db.execute("RESET plan_cache_mode")
+    finally:
+        db.execute("ROLLBACK")
     plan = next(iter(row.values()))
     plan = json.loads(plan) if isinstance(plan, str) else plan
     return _plan_nodes(plan[0]["Plan"]), json.dumps(plan, indent=1)
@@ -125,25 +131,35 @@ def _claim_values() -> dict[str, str]:
     }
 
 
-@pytest.mark.parametrize("limited", [False, True], ids=["no limits", "a tenant limit"])
+@pytest.mark.parametrize(
+    ("limited", "analysed"),
+    [(False, False), (True, False), (False, True), (True, True)],
+    ids=["no limits", "a tenant limit", "no limits, analysed", "a tenant limit, analysed"],
+)
 def test_the_claim_finds_rows_by_key_in_a_plan_prepared_while_tables_are_small(
-    make_store, store_url, db: Database, limited: bool
+    make_store, store_url, db: Database, limited: bool, analysed: bool
 ):
     """PostgreSQL runs the claim on a generic plan (its parameters are read through ``n``, so a
     plan for given values looks no cheaper), made once per connection — on a new deployment,
-    while jobs and scope_counters are nearly empty — and kept as they grow. Every read of those
-    tables must go by a key or an index: the claimed rows are updated by the ctid the claim
-    locked them at, never found again by a hash join over the whole table."""
+    while jobs and scope_counters are small, never analysed or analysed — and kept as they
+    grow. With CLAIM_PLANNER before it, as the store runs it, every read of those tables goes
+    by a key or an index: planned without it, the claimed rows were found again by a hash
+    join over all of jobs, and on an analysed table of 1,000 rows a tenant's line was read
+    and sorted whole to lock one job."""
     store = make_store(store_url)
     if limited:
         store.set_limit(Limit("tenant:t1", concurrency=3))
-    store.enqueue_many([new_job(tenant="t1") for _ in range(20)])
-    nodes, shown = _generic_plan(db, CLAIM_JOBS, _claim_values())
+    store.enqueue_many([new_job(tenant="t1") for _ in range(1_000 if analysed else 20)])
+    if analysed:
+        db.execute("ANALYZE")
+    nodes, shown = _generic_plan(db, CLAIM_JOBS, _claim_values(), setting=CLAIM_PLANNER)
     scanned = [n for n in nodes if n.get("Relation Name") in ("jobs", "scope_counters")]
     assert scanned, shown
     for node in scanned:
         assert node["Node Type"] != "Seq Scan", f"CLAIM_JOBS reads all of {node['Relation Name']}\n{shown}"
-    assert any(n["Node Type"] == "Tid Scan" and n.get("Relation Name") == "jobs" for n in nodes), shown
+    [update] = [n for n in nodes if n.get("Operation") == "Update" and n.get("Relation Name") == "jobs"]
+    found = [n for n in _plan_nodes(update) if n.get("Relation Name") == "jobs" and n is not update]
+    assert [n.get("Index Name") for n in found] == ["pk_jobs"], f"the claimed rows are not found by key\n{shown}"
 
 
 def test_postgresql_keeps_one_generic_plan_for_the_claim(make_store, store_url, db: Database):

@@ -48,6 +48,7 @@ from service.store.postgres.schedules import Schedules
 from service.store.postgres.statements import (
     ACKNOWLEDGE_CANCEL,
     CLAIM_JOBS,
+    CLAIM_PLANNER,
     COMPLETE_JOBS,
     FAIL_JOB,
     READ_ATTEMPT_RECEIPT,
@@ -106,7 +107,20 @@ class PostgresStore(Submitting, Operations, Limits, Items, Maintenance, Schedule
             tuple((max_attempts or {}).items()),
         )
         statement, params = self._claim_statement(request)
-        return self._claimed(request, self._fetchall(statement, params))
+        return self._claimed(request, self._claim_rows(statement, params))
+
+    def _claim_rows(self, statement: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """CLAIM_JOBS in a transaction of its own behind CLAIM_PLANNER: one round trip (pipelined)."""
+
+        def run() -> list[dict[str, Any]]:
+            with self._connection() as conn:
+                with conn.pipeline():
+                    with conn.transaction():
+                        conn.execute(CLAIM_PLANNER)
+                        got = conn.execute(statement, params)
+                return got.fetchall()
+
+        return self._retrying(run)
 
     def _claim_statement(self, request: ClaimRequest) -> tuple[str, dict[str, Any]]:
         check_claim(request.worker, request.limit, request.lease_seconds)
@@ -177,6 +191,7 @@ class PostgresStore(Submitting, Operations, Limits, Items, Maintenance, Schedule
                 with conn.pipeline():
                     with conn.transaction():
                         conn.execute(REFILL_LOCK_TIMEOUT)
+                        conn.execute(CLAIM_PLANNER)
                         done = conn.execute(COMPLETE_JOBS, complete_params) if complete_params else None
                         got = conn.execute(claim_statement, claim_params)
                 return (done.fetchall() if done is not None else []), got.fetchall()
@@ -188,7 +203,7 @@ class PostgresStore(Submitting, Operations, Limits, Items, Maintenance, Schedule
             # back: two finishers doing that in opposite orders deadlock. Nothing was written;
             # the completion alone, then the claim alone, each wait holding nothing else.
             completed = self._fetchall(COMPLETE_JOBS, complete_params) if complete_params else []
-            claimed = self._fetchall(claim_statement, claim_params)
+            claimed = self._claim_rows(claim_statement, claim_params)
         return self._lost(finished, completed), self._claimed(claim, claimed)
 
     def _complete_params(self, finished: Sequence[Completion]) -> dict[str, Any]:
