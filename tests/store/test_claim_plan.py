@@ -142,10 +142,9 @@ def test_the_claim_finds_rows_by_key_in_a_plan_prepared_while_tables_are_small(
     """PostgreSQL runs the claim on a generic plan (its parameters are read through ``n``, so a
     plan for given values looks no cheaper), made once per connection — on a new deployment,
     while jobs and scope_counters are small, never analysed or analysed — and kept as they
-    grow. With CLAIM_PLANNER before it, as the store runs it, every read of those tables goes
-    by a key or an index: planned without it, the claimed rows were found again by a hash
-    join over all of jobs, and on an analysed table of 1,000 rows a tenant's line was read
-    and sorted whole to lock one job."""
+    grow. With CLAIM_PLANNER before it, as the store runs it, no read of those tables is a
+    sequential scan. How many rows each read takes, on the plan kept as the queue grows, is
+    the next test's."""
     store = make_store(store_url)
     if limited:
         store.set_limit(Limit("tenant:t1", concurrency=3))
@@ -177,3 +176,52 @@ def test_postgresql_keeps_one_generic_plan_for_the_claim(make_store, store_url, 
         db.execute("DEALLOCATE claim_jobs")
     # PostgreSQL makes five custom plans, then compares: from then on the generic one is used.
     assert plans["custom_plans"] == 5 and plans["generic_plans"] == 7, plans
+
+
+@pytest.mark.parametrize(
+    ("prepared_at", "limited"),
+    [(20, False), (1_000, False), (1_000, True)],
+    ids=["planned on 20 queued", "planned on 1,000 queued", "planned on 1,000 queued, a tenant limit"],
+)
+def test_the_claim_reads_no_more_of_a_tenants_line_than_it_takes(
+    make_store, store_url, db: Database, prepared_at: int, limited: bool
+):
+    """A claim of 10 from a tenant with 3,000 queued jobs reads 10 of them, on the generic plan a
+    connection made when the queue was shorter and analysed, and kept as the queue grew. Planned
+    with sequential scans off alone, as the store first did, the claim read the tenant's
+    whole line by a bitmap scan and sorted it, and found the ten claimed rows again by hashing
+    every job: 7 ms at 1,000 queued, growing with the backlog."""
+    store = make_store(store_url)
+    if limited:
+        store.set_limit(Limit("tenant:t1", concurrency=50))
+    store.enqueue_many([new_job(tenant="t1") for _ in range(prepared_at)])
+    db.execute("ANALYZE")
+    positional, arguments = _prepared(CLAIM_JOBS, _claim_values())
+    db.execute("BEGIN")
+    db.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+    db.execute(CLAIM_PLANNER)
+    db.execute(f"PREPARE kept AS {positional}")
+    db.rows(f"EXPLAIN EXECUTE kept({arguments})")  # the generic plan is made now, and kept
+    db.execute("COMMIT")
+    try:
+        store.enqueue_many([new_job(tenant="t1") for _ in range(3_000 - prepared_at)])
+        db.execute("BEGIN")  # EXPLAIN ANALYZE runs the claim: rolled back below
+        try:
+            # the plan kept, without the setting it was made under (as a pool's connection would)
+            db.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            [row] = db.rows(f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE kept({arguments})")
+        finally:
+            db.execute("ROLLBACK")
+        plans = db.one("SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = 'kept'")
+    finally:
+        db.execute("DEALLOCATE kept")
+    assert plans == {"generic_plans": 2, "custom_plans": 0}, plans  # the plan made at prepared_at ran
+    plan = next(iter(row.values()))
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+    shown = json.dumps(plan, indent=1)
+    nodes = _plan_nodes(plan[0]["Plan"])
+    assert plan[0]["Plan"]["Actual Rows"] == 10, shown  # ten claimed
+    for node in nodes:
+        if node.get("Relation Name") == "jobs" and "Scan" in node["Node Type"]:
+            read = node["Actual Rows"] * node["Actual Loops"]
+            assert read <= 20, f"{node['Node Type']} on {node.get('Index Name')} read {read} rows\n{shown}"

@@ -126,9 +126,9 @@ NOTIFY_CHANGED = "CASE WHEN %(notify)s THEN pg_notify('jobq_job_changes', j.id::
 # deployment's small tables, and kept as they grow; planned for small tables it read
 # all of jobs to update the claimed rows (a hash join from ``admitted``) and to pick a
 # tenant's share (every queued row read and sorted), so the store plans the claim with
-# sequential scans priced out (CLAIM_PLANNER, run before it in its transaction): every
-# row it touches is then found by a key or in index order, whatever the tables' size or
-# statistics. Plan tests: tests/store/test_claim_plan.py.
+# CLAIM_PLANNER before it in its transaction: every row it touches is then found by a key
+# or in index order, whatever the tables' size or statistics. Plan tests:
+# tests/store/test_claim_plan.py.
 CLAIM_JOBS = (
     """
 WITH RECURSIVE n AS (
@@ -392,12 +392,18 @@ REFILL_LOCK_TIMEOUT = "SET LOCAL lock_timeout = '50ms'"
 # Run in the transaction of every CLAIM_JOBS, before it. The claim keeps one generic plan
 # per connection (its comment says why), planned for a row count it cannot know: LIMIT
 # from a parameter is taken as a tenth of the rows. On a small analysed table that makes
-# "read every queued row and sort them" the cheaper plan for ``picked`` (measured: 990
-# rows read and sorted to lock one, 2.4 ms), and the plan is kept as the queue grows.
-# With sequential scans priced out while it is planned, every read of jobs walks
-# ix_jobs_claimable in claim order and stops at the share; that is the only plan the
-# claim was written for, whatever the table's size or statistics.
-CLAIM_PLANNER = "SET LOCAL enable_seqscan = off"
+# "read every queued row and sort them" look cheapest for ``cand`` and ``picked`` (a
+# sequential or a bitmap scan: 990 rows read and sorted to lock one, 2.4 ms), and "hash
+# every job" for finding the claimed rows again, and the plan is kept as the queue grows
+# (7 ms at 1,000 queued, growing with the backlog). The claim was written for one plan:
+# every read of jobs walks ix_jobs_claimable in claim order and stops at the share, and
+# every set it joins (at most its limit of rows) is joined by a nested loop of key
+# lookups. So that is the only plan left while it is planned, whatever the tables' size
+# or statistics: no sequential or bitmap scans, no hash or merge joins.
+CLAIM_PLANNER = """
+SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
+       set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)
+"""
 
 # -- complete_jobs --
 # Invariant 1: a result is stored only for a token that still holds its job; each
