@@ -18,7 +18,10 @@ Steps, on a database of its own and an empty one for reference (dropped at the e
    query's ``EXPLAIN (ANALYZE, BUFFERS)`` is written to DIR/qNN.txt);
 5. a day's prune: ``jobq prune --older-than <days - 1>d`` (the real command, a process of its
    own) while this process claims as in step 3: the prune's wall time, the jobs it deleted,
-   and the claim's p50 and p99 during it beside a run of the same length just before;
+   and the claim's p50 and p99 during it beside ``--trials`` claims just before. ``--prunes``
+   names the prunes' settings (``BATCH:DUTY``, comma-separated), each pruning the next day
+   (``<days - 2>d``, …), repeated ``--prune-rounds`` times in turn, so settings are compared
+   on the same history and the same machine;
 6. pgbench again.
 
 Every row carries the 1-minute load average: on a shared machine, read each figure
@@ -68,8 +71,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pgbench-seconds", type=float, default=10.0, help="per pgbench run (0: skip)")
     parser.add_argument("--plans", type=Path, default=None, help="write EXPLAIN (ANALYZE, BUFFERS) of each query here")
     parser.add_argument("--no-prune", action="store_true", help="skip the day's prune")
-    parser.add_argument("--prune-pause", type=float, default=0.0, help="jobq prune --pause (between batches)")
-    parser.add_argument("--prune-batch", type=int, default=1_000, help="jobq prune --batch (jobs per transaction)")
+    parser.add_argument("--prunes", type=_prune_settings, default=[(1_000, 1.0)], metavar="BATCH:DUTY,…",
+                        help="each prune's jobq prune --batch and --duty, one day each, in turn")
+    parser.add_argument("--prune-rounds", type=int, default=1, help="how many times --prunes runs")
     parser.add_argument("--history-url", default=None, help="measure this database, which holds history already")
 
 
@@ -117,7 +121,11 @@ def _measure_history(report: Report, args: argparse.Namespace, url: str) -> None
         _claims_beside_an_empty_table(report, args, store, jobs)
         _queries(report, args, url)
         if not args.no_prune:
-            _prune(report, args, url, store)
+            day = round(args.days) - 1
+            for _ in range(args.prune_rounds):
+                for batch, duty in args.prunes:
+                    _prune(report, args, url, store, day=max(1, day), batch=batch, duty=duty)
+                    day -= 1
     finally:
         store.close()
 
@@ -213,10 +221,18 @@ def _short(query: DocumentedQuery) -> str:
 # -- retention -------------------------------------------------------------------------------
 
 
-def _prune(report: Report, args: argparse.Namespace, url: str, store: Any) -> None:
-    older_than = f"{max(1, round(args.days) - 1)}d"
-    seconds = (round(args.days) - 1) * 86_400
-    prunable = store.count_prunable(seconds)
+def _prune_settings(text: str) -> list[tuple[int, float]]:
+    """``1000:1,200:0.5`` → [(1000, 1.0), (200, 0.5)]: each prune's batch and duty."""
+    settings = []
+    for part in text.split(","):
+        batch, _, duty = part.partition(":")
+        settings.append((int(batch), float(duty or 1.0)))
+    return settings
+
+
+def _prune(report: Report, args: argparse.Namespace, url: str, store: Any, *, day: int, batch: int, duty: float) -> None:
+    older_than = f"{day}d"
+    prunable = store.count_prunable(day * 86_400)
     # The prune as an operator runs it, in its own process; the claims meanwhile, here.
     done = threading.Event()
     outcome: dict[str, Any] = {}
@@ -232,10 +248,10 @@ def _prune(report: Report, args: argparse.Namespace, url: str, store: Any) -> No
                     "prune",
                     "--older-than",
                     older_than,
-                    "--pause",
-                    str(args.prune_pause),
+                    "--duty",
+                    str(duty),
                     "--batch",
-                    str(args.prune_batch),
+                    str(batch),
                 ],
                 env=python_env(url),
                 capture_output=True,
@@ -257,7 +273,7 @@ def _prune(report: Report, args: argparse.Namespace, url: str, store: Any) -> No
     report.add("claim, just before the prune", **_latency(before), load=load_average())
     report.add(f"claim, during jobq prune --older-than {older_than}", **_latency(during), load=load_average())
     report.add(
-        f"jobq prune --older-than {older_than} --pause {args.prune_pause:g} --batch {args.prune_batch}",
+        f"jobq prune --older-than {older_than} --duty {duty:g} --batch {batch}",
         seconds=outcome["seconds"],
         prunable=prunable,
         p99_ratio=percentile(during, 99) / percentile(before, 99),
