@@ -387,7 +387,7 @@ SELECT cancel_requested, notified FROM written
 # unlimited one. So the refill waits at most this long; past it, the store commits the
 # completion on its own and claims after it, holding nothing while it waits. Normal
 # contention (another claim's few milliseconds) stays under it.
-REFILL_LOCK_TIMEOUT = "SET LOCAL lock_timeout = '50ms'"
+REFILL_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', '50ms', true)"
 
 # Run in the transaction of every CLAIM_JOBS, before it. The claim keeps one generic plan
 # per connection (its comment says why), planned for a row count it cannot know: LIMIT
