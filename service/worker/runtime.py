@@ -173,6 +173,7 @@ class Worker:
             store,
             self.settler,
             done=self._free_slot,
+            held=self.held,
             refill=self._refill,
             start=self._start_jobs,
             clock=clock,
@@ -295,6 +296,7 @@ class Worker:
             ctx=JobContext(job, self.id, max_item_failures=spec.max_item_failures),
             lease_seconds=spec.lease_seconds or self.config.lease_seconds,
             started=sent,
+            handed=self.clock(),
             last_renewed=sent,
         )
         with self._lock:
