@@ -4,7 +4,7 @@ One transaction completes a worker's finished jobs (giving their scope slots bac
 locks those counters) and claims for the freed slots (which may wait for other counters).
 Two finishers each waiting for a counter the other had just given back deadlocked: 1 s
 each until PostgreSQL's deadlock_timeout, and the limited drain fell to a third of the
-unlimited one (docs/PERFORMANCE.md). The refill now waits at most REFILL_LOCK_TIMEOUT
+unlimited one (docs/PERFORMANCE.md). The refill now waits at most 50 ms (REFILL_PLANNER)
 there; past it the completion commits on its own and the claim runs after it.
 """
 

@@ -379,16 +379,6 @@ SELECT cancel_requested, notified FROM written
 """
 )
 
-# -- refill_lock_timeout --
-# complete_and_claim's transaction first gives its finished jobs' scope slots back
-# (COMPLETE_JOBS locks those counters) and then claims, which may wait for other
-# counters. Two finishers, each waiting for a counter the other just gave back, would
-# deadlock until deadlock_timeout (1 s) — the limited drain fell to a third of the
-# unlimited one. So the refill waits at most this long; past it, the store commits the
-# completion on its own and claims after it, holding nothing while it waits. Normal
-# contention (another claim's few milliseconds) stays under it.
-REFILL_LOCK_TIMEOUT = "SET LOCAL lock_timeout = '50ms'"
-
 # Run in the transaction of every CLAIM_JOBS, before it. The claim keeps one generic plan
 # per connection (its comment says why), planned for a row count it cannot know: LIMIT
 # from a parameter is taken as a tenth of the rows. On a small analysed table that makes
@@ -397,7 +387,20 @@ REFILL_LOCK_TIMEOUT = "SET LOCAL lock_timeout = '50ms'"
 # With sequential scans priced out while it is planned, every read of jobs walks
 # ix_jobs_claimable in claim order and stops at the share; that is the only plan the
 # claim was written for, whatever the table's size or statistics.
-CLAIM_PLANNER = "SET LOCAL enable_seqscan = off"
+# set_config(..., true), not SET LOCAL: the store runs the claim in a pipeline's implicit
+# transaction (no BEGIN), where SET LOCAL works but warns that it is outside a block.
+CLAIM_PLANNER = "SELECT set_config('enable_seqscan', 'off', true)"
+
+# -- refill_planner --
+# CLAIM_PLANNER, and a lock timeout, for complete_and_claim's transaction: in one
+# statement, one message fewer in its pipeline. That transaction first gives its
+# finished jobs' scope slots back (COMPLETE_JOBS locks those counters) and then claims,
+# which may wait for other counters. Two finishers, each waiting for a counter the other
+# just gave back, would deadlock until deadlock_timeout (1 s) — the limited drain fell to
+# a third of the unlimited one. So the refill waits at most 50 ms; past it, the store
+# commits the completion on its own and claims after it, holding nothing while it waits.
+# Normal contention (another claim's few milliseconds) stays under it.
+REFILL_PLANNER = "SELECT set_config('enable_seqscan', 'off', true), set_config('lock_timeout', '50ms', true)"
 
 # -- complete_jobs --
 # Invariant 1: a result is stored only for a token that still holds its job; each

@@ -52,7 +52,7 @@ from service.store.postgres.statements import (
     COMPLETE_JOBS,
     FAIL_JOB,
     READ_ATTEMPT_RECEIPT,
-    REFILL_LOCK_TIMEOUT,
+    REFILL_PLANNER,
     RELEASE_JOB,
     RENEW_LEASE,
 )
@@ -114,10 +114,9 @@ class PostgresStore(Submitting, Operations, Limits, Items, Maintenance, Schedule
 
         def run() -> list[dict[str, Any]]:
             with self._connection() as conn:
-                with conn.pipeline():
-                    with conn.transaction():
-                        conn.execute(CLAIM_PLANNER)
-                        got = conn.execute(statement, params)
+                with conn.pipeline():  # one transaction: see complete_and_claim
+                    conn.execute(CLAIM_PLANNER)
+                    got = conn.execute(statement, params)
                 return got.fetchall()
 
         return self._retrying(run)
@@ -179,9 +178,13 @@ class PostgresStore(Submitting, Operations, Limits, Items, Maintenance, Schedule
         self, finished: Sequence[Completion], claim: ClaimRequest
     ) -> tuple[list[Lease], list[ClaimedJob]]:
         # COMPLETE_JOBS and the claim statement as they are, one after the other in one
-        # transaction, pipelined: BEGIN, both statements and COMMIT leave in one send and
-        # their answers come back together, so a steady worker pays one round trip and one
-        # commit per batch of jobs, finished and refilled.
+        # transaction, pipelined: their answers come back together, so a steady worker pays
+        # one round trip and one commit per batch of jobs, finished and refilled. The
+        # transaction is the pipeline's implicit one (autocommit connections): PostgreSQL
+        # runs everything up to the pipeline's Sync as one transaction, committed at the
+        # Sync, or rolled back with the rest skipped once a statement fails. An explicit
+        # BEGIN ... COMMIT there cost psycopg two more round trips and twice the client CPU
+        # (measured: 430-530 against 174-210 us for four small statements).
         finished = sorted(finished, key=lambda item: item.lease.job_id)
         complete_params = self._complete_params(finished) if finished else None
         claim_statement, claim_params = self._claim_statement(claim)
@@ -189,11 +192,9 @@ class PostgresStore(Submitting, Operations, Limits, Items, Maintenance, Schedule
         def run() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
             with self._connection() as conn:
                 with conn.pipeline():
-                    with conn.transaction():
-                        conn.execute(REFILL_LOCK_TIMEOUT)
-                        conn.execute(CLAIM_PLANNER)
-                        done = conn.execute(COMPLETE_JOBS, complete_params) if complete_params else None
-                        got = conn.execute(claim_statement, claim_params)
+                    conn.execute(REFILL_PLANNER)
+                    done = conn.execute(COMPLETE_JOBS, complete_params) if complete_params else None
+                    got = conn.execute(claim_statement, claim_params)
                 return (done.fetchall() if done is not None else []), got.fetchall()
 
         try:
