@@ -97,7 +97,7 @@ class Finisher:
         store: Store,
         settler: Settler,
         *,
-        done: Callable[[RunningJob], None],
+        done: Callable[[RunningJob, bool], None],
         held: Callable[[], list[RunningJob]] = list,
         refill: Callable[[int], ClaimRequest | None] | None = None,
         start: Callable[[list[ClaimedJob], float], None] | None = None,
@@ -105,7 +105,8 @@ class Finisher:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``settler`` retries a write while the database is away and fails a job whose result the
-        database refused; ``done`` frees the job's slot once its outcome is written (or cannot be).
+        database refused; ``done(running, refilled)`` frees the job's slot once its outcome is written
+        (or cannot be); ``refilled``: the batch's own claim already looked for a job for the slot.
         ``held()`` lists the worker's jobs, whose results a batch may wait for (see :class:`Pace`).
         ``refill(n)`` asks for the claim that refills the n slots a batch frees (None: claim nothing,
         the worker is stopping), made in the same transaction as the batch; ``start`` runs what it claimed."""
@@ -141,7 +142,7 @@ class Finisher:
             except Exception:  # a bug guard: never leave jobs holding their slots
                 log_event("worker.finish_error", logging.ERROR, exc_info=True, worker=self.worker_id)
                 for success in batch:
-                    self._settled(success.running)
+                    self._settled(success.running, refilled=False)
 
     def _gather(self, first: Success) -> list[Success]:
         """The results waiting, and those of running jobs due within the window that pays."""
@@ -188,14 +189,13 @@ class Finisher:
                         success.running, f"InvalidResult: the result was refused: {exc}", success.duration
                     )
                 finally:
-                    self._settled(success.running)
+                    self._settled(success.running, refilled=False)
                 return
             for success in batch:  # one result the database refuses must not fail the others
                 self.write([success])
             return
         if claimed:
-            # The new jobs take their slots before the finished ones give theirs up: the claim
-            # loop, woken by each freed slot, then finds none free and claims nothing.
+            # The new jobs take their slots before the finished ones give theirs up.
             self._start(claimed, sent)  # type: ignore[misc]  # set whenever request was
         lost_set = set(lost)
         for success in batch:
@@ -212,7 +212,7 @@ class Finisher:
             else:
                 self.written += 1
                 job_event("job.succeeded", job, self.worker_id, duration=success.duration)
-            self._settled(success.running)
+            self._settled(success.running, refilled=request is not None)
 
     def _complete(self, batch: list[Success], request: ClaimRequest | None) -> tuple[list[Lease], list[ClaimedJob]]:
         """One try: each job's pending progress and item outcomes go with its result, read while
@@ -231,9 +231,9 @@ class Finisher:
             self.pace.wrote(self._clock() - sent)
             return written
 
-    def _settled(self, running: RunningJob) -> None:
+    def _settled(self, running: RunningJob, *, refilled: bool) -> None:
         running.finished()
-        self._done(running)
+        self._done(running, refilled)
 
 
 class JobThreads:

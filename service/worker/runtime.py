@@ -353,10 +353,13 @@ class Worker:
                 return found
             after = page.next_after_index
 
-    def _free_slot(self, running: RunningJob) -> None:
+    def _free_slot(self, running: RunningJob, refilled: bool = False) -> None:
+        """``refilled``: the finisher's claim for the slot (with the job's result) already looked
+        for a job, a moment ago; the claim loop would only look again (a wake-up a batch)."""
         with self._lock:
             self._running.pop(running.job.lease, None)
-        self._wake.set()  # a slot is free: claim again at once
+        if not refilled:
+            self._wake.set()  # a slot is free: claim again at once
 
     def _settle(self, running: RunningJob, outcome: Failed | Stopped) -> None:
         """Item outcomes not yet written go first, fenced like the rest; then the outcome."""

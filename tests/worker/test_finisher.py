@@ -24,7 +24,7 @@ from service.worker.running import RunningJob
 from service.worker.settler import Settler
 from tests.conftest import Database
 from tests.worker.harness import wait_until
-from tests.worker.test_worker_in_process import running_worker
+from tests.worker.test_worker_in_process import FlakyStore, running_worker
 
 WORKER = "finisher-test"
 
@@ -70,7 +70,7 @@ class Slots:
         with self._lock:
             return list(self.jobs)
 
-    def free(self, running: RunningJob) -> None:
+    def free(self, running: RunningJob, refilled: bool) -> None:
         with self._lock:
             self.jobs.remove(running)
 
@@ -160,3 +160,23 @@ def test_no_op_jobs_finishing_together_at_concurrency_4_are_written_in_fewer_wri
         wait_until(lambda: succeeded(db) == jobs, 60, what="every job")
         writes = worker.finisher.batches
     assert writes < jobs / 3, f"{writes} writes for {jobs} results"
+
+
+@pytest.mark.postgres_only(reason="the enqueue wakes the worker by notification; SQLite's worker polls")
+def test_a_slot_the_finishers_claim_looked_for_is_not_claimed_for_again(live_store: Store, db: Database) -> None:
+    """The finisher's claim for a freed slot goes with the result; the claim loop does not look
+    again at once (it looked a moment ago): on a quiet worker a job costs one claim and one
+    finish, not a third statement that finds nothing."""
+    release = threading.Event()
+    holding = App()
+    holding.register("hold", lambda ctx: release.wait(20) and {})
+    counting = FlakyStore(live_store)
+    with running_worker(counting, holding, concurrency=1, poll_seconds=30.0) as worker:  # type: ignore[arg-type]
+        live_store.enqueue(NewJob(kind="hold"))  # its notification wakes the claim loop
+        wait_until(lambda: worker.busy == 1, 10, what="the job to start")
+        claims = counting.calls["claim"]
+        release.set()
+        wait_until(lambda: succeeded(db) == 1, 10, what="the job")
+        time.sleep(0.5)  # a claim loop woken by the freed slot claims within milliseconds
+        assert counting.calls["claim"] == claims
+        assert counting.calls["complete_and_claim"] == 1 and worker.finisher.written == 1
