@@ -11,7 +11,8 @@ Threads of one worker process:
   (:mod:`service.worker.executor`); a failure, cancellation or hand-back is
   written from there by the settler (:mod:`service.worker.settler`), a success is handed to
 - the finisher (:mod:`service.worker.finisher`): writes successes in batches, one
-  ``complete_many`` statement for all that are waiting (a lone one at once);
+  ``complete_and_claim`` for all that are waiting and those due within a window that
+  pays (a lone one at once), with the claim that refills their slots;
 - the lease keeper (:mod:`service.worker.lease_keeper`): heartbeats and progress;
 - the listener: LISTEN on ``JOBS_QUEUED`` (PostgreSQL), wakes the claim loop;
 - maintenance: a list of :class:`Duty` (the reaper, :mod:`service.maintenance.reaper`, and
