@@ -25,6 +25,7 @@ class RunningJob:
     ctx: JobContext
     lease_seconds: float
     started: float  # monotonic seconds, when the claim was sent
+    handed: float  # monotonic seconds, when the job was given to its thread (the finisher's pace counts from it)
     last_renewed: float  # monotonic seconds, when the last successful renewal (or the claim) was sent
     stop_requested_at: float | None = None
     phase: Phase = Phase.RUNNING

@@ -11,7 +11,8 @@ Threads of one worker process:
   (:mod:`service.worker.executor`); a failure, cancellation or hand-back is
   written from there by the settler (:mod:`service.worker.settler`), a success is handed to
 - the finisher (:mod:`service.worker.finisher`): writes successes in batches, one
-  ``complete_many`` statement for all that are waiting (a lone one at once);
+  ``complete_and_claim`` for all that are waiting and those due within a window that
+  pays (a lone one at once), with the claim that refills their slots;
 - the lease keeper (:mod:`service.worker.lease_keeper`): heartbeats and progress;
 - the listener: LISTEN on ``JOBS_QUEUED`` (PostgreSQL), wakes the claim loop;
 - maintenance: a list of :class:`Duty` (the reaper, :mod:`service.maintenance.reaper`, and
@@ -173,6 +174,7 @@ class Worker:
             store,
             self.settler,
             done=self._free_slot,
+            held=self.held,
             refill=self._refill,
             start=self._start_jobs,
             clock=clock,
@@ -295,6 +297,7 @@ class Worker:
             ctx=JobContext(job, self.id, max_item_failures=spec.max_item_failures),
             lease_seconds=spec.lease_seconds or self.config.lease_seconds,
             started=sent,
+            handed=self.clock(),
             last_renewed=sent,
         )
         with self._lock:
@@ -351,10 +354,13 @@ class Worker:
                 return found
             after = page.next_after_index
 
-    def _free_slot(self, running: RunningJob) -> None:
+    def _free_slot(self, running: RunningJob, refilled: bool = False) -> None:
+        """``refilled``: the finisher's claim for the slot (with the job's result) already looked
+        for a job, a moment ago; the claim loop would only look again (a wake-up a batch)."""
         with self._lock:
             self._running.pop(running.job.lease, None)
-        self._wake.set()  # a slot is free: claim again at once
+        if not refilled:
+            self._wake.set()  # a slot is free: claim again at once
 
     def _settle(self, running: RunningJob, outcome: Failed | Stopped) -> None:
         """Item outcomes not yet written go first, fenced like the rest; then the outcome."""

@@ -28,7 +28,7 @@ from service.jobs import (
     ItemOutcome,
     JobState,
     Lease,
-    new_job_id,
+    new_job_ids,
 )
 from service.payloads import check_claim
 from service.retry import Decision
@@ -250,6 +250,7 @@ class PostgresStore(Submitting, Operations, Limits, Items, Maintenance, Schedule
 def _completion_batch(finished: Sequence[Completion]) -> str:
     """COMPLETE_JOBS's batch parameter: one JSON document, in the (id) order given."""
     bodies = checks.completion_bodies(finished)
+    result_ids = new_job_ids(len(finished))  # one read of randomness for the batch, not one a job
     return json.dumps(
         [
             {
@@ -257,11 +258,11 @@ def _completion_batch(finished: Sequence[Completion]) -> str:
                 "claim": item.lease.claim,
                 "attempt": item.lease.attempt,
                 "owner": item.lease.owner,
-                "result_id": str(new_job_id()),
+                "result_id": str(result_id),
                 "body": body,  # JSON text in a JSON string: a null result stays JSON null
                 "done": item.done,
                 "total": item.total,
             }
-            for item, body in zip(finished, bodies, strict=True)
+            for item, body, result_id in zip(finished, bodies, result_ids, strict=True)
         ]
     )
