@@ -187,13 +187,15 @@ cand AS (
     CROSS JOIN LATERAL (
         SELECT j.*
         FROM q CROSS JOIN LATERAL (
+            -- the clock as a scalar, never a join to n: beside a long history the planner
+            -- guesses the line at one row, puts n outside, and loses the index's order
             SELECT j.id, j.tenant, j.priority, j.run_after
-            FROM jobs AS j, n
+            FROM jobs AS j
             WHERE j.state = 'queued' AND j.queue = q.queue AND j.tenant = t.tenant
-              AND j.run_after <= n.ts
+              AND j.run_after <= (SELECT ts FROM n)
               AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[]))
               AND NOT EXISTS (
-                  SELECT 1 FROM scope_counters AS s
+                  SELECT 1 FROM scope_counters AS s, n
                   WHERE s.scope IN ('kind:' || j.kind, 'queue:' || j.queue, 'key:' || j.concurrency_key)
                     AND """
     + _room("s")
