@@ -19,7 +19,7 @@ Steps, on a database of its own and an empty one for reference (dropped at the e
 5. a day's prune: ``jobq prune --older-than <days - 1>d`` (the real command, a process of its
    own) while this process claims as in step 3: the prune's wall time, the jobs it deleted,
    and the claim's p50 and p99 during it beside ``--trials`` claims just before. ``--prunes``
-   names the prunes' settings (``BATCH:DUTY``, comma-separated), each pruning the next day
+   names the prunes' settings (``BATCH:PAUSE``, comma-separated), each pruning the next day
    (``<days - 2>d``, …), repeated ``--prune-rounds`` times in turn, so settings are compared
    on the same history and the same machine;
 6. pgbench again.
@@ -71,8 +71,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pgbench-seconds", type=float, default=10.0, help="per pgbench run (0: skip)")
     parser.add_argument("--plans", type=Path, default=None, help="write EXPLAIN (ANALYZE, BUFFERS) of each query here")
     parser.add_argument("--no-prune", action="store_true", help="skip the day's prune")
-    parser.add_argument("--prunes", type=_prune_settings, default=[(1_000, 1.0)], metavar="BATCH:DUTY,…",
-                        help="each prune's jobq prune --batch and --duty, one day each, in turn")
+    parser.add_argument("--prunes", type=_prune_settings, default=[(1_000, 0.0)], metavar="BATCH:PAUSE,…",
+                        help="each prune's jobq prune --batch and --pause, one day each, in turn")
     parser.add_argument("--prune-rounds", type=int, default=1, help="how many times --prunes runs")
     parser.add_argument("--history-url", default=None, help="measure this database, which holds history already")
 
@@ -123,8 +123,8 @@ def _measure_history(report: Report, args: argparse.Namespace, url: str) -> None
         if not args.no_prune:
             day = round(args.days) - 1
             for _ in range(args.prune_rounds):
-                for batch, duty in args.prunes:
-                    _prune(report, args, url, store, day=max(1, day), batch=batch, duty=duty)
+                for batch, pause in args.prunes:
+                    _prune(report, args, url, store, day=max(1, day), batch=batch, pause=pause)
                     day -= 1
     finally:
         store.close()
@@ -222,15 +222,15 @@ def _short(query: DocumentedQuery) -> str:
 
 
 def _prune_settings(text: str) -> list[tuple[int, float]]:
-    """``1000:1,200:0.5`` → [(1000, 1.0), (200, 0.5)]: each prune's batch and duty."""
+    """``1000:0,200:0.02`` → [(1000, 0.0), (200, 0.02)]: each prune's batch and pause."""
     settings = []
     for part in text.split(","):
-        batch, _, duty = part.partition(":")
-        settings.append((int(batch), float(duty or 1.0)))
+        batch, _, pause = part.partition(":")
+        settings.append((int(batch), float(pause or 0.0)))
     return settings
 
 
-def _prune(report: Report, args: argparse.Namespace, url: str, store: Any, *, day: int, batch: int, duty: float) -> None:
+def _prune(report: Report, args: argparse.Namespace, url: str, store: Any, *, day: int, batch: int, pause: float) -> None:
     older_than = f"{day}d"
     prunable = store.count_prunable(day * 86_400)
     # The prune as an operator runs it, in its own process; the claims meanwhile, here.
@@ -248,8 +248,8 @@ def _prune(report: Report, args: argparse.Namespace, url: str, store: Any, *, da
                     "prune",
                     "--older-than",
                     older_than,
-                    "--duty",
-                    str(duty),
+                    "--pause",
+                    str(pause),
                     "--batch",
                     str(batch),
                 ],
@@ -273,7 +273,7 @@ def _prune(report: Report, args: argparse.Namespace, url: str, store: Any, *, da
     report.add("claim, just before the prune", **_latency(before), load=load_average())
     report.add(f"claim, during jobq prune --older-than {older_than}", **_latency(during), load=load_average())
     report.add(
-        f"jobq prune --older-than {older_than} --duty {duty:g} --batch {batch}",
+        f"jobq prune --older-than {older_than} --pause {pause:g} --batch {batch}",
         seconds=outcome["seconds"],
         prunable=prunable,
         p99_ratio=percentile(during, 99) / percentile(before, 99),

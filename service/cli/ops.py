@@ -241,16 +241,6 @@ def prune(
         float,
         typer.Option(metavar="SECONDS", min=0.0, max=60.0, help="Wait this long between batches."),
     ] = 0.0,
-    duty: Annotated[
-        float,
-        typer.Option(
-            metavar="SHARE",
-            min=0.01,
-            max=1.0,
-            help="The share of its time the prune spends deleting: after each batch it rests long "
-            "enough to keep to it (0.5: as long as the batch took), leaving the database to the queue.",
-        ),
-    ] = 1.0,
     batch: Annotated[
         int,
         typer.Option(
@@ -289,9 +279,7 @@ def prune(
             count = store.count_prunable(seconds)
             print(f"would delete {_jobs(count)} finished more than {older_than} ago (dry run; nothing was deleted)")
             return
-        pruner = Pruner(
-            store, seconds, batch=batch, pause_seconds=pause, duty=duty, rollup_older_than_seconds=rollup_seconds
-        )
+        pruner = Pruner(store, seconds, batch=batch, pause_seconds=pause, rollup_older_than_seconds=rollup_seconds)
         deleted = pruner.run_until_done()
         print(f"deleted {_jobs(deleted)} finished more than {older_than} ago")
         rows = pruner.prune_rollup()

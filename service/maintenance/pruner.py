@@ -9,12 +9,6 @@ held between batches, so a claim or a finish waits at most one batch.
 ``run_until_done`` repeats it until a batch comes back short: nothing prunable
 was left when it ran. Age is judged by the database clock, never this host's.
 
-No lock is shared with the queue, but the machine is: back to back, the batches keep
-one database backend busy and the claim's tail latency doubles on a two-core server
-(docs/PERFORMANCE.md, retention). ``duty`` is the share of the time the pruner may
-spend deleting: after a batch that took t seconds it rests t × (1 − duty) / duty, so
-the pace follows the server's speed and load instead of a fixed pause.
-
     Pruner(store, older_than_seconds=42 * 86_400).run_until_done()   # what `jobq prune` does
 
 The daily rollup (service.maintenance.rollup) outlives the jobs it counts: a day of it
@@ -28,8 +22,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable
 
 from service.errors import InvalidInput
 from service.store.base import PRUNE_BATCH, Store
@@ -45,9 +37,7 @@ class Pruner:
         *,
         batch: int = PRUNE_BATCH,
         pause_seconds: float = 0.0,
-        duty: float = 1.0,
         rollup_older_than_seconds: float | None = None,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not older_than_seconds > 0:
             raise InvalidInput(f"the retention must be more than 0 seconds, not {older_than_seconds!r}")
@@ -56,15 +46,11 @@ class Pruner:
             raise InvalidInput("the rollup's retention must be at least the jobs' retention")
         if not isinstance(batch, int) or isinstance(batch, bool) or not 1 <= batch <= 10_000:
             raise InvalidInput(f"a prune batch deletes 1 to 10000 jobs, not {batch!r}")
-        if not 0.01 <= duty <= 1.0:
-            raise InvalidInput(f"the prune's duty is a share of its time from 0.01 to 1, not {duty!r}")
         self.store = store
         self.older_than_seconds = older_than_seconds
         self.batch = batch
         self.pause_seconds = pause_seconds
-        self.duty = duty
         self.rollup_older_than_seconds = rollup_older_than_seconds
-        self._clock = clock
 
     def run_once(self) -> int:
         """Delete one batch of the oldest prunable jobs; how many were deleted."""
@@ -73,16 +59,15 @@ class Pruner:
     def run_until_done(self, stop: threading.Event | None = None) -> int:
         """Batches until one comes back short (or ``stop`` is set); how many were deleted in all.
 
-        Between batches it rests ``pause_seconds``, or longer if ``duty`` asks for it: room
-        for the queue's own statements, and for replicas to keep up on a large first prune.
+        ``pause_seconds`` between batches leaves room for other writers and for
+        replicas to keep up on a large first prune.
         """
         stop = stop or threading.Event()
         deleted = 0
         while not stop.is_set():
-            began = self._clock()
             count = self.run_once()
             deleted += count
-            if count < self.batch or stop.wait(self.rest_seconds(self._clock() - began)):
+            if count < self.batch or stop.wait(self.pause_seconds):
                 break
         if deleted:
             logger.info(
@@ -90,10 +75,6 @@ class Pruner:
                 extra={"jobq_fields": {"deleted": deleted, "older_than_seconds": self.older_than_seconds}},
             )
         return deleted
-
-    def rest_seconds(self, busy_seconds: float) -> float:
-        """How long to rest after a batch that took ``busy_seconds``."""
-        return max(self.pause_seconds, busy_seconds * (1.0 - self.duty) / self.duty)
 
     def prune_rollup(self) -> int:
         """Delete the rollup's days past its retention (none without one); how many rows went."""

@@ -3,7 +3,6 @@ never a queued or running job, never younger history, and runs while a worker is
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -86,8 +85,6 @@ def test_prune_refuses_bad_ages(cli: Run) -> None:
         ["--older-than", "42d", "--pause", "soon"],
         ["--older-than", "42d", "--batch", "0"],
         ["--older-than", "42d", "--batch", "10001"],
-        ["--older-than", "42d", "--duty", "0"],
-        ["--older-than", "42d", "--duty", "1.5"],
         ["--older-than", "42d", "--rollup-older-than", "41d"],
         ["--older-than", "42d", "--rollup-older-than", "a year"],
     ):
@@ -129,45 +126,6 @@ def test_the_pruner_deletes_one_small_batch_at_a_time(live: Store, db: Database)
     for older_than, batch in [(0, 10), (-1, 10), (DAY, 0), (DAY, 100_000)]:
         with pytest.raises(InvalidInput):
             Pruner(live, older_than, batch=batch)
-
-
-class RecordedRests(threading.Event):
-    """A stop event that is never set and records how long the pruner rested each time."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.rests: list[float] = []
-
-    def wait(self, timeout: float | None = None) -> bool:
-        self.rests.append(timeout if timeout is not None else -1.0)
-        return False
-
-
-def test_a_pruner_at_a_quarter_duty_rests_three_times_as_long_as_each_batch_took(live: Store, db: Database) -> None:
-    succeed_jobs(live, "resize", 25)
-    backdate(db, 50, "TRUE")
-    ticks = iter([0.0, 0.2, 1.0, 1.1, 2.0])  # the two full batches take 0.2 and 0.1 s
-    pruner = Pruner(live, 42 * DAY, batch=10, duty=0.25, clock=lambda: next(ticks))
-    stop = RecordedRests()
-
-    assert pruner.run_until_done(stop) == 25
-    assert stop.rests == pytest.approx([0.6, 0.3])  # none after the short last batch
-    assert db.count("jobs") == 0
-    assert Pruner(live, 42 * DAY, duty=0.5, pause_seconds=0.5).rest_seconds(0.2) == 0.5  # the longer of the two
-    for duty in (0.0, 1.5):
-        with pytest.raises(InvalidInput):
-            Pruner(live, 42 * DAY, duty=duty)
-
-
-def test_prune_at_half_duty_from_the_command_line(cli: Run, live: Store, db: Database) -> None:
-    succeed_jobs(live, "resize", 30)
-    backdate(db, 50, "TRUE")
-
-    result = cli("prune", "--older-than", "42d", "--batch", "10", "--duty", "0.5")
-
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("deleted 30 jobs finished more than 42d ago\n")
-    assert db.count("jobs") == 0
 
 
 def test_prune_runs_while_a_worker_is_busy(
