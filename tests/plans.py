@@ -93,17 +93,27 @@ def seed(db: Database, make_store: Any, url: str) -> str:
     return str(running.id)
 
 
-def pg_plan_nodes(db: Database, statement: str, params: dict[str, Any]) -> tuple[list[dict[str, Any]], Any]:
-    """Every node of PostgreSQL's plan for ``statement`` (EXPLAIN, not run), and the plan."""
-    [row] = db.rows("EXPLAIN (FORMAT JSON) " + statement, **params)
+def explained(row: dict[str, Any]) -> Any:
+    """The plan in a row of ``EXPLAIN (FORMAT JSON)``, decoded (psycopg may hand it over as text)."""
     plan = next(iter(row.values()))
-    plan = json.loads(plan) if isinstance(plan, str) else plan
-    nodes, pending = [], [plan[0]["Plan"]]
+    return json.loads(plan) if isinstance(plan, str) else plan
+
+
+def plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    """``node`` and every node below it."""
+    nodes, pending = [], [node]
     while pending:
         node = pending.pop()
         nodes.append(node)
         pending.extend(node.get("Plans", []))
-    return nodes, plan
+    return nodes
+
+
+def pg_plan_nodes(db: Database, statement: str, params: dict[str, Any]) -> tuple[list[dict[str, Any]], Any]:
+    """Every node of PostgreSQL's plan for ``statement`` (EXPLAIN, not run), and the plan."""
+    [row] = db.rows("EXPLAIN (FORMAT JSON) " + statement, **params)
+    plan = explained(row)
+    return plan_nodes(plan[0]["Plan"]), plan
 
 
 def _pg_full_scans(db: Database, statement: str, params: dict[str, Any]) -> tuple[list[str], str]:

@@ -17,7 +17,7 @@ from service.maintenance.rollup import BUCKET_BOUNDS, BUCKET_SECONDS, SETTLE_SEC
 from service.store.postgres.rollup import FOLD_ROLLUP
 from service.store.sqlite.rollup import BATCH_KEYS
 from tests.conftest import Database
-from tests.plans import seed
+from tests.plans import explained, seed
 
 # A fold past the end reads the watermark's row and descends one index: a few pages.
 # Walking the history's index entries and heap rows would read hundreds.
@@ -51,8 +51,7 @@ def test_a_fold_at_the_end_of_the_history_reads_from_the_watermark_not_the_whole
             [row] = db.rows("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + FOLD_ROLLUP, **params)
         finally:
             db.execute("ROLLBACK")
-        plan = next(iter(row.values()))
-        plan = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+        plan = explained(row)[0]["Plan"]
         shown = json.dumps(plan, indent=1)
         assert _pages_read(plan) <= PAGES_OF_A_FOLD_WITH_NOTHING_TO_DO, shown
         history_pages = db.scalar("SELECT relpages FROM pg_class WHERE relname = 'jobs'")

@@ -15,6 +15,7 @@ from tests.api.problems import assert_problem
 from tests.cli.test_cli import EXIT_USAGE, assert_one_line_error
 from tests.conftest import Database
 from tests.ops.conftest import Run, backdate, fail_jobs, succeed_jobs, traceback
+from tests.plans import explained
 
 # One bug, four jobs: ids, numbers and addresses differ, the exception line does not.
 PARSE_ERRORS = [
@@ -132,9 +133,7 @@ def test_the_failures_query_reads_a_window_of_the_finished_at_index(db: Database
             kind=kind,
             tenant=tenant,
         )
-        plan = next(iter(row.values()))
-        plan = json.loads(plan) if isinstance(plan, str) else plan
-        shown = json.dumps(plan)
+        shown = json.dumps(explained(row))
         # either window on finished_at: all jobs' or the failed jobs' (ix_jobs_failed_finished_at, issue 17)
         assert re.search(r'"Index Name": "ix_jobs_(failed_)?finished_at"', shown), f"kind={kind} tenant={tenant}:\n{shown}"
         assert '"Seq Scan"' not in shown, f"kind={kind} tenant={tenant}: scans six weeks of history\n{shown}"

@@ -9,21 +9,15 @@ from typing import Any
 
 import pytest
 
-from service.jobs import Completion
+from service.jobs import Completion, NewJob
 from service.limits import Limit
 from service.store.postgres.statements import CLAIM_JOBS, CLAIM_PLANNER, COMPLETE_JOBS
 from tests.analysts.synthetic import fill
 from tests.conftest import Database
+from tests.plans import explained, pg_plan_nodes, plan_nodes
 from tests.store.builders import new_job
 
 pytestmark = pytest.mark.postgres_only(reason="asserts PostgreSQL's query plan")
-
-
-def _plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
-    nodes = [node]
-    for child in node.get("Plans", []):
-        nodes += _plan_nodes(child)
-    return nodes
 
 
 def _claim_params(**values: Any) -> dict[str, Any]:
@@ -48,25 +42,32 @@ def _prepared(statement: str, values: dict[str, str]) -> tuple[str, str]:
     return positional, ", ".join(values[name] for name in names)
 
 
-def _generic_plan(
-    db: Database, statement: str, values: dict[str, str], *, setting: str | None = None
-) -> tuple[list[dict[str, Any]], str]:
-    """The nodes of the generic plan PostgreSQL makes for ``statement`` now (under ``setting``,
-    a SET LOCAL the store runs before it), and the plan to show."""
+def _prepare_generic(
+    db: Database, name: str, statement: str, values: dict[str, str], *, setting: str | None = None
+) -> tuple[str, Any]:
+    """PREPARE ``statement`` as ``name`` and make its generic plan now (under ``setting``, a
+    statement the store runs before it in its transaction), which the session then keeps;
+    the arguments to EXECUTE it with, and that plan (EXPLAIN, not run)."""
     positional, arguments = _prepared(statement, values)
     db.execute("BEGIN")
     try:
         db.execute("SET LOCAL plan_cache_mode = force_generic_plan")
         if setting is not None:
             db.execute(setting)
-        db.execute(f"PREPARE generic AS {positional}")
-        [row] = db.rows(f"EXPLAIN (FORMAT JSON) EXECUTE generic({arguments})")
-        db.execute("DEALLOCATE generic")
+        db.execute(f"PREPARE {name} AS {positional}")
+        [row] = db.rows(f"EXPLAIN (FORMAT JSON) EXECUTE {name}({arguments})")
     finally:
-        db.execute("ROLLBACK")
-    plan = next(iter(row.values()))
-    plan = json.loads(plan) if isinstance(plan, str) else plan
-    return _plan_nodes(plan[0]["Plan"]), json.dumps(plan, indent=1)
+        db.execute("ROLLBACK")  # a prepared statement outlives its transaction
+    return arguments, explained(row)
+
+
+def _generic_plan(
+    db: Database, statement: str, values: dict[str, str], *, setting: str | None = None
+) -> tuple[list[dict[str, Any]], str]:
+    """The nodes of the generic plan PostgreSQL makes for ``statement`` now, and the plan to show."""
+    _arguments, plan = _prepare_generic(db, "generic", statement, values, setting=setting)
+    db.execute("DEALLOCATE generic")
+    return plan_nodes(plan[0]["Plan"]), json.dumps(plan, indent=1)
 
 
 def test_the_claim_reads_only_the_claimable_index_however_long_the_history(make_store, store_url, db: Database):
@@ -88,10 +89,7 @@ def test_the_claim_reads_only_the_claimable_index_however_long_the_history(make_
 
     for kinds in (None, ["resize"]):
         # EXPLAIN without ANALYZE plans the claim but does not run it: nothing is claimed.
-        [row] = db.rows("EXPLAIN (FORMAT JSON) " + CLAIM_JOBS, **_claim_params(kinds=kinds))
-        plan = next(iter(row.values()))
-        plan = json.loads(plan) if isinstance(plan, str) else plan
-        nodes = _plan_nodes(plan[0]["Plan"])
+        nodes, plan = pg_plan_nodes(db, CLAIM_JOBS, _claim_params(kinds=kinds))
         shown = json.dumps(plan, indent=1)
 
         index_scans = {n.get("Index Name") for n in nodes if n.get("Relation Name") == "jobs"}
@@ -158,7 +156,7 @@ def test_the_claim_finds_rows_by_key_in_a_plan_prepared_while_tables_are_small(
     for node in scanned:
         assert node["Node Type"] != "Seq Scan", f"CLAIM_JOBS reads all of {node['Relation Name']}\n{shown}"
     [update] = [n for n in nodes if n.get("Operation") == "Update" and n.get("Relation Name") == "jobs"]
-    found = [n for n in _plan_nodes(update) if n.get("Relation Name") == "jobs" and n is not update]
+    found = [n for n in plan_nodes(update) if n.get("Relation Name") == "jobs" and n is not update]
     assert [n.get("Index Name") for n in found] == ["pk_jobs"], f"the claimed rows are not found by key\n{shown}"
 
 
@@ -197,7 +195,8 @@ def test_the_claim_reads_no_more_of_a_tenants_line_than_it_takes(
         store.set_limit(Limit("tenant:t1", concurrency=50))
     store.enqueue_many([new_job(tenant="t1") for _ in range(prepared_at)])
     db.execute("ANALYZE")
-    plan = _kept_plan_run(store, db, _claim_values(), grow_to=3_000, tenant="t1")
+    grown = [new_job(tenant="t1") for _ in range(3_000 - prepared_at)]
+    plan = _kept_plan_run(store, db, _claim_values(), then_enqueued=grown)
     _assert_claimed_reading_at_most(plan, claimed=10, rows=20)
 
 
@@ -211,23 +210,16 @@ def test_the_claim_reads_one_queued_row_to_take_one_beside_a_long_history(make_s
     store.enqueue_many([new_job(queue="bench") for _ in range(1_000)])
     db.execute("ANALYZE")
     values = {**_claim_values(), "queues": "ARRAY['bench']", "limit": "1"}
-    plan = _kept_plan_run(store, db, values, grow_to=1_000, tenant="default")
+    plan = _kept_plan_run(store, db, values, then_enqueued=[])
     _assert_claimed_reading_at_most(plan, claimed=1, rows=3)
 
 
-def _kept_plan_run(store: Any, db: Database, values: dict[str, str], *, grow_to: int, tenant: str) -> Any:
-    """EXPLAIN ANALYZE of the claim on the generic plan made now, after the queue of ``tenant``
-    grows to ``grow_to`` jobs (rolled back: nothing is claimed)."""
-    positional, arguments = _prepared(CLAIM_JOBS, values)
-    db.execute("BEGIN")
-    db.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-    db.execute(CLAIM_PLANNER)
-    db.execute(f"PREPARE kept AS {positional}")
-    db.rows(f"EXPLAIN EXECUTE kept({arguments})")  # the generic plan is made now, and kept
-    db.execute("COMMIT")
+def _kept_plan_run(store: Any, db: Database, values: dict[str, str], *, then_enqueued: list[NewJob]) -> Any:
+    """EXPLAIN ANALYZE of the claim on the generic plan made now, run after ``then_enqueued``
+    joined the queue (rolled back: nothing is claimed)."""
+    arguments, _plan = _prepare_generic(db, "kept", CLAIM_JOBS, values, setting=CLAIM_PLANNER)
     try:
-        queued = db.count("jobs", "state = 'queued' AND tenant = %(tenant)s", tenant=tenant)
-        store.enqueue_many([new_job(tenant=tenant) for _ in range(grow_to - queued)])
+        store.enqueue_many(then_enqueued)
         db.execute("BEGIN")  # EXPLAIN ANALYZE runs the claim: rolled back below
         try:
             # the plan kept, without the setting it was made under (as a pool's connection would)
@@ -239,14 +231,13 @@ def _kept_plan_run(store: Any, db: Database, values: dict[str, str], *, grow_to:
     finally:
         db.execute("DEALLOCATE kept")
     assert plans == {"generic_plans": 2, "custom_plans": 0}, plans  # the plan made before the growth ran
-    plan = next(iter(row.values()))
-    return json.loads(plan) if isinstance(plan, str) else plan
+    return explained(row)
 
 
 def _assert_claimed_reading_at_most(plan: Any, *, claimed: int, rows: int) -> None:
     shown = json.dumps(plan, indent=1)
     assert plan[0]["Plan"]["Actual Rows"] == claimed, shown
-    for node in _plan_nodes(plan[0]["Plan"]):
+    for node in plan_nodes(plan[0]["Plan"]):
         if node.get("Relation Name") == "jobs" and "Scan" in node["Node Type"]:
             read = node["Actual Rows"] * node["Actual Loops"]
             assert read <= rows, f"{node['Node Type']} on {node.get('Index Name')} read {read} rows\n{shown}"

@@ -94,7 +94,7 @@ class PostgresStore(Submitting, Operations, Limits, Items, Maintenance, Schedule
     # pipeline's one Sync is one implicit transaction, committed at the Sync, rolled back
     # whole if a statement fails, and settings made with set_config(..., true) last as
     # long. One round trip. (psycopg's conn.transaction() inside a pipeline syncs at each
-    # of its nested exits: the claim took three round trips that way.)
+    # of its nested exits: the claim sent four Syncs that way, tests/store/test_round_trips.py.)
     def claim(
         self,
         worker: str,
