@@ -21,6 +21,7 @@ from service.cli.app import (
     redact,
 )
 from service.config import Settings
+from service.durations import parse_duration
 from service.errors import InvalidInput
 from service.payloads import MAX_LEASE_SECONDS
 from service.store import open_store
@@ -79,6 +80,20 @@ def worker(
             "LISTEN/NOTIFY wake-up; SQLite relies on this alone.",
         ),
     ] = 2.0,
+    retention: Annotated[
+        str | None,
+        typer.Option(
+            metavar="DURATION",
+            help="Delete terminal jobs that finished longer ago than this (at least 1d; 42d is the "
+            "recommended retention), 50 at a time every ~5 s as they expire, and the daily rollup's "
+            "days past 400d: retention without a cron job, and without the burst that costs claims "
+            "while `jobq prune` runs. Every worker may have it. (default: keep everything)",
+            show_default=False,
+        ),
+    ] = None,
+    retention_every: Annotated[
+        float | None, typer.Option(min=0.01, hidden=True, help="Seconds between retention turns (tests).")
+    ] = None,
     log_level: Annotated[
         str, typer.Option(metavar="LEVEL", help="debug, info, warning or error. Logs are JSON lines on stderr.")
     ] = "info",
@@ -110,10 +125,15 @@ def worker(
     from service.worker import Worker, WorkerConfig, load_app
     from service.worker.logs import configure_logging
     from service.worker.registry import AppImportFailed
+    from service.worker.runtime import RETENTION_EVERY
     from service.worker.startup import wait_for_database as wait_until_ready
 
     if log_level.upper() not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
         raise InvalidInput(f"--log-level must be debug, info, warning or error, not {log_level!r}")
+    retention_seconds = parse_duration(retention, name="--retention") if retention is not None else None
+    if retention_seconds is not None and retention_seconds < 86_400:
+        # The rollup folds jobs some minutes after they finish: a shorter retention could take them first.
+        raise InvalidInput(f"--retention {retention} keeps less than a day of history; give at least 1d")
     settings = cli_state(ctx).settings()
     config = WorkerConfig(
         queues=tuple(q.strip() for q in queues.split(",")) if queues else None,
@@ -122,6 +142,8 @@ def worker(
         grace_seconds=grace_seconds,
         poll_seconds=poll_seconds,
         listen=settings.notify,
+        retention_seconds=retention_seconds,
+        retention_every=retention_every if retention_every is not None else RETENTION_EVERY,
     )
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # `--app myhandlers` finds ./myhandlers.py, as uvicorn does

@@ -10,12 +10,13 @@ held between batches, so a claim or a finish waits at most one batch.
 was left when it ran. Age is judged by the database clock, never this host's.
 
     Pruner(store, older_than_seconds=42 * 86_400).run_until_done()   # what `jobq prune` does
+    Pruner(store, 42 * 86_400, batch=50).run_once()                     # a worker's retention turn
 
 The daily rollup (service.maintenance.rollup) outlives the jobs it counts: a day of it
 is a few thousand rows where a day of jobs is a hundred thousand, and the analysts'
 day-level questions reach back further than six weeks. It has a retention of its own,
-``rollup_older_than_seconds`` (400 days from ``jobq prune``: a year and its month to
-compare), never shorter than the jobs'; ``prune_rollup`` deletes its whole days.
+``rollup_older_than_seconds`` (ROLLUP_RETENTION_SECONDS, 400 days, from ``jobq prune`` and
+a worker's retention), never shorter than the jobs'; ``prune_rollup`` deletes its whole days.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from service.errors import InvalidInput
 from service.store.base import PRUNE_BATCH, Store
 
 logger = logging.getLogger("jobq.maintenance")
+
+ROLLUP_RETENTION_SECONDS = 400 * 86_400.0
+"""The rollup's retention unless told otherwise: a year and its month to compare."""
 
 
 class Pruner:

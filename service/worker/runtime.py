@@ -15,8 +15,9 @@ Threads of one worker process:
   pays (a lone one at once), with the claim that refills their slots;
 - the lease keeper (:mod:`service.worker.lease_keeper`): heartbeats and progress;
 - the listener: LISTEN on ``JOBS_QUEUED`` (PostgreSQL), wakes the claim loop;
-- maintenance: a list of :class:`Duty` (the reaper, :mod:`service.maintenance.reaper`, and
-  the workers-table touch), each run at its own interval.
+- maintenance: a list of :class:`Duty` (the reaper, :mod:`service.maintenance.reaper`, the
+  workers-table touch, the rollup's fold, the schedules and, with a retention, the pruner),
+  each run at its own interval.
 
 Database connections: all threads share the store's pool (``JOBQ_POOL_SIZE``,
 default 2) and take a connection only for one statement; the listener holds one
@@ -49,6 +50,7 @@ from service.jobs import (
     Lease,
     WorkerInfo,
 )
+from service.maintenance.pruner import ROLLUP_RETENTION_SECONDS, Pruner
 from service.maintenance.reaper import Reaper
 from service.maintenance.rollup import Rollup
 from service.maintenance.scheduler import SCHEDULE_SECONDS, Scheduler
@@ -68,6 +70,18 @@ from service.worker.settler import Settler
 
 REAP_SECONDS = 2.0
 """The default reap interval's ceiling (WorkerConfig.reap_seconds)."""
+
+RETENTION_BATCH = 50
+"""Jobs a worker's retention deletes per turn (WorkerConfig.retention_seconds)."""
+
+RETENTION_EVERY = 5.0
+"""Seconds between a worker's retention turns (+-50 % jitter): 50 jobs every 5 s is 864,000
+a day from one worker, nine times 100,000 a day, while each turn is a few milliseconds of one
+backend, too short and too rare for a claim to notice (docs/PERFORMANCE.md, "Retention").
+"""
+
+ROLLUP_RETENTION_EVERY = 3_600.0
+"""Seconds between a worker's turns at the rollup's retention: whole days go, so hourly is enough."""
 
 
 def connections_per_process(pool_size: int, listen: bool = True) -> int:
@@ -97,6 +111,12 @@ class WorkerConfig:
     """Progress reaches the database about this long after a handler reports it."""
     touch_seconds: float = 10.0
     """How often the worker marks itself alive in the workers table."""
+    retention_seconds: float | None = None
+    """Delete terminal jobs that finished longer ago than this, RETENTION_BATCH of the oldest
+    every ~``retention_every`` seconds, so history leaves as it expires instead of a day at a
+    time from cron, and the rollup's days past ROLLUP_RETENTION_SECONDS (or this, if longer)
+    hourly. None: keep everything (``jobq prune``)."""
+    retention_every: float = RETENTION_EVERY
     listen: bool = True
     """Wake on LISTEN/NOTIFY (PostgreSQL). Off behind PgBouncer in transaction mode."""
     worker_id: str | None = None
@@ -111,6 +131,10 @@ class WorkerConfig:
             raise InvalidInput("poll seconds must be positive")
         if self.queues is not None and (not self.queues or not all(q.strip() for q in self.queues)):
             raise InvalidInput("queues must be non-empty names")
+        if self.retention_seconds is not None and not self.retention_seconds > 0:
+            raise InvalidInput("the retention must be more than 0 seconds")
+        if not self.retention_every > 0:
+            raise InvalidInput("the retention's interval must be positive")
 
     @property
     def reap_every(self) -> float:
@@ -465,6 +489,35 @@ class Worker:
             ),
             # Each duty's error is its own: a schedule that errs cannot hold back the reaper.
             Duty("schedule", self.scheduler.run_once, lambda: jittered(SCHEDULE_SECONDS), due=self.clock()),
+            *self._retention_duties(),
+        ]
+
+    def _retention_duties(self) -> list[Duty]:
+        """Retention, leaderless like the reaper (the prune skips rows another worker holds)."""
+        retention = self.config.retention_seconds
+        if retention is None:
+            return []
+        pruner = Pruner(
+            self.store,
+            retention,
+            batch=RETENTION_BATCH,
+            rollup_older_than_seconds=max(retention, ROLLUP_RETENTION_SECONDS),
+        )
+        every = self.config.retention_every
+
+        def prune() -> None:
+            deleted = pruner.run_once()
+            if deleted:
+                log_event("worker.retention_pruned", logging.DEBUG, worker=self.id, deleted=deleted)
+
+        return [
+            Duty("retention", prune, lambda: jittered(every), due=self.clock() + jittered(every)),
+            Duty(
+                "rollup_retention",
+                pruner.prune_rollup,
+                lambda: jittered(ROLLUP_RETENTION_EVERY),
+                due=self.clock() + jittered(every),
+            ),
         ]
 
     def _reap(self) -> None:

@@ -14,9 +14,11 @@ from service.jobs import NewJob, ReplayFilter
 from service.maintenance.pruner import Pruner
 from service.maintenance.rollup import Rollup
 from service.store import Store
+from service.worker.runtime import RETENTION_BATCH
 from tests.cli.test_cli import EXIT_USAGE, assert_one_line_error
 from tests.conftest import Database
 from tests.ops.conftest import (
+    OPS_APP,
     Run,
     backdate,
     cancel_job,
@@ -148,3 +150,32 @@ def test_prune_runs_while_a_worker_is_busy(
     wait_until(lambda: live.get(busy.id).state.terminal, 30, what="the hold job to finish")
     assert live.get(busy.id).state.value == "succeeded"
     assert [a["outcome"] for a in db.attempts(busy.id)] == ["succeeded"]  # its lease was never lost
+
+
+def test_a_worker_with_a_retention_prunes_expired_history_a_small_batch_at_a_time(
+    live: Store, db: Database, worker: Callable[..., WorkerProcess]
+) -> None:
+    expired = [str(j.id) for j in succeed_jobs(live, "resize", 2 * RETENTION_BATCH + 20)]
+    backdate(db, 50, "TRUE")
+    young = [str(j.id) for j in succeed_jobs(live, "resize", 2)]
+    backdate(db, 10, "id IN (%(a)s, %(b)s)", a=young[0], b=young[1])
+    active = [str(j.id) for j in live.enqueue_many([NewJob(kind="resize", queue="slow")] * 2)]
+    backdate(db, 60, "state = 'queued'", column="created_at")
+    assert related_rows(db, expired) == len(expired) * 2  # an attempt and a result each
+
+    process = worker("--retention", "42d", "--retention-every", "0.1", "--log-level", "debug")
+
+    cutoff = db_time(db, datetime.now(UTC) - timedelta(days=42))
+    wait_until(lambda: db.count("jobs", "finished_at < %(cutoff)s", cutoff=cutoff) == 0, 30,
+               what="the worker's retention to delete the expired jobs")
+    assert related_rows(db, expired) == 0
+    assert sorted(str(r["id"]) for r in db.rows("SELECT id FROM jobs")) == sorted(young + active)
+    turns = [event["deleted"] for event in process.events("worker.retention_pruned")]
+    assert sum(turns) == len(expired) and max(turns) <= RETENTION_BATCH and len(turns) >= 3, turns
+
+
+def test_a_worker_refuses_a_retention_under_a_day(run: Run) -> None:
+    for retention, says in [("2h", "keeps less than a day"), ("soon", "--retention must be")]:
+        result = run("worker", "--app", OPS_APP, "--retention", retention)
+        assert_one_line_error(result, EXIT_USAGE)
+        assert says in result.stderr, result.stderr
