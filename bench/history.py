@@ -22,7 +22,12 @@ Steps, on a database of its own and an empty one for reference (dropped at the e
    names the prunes' settings (``BATCH:PAUSE``, comma-separated), each pruning the next day
    (``<days - 2>d``, …), repeated ``--prune-rounds`` times in turn, so settings are compared
    on the same history and the same machine;
-6. pgbench again.
+6. the claim beside a fleet's retention: ``--retention-workers`` real ``jobq worker
+   --retention <day>d`` processes (each deleting RETENTION_BATCH expired jobs every
+   ~RETENTION_EVERY s, the next day's history to chew on), timed for
+   ``--retention-seconds`` once they have settled, beside ``--trials`` claims just before
+   they started and just after they stopped, with the jobs they deleted meanwhile;
+7. pgbench again.
 
 Every row carries the 1-minute load average: on a shared machine, read each figure
 beside it and beside pgbench. ``--history-url URL`` skips step 2 and measures an
@@ -44,17 +49,21 @@ import psycopg
 
 from bench.common import (
     Report,
+    WorkerProcess,
     bench_database,
     load_average,
     median,
     percentile,
     pgbench_tps,
     python_env,
+    wait_for,
+    workers_registered,
 )
 from service.config import Settings
 from service.jobs import Completion, NewJob
 from service.maintenance.rollup import Rollup
 from service.store import open_store
+from service.worker.runtime import RETENTION_EVERY
 from tests.analysts.synthetic import fill
 from tests.analysts.test_queries import DocumentedQuery, documented_queries
 
@@ -74,6 +83,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prunes", type=_prune_settings, default=[(1_000, 0.0)], metavar="BATCH:PAUSE,…",
                         help="each prune's jobq prune --batch and --pause, one day each, in turn")
     parser.add_argument("--prune-rounds", type=int, default=1, help="how many times --prunes runs")
+    parser.add_argument("--retention-workers", type=int, default=4,
+                        help="workers with --retention beside the claims in step 6 (0: skip it)")
+    parser.add_argument("--retention-seconds", type=float, default=60.0, help="claims timed beside them")
     parser.add_argument("--history-url", default=None, help="measure this database, which holds history already")
 
 
@@ -120,12 +132,14 @@ def _measure_history(report: Report, args: argparse.Namespace, url: str) -> None
             [(jobs,)] = conn.execute("SELECT count(*) FROM jobs").fetchall()
         _claims_beside_an_empty_table(report, args, store, jobs)
         _queries(report, args, url)
+        day = round(args.days) - 1
         if not args.no_prune:
-            day = round(args.days) - 1
             for _ in range(args.prune_rounds):
                 for batch, pause in args.prunes:
                     _prune(report, args, url, store, day=max(1, day), batch=batch, pause=pause)
                     day -= 1
+        if args.retention_workers > 0:
+            _retention(report, args, url, store, day=max(1, day))
     finally:
         store.close()
 
@@ -280,6 +294,43 @@ def _prune(report: Report, args: argparse.Namespace, url: str, store: Any, *, da
         detail={"stdout": process.stdout.strip()},
         load=load_average(),
     )
+
+
+def _retention(report: Report, args: argparse.Namespace, url: str, store: Any, *, day: int) -> None:
+    """Workers with ``--retention`` beside the claims: what retention costs the queue when it
+    runs as the workers run it. Timed only once every worker has started and taken its turns,
+    so their start-up (imports, registration) is not charged to it."""
+    before = _claims(store, args.trials)
+    prunable = store.count_prunable(day * 86_400)
+    workers = [
+        WorkerProcess(url, "--queues", "retention", "--retention", f"{day}d")
+        for _ in range(args.retention_workers)
+    ]
+    try:
+        wait_for(lambda: workers_registered(url, args.retention_workers), 60, what="the retention workers")
+        time.sleep(3 * RETENTION_EVERY)
+        left = store.count_prunable(day * 86_400)
+        until = threading.Event()
+        timer = threading.Timer(args.retention_seconds, until.set)
+        timer.start()
+        during = _claims(store, 0, until=until)
+        deleted = left - store.count_prunable(day * 86_400)
+    finally:
+        for worker in workers:
+            worker.stop()
+    after = _claims(store, args.trials)
+    report.add("claim, just before the retention workers", **_latency(before), load=load_average())
+    report.add(
+        f"claim, beside {args.retention_workers} workers with --retention {day}d",
+        **_latency(during),
+        p99_ratio=percentile(during, 99) / percentile(before, 99),
+        p99_ratio_after=percentile(during, 99) / percentile(after, 99),
+        deleted=deleted,
+        jobs_per_second=deleted / args.retention_seconds,
+        prunable_at_start=prunable,
+        load=load_average(),
+    )
+    report.add("claim, just after they stopped", **_latency(after), load=load_average())
 
 
 def _pgbench(report: Report, args: argparse.Namespace, when: str) -> None:
