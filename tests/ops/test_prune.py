@@ -152,7 +152,7 @@ def test_prune_runs_while_a_worker_is_busy(
     assert [a["outcome"] for a in db.attempts(busy.id)] == ["succeeded"]  # its lease was never lost
 
 
-def test_a_worker_with_a_retention_prunes_expired_history_a_small_batch_at_a_time(
+def test_workers_with_a_retention_share_the_expired_history_a_small_batch_at_a_time(
     live: Store, db: Database, worker: Callable[..., WorkerProcess]
 ) -> None:
     expired = [str(j.id) for j in succeed_jobs(live, "resize", 2 * RETENTION_BATCH + 20)]
@@ -163,15 +163,15 @@ def test_a_worker_with_a_retention_prunes_expired_history_a_small_batch_at_a_tim
     backdate(db, 60, "state = 'queued'", column="created_at")
     assert related_rows(db, expired) == len(expired) * 2  # an attempt and a result each
 
-    process = worker("--retention", "42d", "--retention-every", "0.1", "--log-level", "debug")
+    fleet = [worker("--retention", "42d", "--retention-every", "0.1", "--log-level", "debug") for _ in range(2)]
 
     cutoff = db_time(db, datetime.now(UTC) - timedelta(days=42))
     wait_until(lambda: db.count("jobs", "finished_at < %(cutoff)s", cutoff=cutoff) == 0, 30,
                what="the worker's retention to delete the expired jobs")
     assert related_rows(db, expired) == 0
     assert sorted(str(r["id"]) for r in db.rows("SELECT id FROM jobs")) == sorted(young + active)
-    turns = [event["deleted"] for event in process.events("worker.retention_pruned")]
-    assert sum(turns) == len(expired) and max(turns) <= RETENTION_BATCH and len(turns) >= 3, turns
+    turns = [event["deleted"] for process in fleet for event in process.events("worker.retention_pruned")]
+    assert sum(turns) == len(expired) and max(turns) <= RETENTION_BATCH and len(turns) >= 3, turns  # each job once
 
 
 def test_a_worker_refuses_a_retention_under_a_day(run: Run) -> None:
