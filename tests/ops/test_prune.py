@@ -1,5 +1,6 @@
 """Retention: ``jobq prune`` deletes old terminal jobs with their rows, in small batches,
-never a queued or running job, never younger history, and runs while a worker is busy."""
+never a queued or running job, never younger history, and runs while a worker is busy;
+workers with ``--retention`` do the same as jobs expire, a small batch a turn."""
 
 from __future__ import annotations
 
