@@ -131,8 +131,6 @@ class WorkerConfig:
             raise InvalidInput("poll seconds must be positive")
         if self.queues is not None and (not self.queues or not all(q.strip() for q in self.queues)):
             raise InvalidInput("queues must be non-empty names")
-        if self.retention_seconds is not None and not self.retention_seconds > 0:
-            raise InvalidInput("the retention must be more than 0 seconds")
         if not self.retention_every > 0:
             raise InvalidInput("the retention's interval must be positive")
 
@@ -194,6 +192,17 @@ class Worker:
         self.reaper = Reaper(store, self.retry_policy)
         self.settler = Settler(store, self.id, self.health, self.retry_policy, clock=clock)
         self.scheduler = Scheduler(store, app.schedules)
+        retention = self.config.retention_seconds
+        self.pruner = (
+            None
+            if retention is None
+            else Pruner(
+                store,
+                retention,
+                batch=RETENTION_BATCH,
+                rollup_older_than_seconds=max(retention, ROLLUP_RETENTION_SECONDS),
+            )
+        )
         self.finisher = Finisher(
             store,
             self.settler,
@@ -494,15 +503,9 @@ class Worker:
 
     def _retention_duties(self) -> list[Duty]:
         """Retention, leaderless like the reaper (the prune skips rows another worker holds)."""
-        retention = self.config.retention_seconds
-        if retention is None:
+        pruner = self.pruner
+        if pruner is None:
             return []
-        pruner = Pruner(
-            self.store,
-            retention,
-            batch=RETENTION_BATCH,
-            rollup_older_than_seconds=max(retention, ROLLUP_RETENTION_SECONDS),
-        )
         every = self.config.retention_every
 
         def prune() -> None:
