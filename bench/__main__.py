@@ -1,4 +1,4 @@
-"""``python -m bench NAME [options]``: enqueue, drain, pickup, poll, submit, scale, cost, claim, console, reap, compare, history."""
+"""``python -m bench NAME [options]``: enqueue, drain, pickup, poll, submit, scale, cost, claim, console, reap, compare, history, fleet."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 from bench.common import CODE, ROOT, common_arguments
 
-NAMES = ("enqueue", "drain", "pickup", "poll", "submit", "scale", "cost", "claim", "console", "reap", "compare", "history")
+NAMES = ("enqueue", "drain", "pickup", "poll", "submit", "scale", "cost", "claim", "console", "reap", "compare", "history", "fleet")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,6 +30,8 @@ TINY = {
     "reap": ["--running", "0,5", "--churn", "20", "--trials", "3", "--crash-trials", "1", "--lease-seconds", "2"],
     "history": ["--jobs", "3000", "--trials", "5", "--queued", "20", "--runs", "1", "--pgbench-seconds", "0",
                 "--prunes", "100:0,50:0.01", "--retention-workers", "1", "--retention-seconds", "2"],
+    "fleet": ["--workers", "2", "--pooler", "none,pgbouncer", "--idle-seconds", "1", "--warmup-seconds", "0",
+              "--jobs", "20", "--pickup-trials", "2"],
     "compare": ["--jobs", "20", "--rounds", "1", "--cases", "1x2", "--enqueue-jobs", "10", "--pgbench-seconds", "0"],
 }
 NEEDS = {"compare": "pgqueuer"}  # the bench extra, which CI does not install
