@@ -23,6 +23,7 @@ from service.cli.app import (
 from service.durations import format_duration, parse_duration
 from service.errors import InvalidInput
 from service.jobs import (
+    WORKER_ALIVE_SECONDS,
     FailureGroup,
     QueueStats,
     ReplayFilter,
@@ -182,7 +183,7 @@ def stats(
     the live workers serving it; per kind: the last hour's successes,
     failures and failure ratio; the workers alive.
     """
-    from service.metrics import WINDOW_SECONDS, WORKER_ALIVE_SECONDS
+    from service.metrics import WINDOW_SECONDS
 
     with open_cli_store(ctx) as store:
         queues = store.queue_stats()
