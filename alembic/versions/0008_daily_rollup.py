@@ -43,7 +43,6 @@ import json
 import sqlite3
 
 import sqlalchemy as sa
-
 from alembic import op
 
 revision = "0008"
