@@ -521,6 +521,12 @@ class WorkerInfo:
     last_seen_at: datetime | None = None
 
 
+WORKER_ALIVE_SECONDS = 30.0
+"""A worker is alive while it touched its row within this long (by the database clock): it touches
+every 10 s, jittered by +-20 % (WorkerConfig.touch_seconds), so 30 s is three missed touches, not a
+slow one. /metrics, ``jobq stats``, ``jobq explain``, the console and the API's explain all count by it."""
+
+
 @dataclass(frozen=True)
 class ApiToken:
     """An API token's record. The token itself is never stored, only its hash."""

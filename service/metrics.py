@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
-from service.jobs import ActiveCount, JobState, KindOutcomes, QueueStats
+from service.jobs import WORKER_ALIVE_SECONDS, ActiveCount, JobState, KindOutcomes, QueueStats
 from service.limits import ScopeUsage, tenant_of
 from service.store.base import DatabaseHealth, Store
 
@@ -63,8 +63,6 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 CACHE_SECONDS = 5.0
 WINDOW_SECONDS = 3_600.0
 """The last hour: the window of every *_last_hour metric, the ratio and the histograms."""
-WORKER_ALIVE_SECONDS = 30.0
-"""Workers touch their row every 10 s (jittered); three missed touches is not alive."""
 KIND_SERIES = 50
 """Kinds shown by name; the rest are summed as ``kind="other"`` (see the module docstring)."""
 OTHER_KINDS = "other"

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from alembic import command
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, pool
 
-from alembic import command
 from service.store.migrate import (
     alembic_config,
     downgrade,

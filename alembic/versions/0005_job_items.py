@@ -20,9 +20,8 @@ Create Date: 2026-12-02
 from __future__ import annotations
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
-
 from alembic import op
+from sqlalchemy.dialects import postgresql
 
 revision = "0005"
 down_revision = "0004"

@@ -22,9 +22,8 @@ from pydantic import BaseModel, Field
 from service.api.dependencies import StoreDep, TenantDep, blocking, no_unknown_query_parameters
 from service.api.problems import problem_responses
 from service.explain import REASON_CODES, explain
-from service.jobs import JobState
+from service.jobs import WORKER_ALIVE_SECONDS, JobState
 from service.limits import Limit, ScopeUsage, format_rate
-from service.metrics import WORKER_ALIVE_SECONDS
 
 limits_router = APIRouter()
 

@@ -10,6 +10,7 @@ import typer
 
 from service.cli.app import JobIdArgument, app, open_cli_store, parse_job_id
 from service.explain import Explanation, explain
+from service.jobs import WORKER_ALIVE_SECONDS
 
 
 @app.command("explain")
@@ -19,8 +20,6 @@ def explain_command(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object: the summary and every reason.")] = False,
 ) -> None:
     """Say why a job is not running (or how it runs, or how it ended), in words and in fields."""
-    from service.metrics import WORKER_ALIVE_SECONDS  # prometheus_client: other commands skip it
-
     parsed = parse_job_id(job_id)
     with open_cli_store(ctx) as store:
         explanation = explain(store.explain_facts(parsed, workers_seen_within=WORKER_ALIVE_SECONDS))

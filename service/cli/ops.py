@@ -23,6 +23,7 @@ from service.cli.app import (
 from service.durations import format_duration, parse_duration
 from service.errors import InvalidInput
 from service.jobs import (
+    WORKER_ALIVE_SECONDS,
     FailureGroup,
     QueueStats,
     ReplayFilter,
@@ -182,7 +183,7 @@ def stats(
     the live workers serving it; per kind: the last hour's successes,
     failures and failure ratio; the workers alive.
     """
-    from service.metrics import WINDOW_SECONDS, WORKER_ALIVE_SECONDS
+    from service.metrics import WINDOW_SECONDS
 
     with open_cli_store(ctx) as store:
         queues = store.queue_stats()
@@ -266,11 +267,10 @@ def prune(
     locks: safe while workers and the API run; queued and running jobs are
     never touched. From cron: jobq prune --older-than 42d
     """
-    from service.maintenance.pruner import Pruner
+    from service.maintenance.pruner import Pruner, check_retention
 
     seconds = parse_duration(older_than, name="--older-than")
-    if seconds < 86_400 and not force:
-        raise InvalidInput(f"--older-than {older_than} keeps less than a day of history; add --force if you mean it")
+    check_retention(seconds, force=force, name=f"--older-than {older_than}", remedy="add --force if you mean it")
     rollup_seconds = parse_duration(rollup_older_than, name="--rollup-older-than")
     if rollup_seconds < seconds:
         raise InvalidInput(f"--rollup-older-than {rollup_older_than} is shorter than --older-than {older_than}")
@@ -279,7 +279,9 @@ def prune(
             count = store.count_prunable(seconds)
             print(f"would delete {_jobs(count)} finished more than {older_than} ago (dry run; nothing was deleted)")
             return
-        pruner = Pruner(store, seconds, batch=batch, pause_seconds=pause, rollup_older_than_seconds=rollup_seconds)
+        pruner = Pruner(
+            store, seconds, batch=batch, pause_seconds=pause, rollup_older_than_seconds=rollup_seconds, force=force
+        )
         deleted = pruner.run_until_done()
         print(f"deleted {_jobs(deleted)} finished more than {older_than} ago")
         rows = pruner.prune_rollup()

@@ -121,6 +121,7 @@ def worker(
     import os
     import traceback
 
+    from service.maintenance.pruner import check_retention
     from service.retry import RetryPolicy
     from service.worker import Worker, WorkerConfig, load_app
     from service.worker.logs import configure_logging
@@ -131,9 +132,8 @@ def worker(
     if log_level.upper() not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
         raise InvalidInput(f"--log-level must be debug, info, warning or error, not {log_level!r}")
     retention_seconds = parse_duration(retention, name="--retention") if retention is not None else None
-    if retention_seconds is not None and retention_seconds < 86_400:
-        # The rollup folds jobs some minutes after they finish: a shorter retention could take them first.
-        raise InvalidInput(f"--retention {retention} keeps less than a day of history; give at least 1d")
+    if retention_seconds is not None:  # the Worker's Pruner checks it too, but only once the store answers
+        check_retention(retention_seconds, name=f"--retention {retention}", remedy="give at least 1d")
     settings = cli_state(ctx).settings()
     config = WorkerConfig(
         queues=tuple(q.strip() for q in queues.split(",")) if queues else None,

@@ -30,8 +30,7 @@ from service.console.views import BUCKETS, WINDOW_SECONDS, duration, percent, qu
 from service.durations import parse_duration
 from service.errors import InvalidInput, InvalidTransition, JobNotFound
 from service.explain import explain
-from service.jobs import JobQuery, JobState, JobStatus, ReplayFilter
-from service.metrics import WORKER_ALIVE_SECONDS
+from service.jobs import WORKER_ALIVE_SECONDS, JobQuery, JobState, JobStatus, ReplayFilter
 
 console = APIRouter(prefix="/ui", include_in_schema=False)
 

@@ -12,6 +12,9 @@ was left when it ran. Age is judged by the database clock, never this host's.
     Pruner(store, older_than_seconds=42 * 86_400).run_until_done()   # what `jobq prune` does
     Pruner(store, 42 * 86_400, batch=50).run_once()                     # a worker's retention turn
 
+A retention keeps at least a day of history unless forced (:func:`check_retention`, which
+``jobq prune`` and ``jobq worker --retention`` call too, before they open the store).
+
 The daily rollup (service.maintenance.rollup) outlives the jobs it counts: a day of it
 is a few thousand rows where a day of jobs is a hundred thousand, and the analysts'
 day-level questions reach back further than six weeks. It has a retention of its own,
@@ -24,6 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 
+from service.durations import format_duration
 from service.errors import InvalidInput
 from service.store.base import PRUNE_BATCH, Store
 
@@ -31,6 +35,27 @@ logger = logging.getLogger("jobq.maintenance")
 
 ROLLUP_RETENTION_SECONDS = 400 * 86_400.0
 """The rollup's retention unless told otherwise: a year and its month to compare."""
+MIN_RETENTION_SECONDS = 86_400.0
+"""The shortest retention without ``force``. The rollup folds a job a minute after it finishes at
+the soonest, later when no worker ran meanwhile: a shorter retention could delete jobs before
+they were counted. And an operator who typed 42m rarely meant it."""
+
+
+def check_retention(
+    seconds: float,
+    *,
+    force: bool = False,
+    name: str | None = None,
+    remedy: str = "pass force=True if you mean it",
+) -> float:
+    """``seconds`` if a pruner may keep that little history, else InvalidInput naming ``name``
+    (``--older-than 12h``; by default the retention's length) and, under a day, the ``remedy``."""
+    if not seconds > 0:
+        raise InvalidInput(f"the retention must be more than 0 seconds, not {seconds!r}")
+    if seconds < MIN_RETENTION_SECONDS and not force:
+        shown = name or f"a retention of {format_duration(seconds)}"
+        raise InvalidInput(f"{shown} keeps less than a day of history; {remedy}")
+    return seconds
 
 
 class Pruner:
@@ -42,9 +67,9 @@ class Pruner:
         batch: int = PRUNE_BATCH,
         pause_seconds: float = 0.0,
         rollup_older_than_seconds: float | None = None,
+        force: bool = False,
     ) -> None:
-        if not older_than_seconds > 0:
-            raise InvalidInput(f"the retention must be more than 0 seconds, not {older_than_seconds!r}")
+        check_retention(older_than_seconds, force=force)
         if rollup_older_than_seconds is not None and not rollup_older_than_seconds >= older_than_seconds:
             # A rollup day gone while its jobs stay would make the day-level views disagree with the jobs.
             raise InvalidInput("the rollup's retention must be at least the jobs' retention")

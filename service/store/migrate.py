@@ -7,12 +7,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import sqlalchemy.exc
+from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, pool
 
-from alembic import command
 from service.errors import StoreUnavailable
 
 CONNECT_TIMEOUT_SECONDS = 10

@@ -12,8 +12,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-
 from alembic import command
+
 from service.jobs import JobState, ReplayFilter
 from service.store.migrate import alembic_config, downgrade, upgrade
 from tests.conftest import Database, FakeClock

@@ -1,8 +1,8 @@
 """The daily rollup's fold on PostgreSQL (see service.maintenance.rollup): one statement.
 
 Kept apart from the hot path's statements: the fold runs in workers' maintenance, never
-on a claim or a finish, and the migration that creates the rollup backfills it with
-this same statement (``limit`` NULL: every job finished so far).
+on a claim or a finish. Migration 0008 backfills the rollup with a frozen copy of this
+statement (``limit`` NULL: every job finished so far): a change here does not reach it.
 """
 
 from __future__ import annotations

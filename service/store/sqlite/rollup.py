@@ -4,7 +4,7 @@ SQLite has no data-modifying CTEs, so the fold is four statements in the caller'
 transaction (``BEGIN IMMEDIATE``: one folder at a time, all or nothing): the batch's
 keys past the watermark, the counts, the histograms, the watermark moved to the
 batch's last job. The connection needs ``width_bucket(value, bounds_json)``, which the
-store registers (and the migration, for its backfill).
+store registers (migration 0008 folds with frozen copies of these, and its own).
 """
 
 from __future__ import annotations

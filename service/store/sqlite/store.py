@@ -341,7 +341,7 @@ class SqliteStore(Submitting, Operations, Limits, Items, Maintenance, Schedules,
 
 
 def register_functions(conn: sqlite3.Connection) -> None:
-    """What the store's SQL calls that SQLite lacks: PostgreSQL's width_bucket (the migrations' backfills too)."""
+    """What the store's SQL calls that SQLite lacks: PostgreSQL's width_bucket."""
     conn.create_function("width_bucket", 2, _width_bucket, deterministic=True)
 
 
