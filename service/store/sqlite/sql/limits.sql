@@ -1,0 +1,43 @@
+-- name: set_limit
+-- -- limits (an operator's change, one write transaction) --
+INSERT INTO limits (scope, concurrency, rate, per_seconds, weight, updated_at)
+VALUES (:scope, :concurrency, :rate, :per_seconds, :weight, :now)
+ON CONFLICT (scope) DO UPDATE
+SET concurrency = excluded.concurrency, rate = excluded.rate, per_seconds = excluded.per_seconds,
+    weight = excluded.weight, updated_at = excluded.updated_at
+
+-- name: delete_limit
+DELETE FROM limits WHERE scope = :scope RETURNING scope
+
+-- name: changed_scopes
+-- The scopes a change touches: the one named, or for tenant:* every tenant with a counter
+-- or active jobs; each with its limit in force (a tenant's own, else tenant:*'s).
+WITH wanted AS (
+    SELECT :scope AS scope WHERE :scope <> 'tenant:*'
+    UNION SELECT scope FROM scope_counters WHERE :scope = 'tenant:*' AND scope LIKE 'tenant:%'
+    UNION SELECT DISTINCT 'tenant:' || tenant FROM jobs WHERE :scope = 'tenant:*' AND state IN ('queued', 'running')
+)
+SELECT w.scope,
+       coalesce(own.concurrency, d.concurrency) AS concurrency,
+       coalesce(own.rate, d.rate) AS rate,
+       coalesce(own.per_seconds, d.per_seconds) AS per_seconds,
+       (SELECT count(*) FROM jobs AS j WHERE j.state = 'running'
+          AND w.scope IN ('tenant:' || j.tenant, 'kind:' || j.kind, 'queue:' || j.queue,
+                          'key:' || j.concurrency_key)) AS running
+FROM wanted AS w
+LEFT JOIN limits AS own ON own.scope = w.scope
+LEFT JOIN limits AS d ON d.scope = 'tenant:*' AND w.scope LIKE 'tenant:%'
+
+-- name: drop_counter
+DELETE FROM scope_counters WHERE scope = :scope
+
+-- name: put_counter
+INSERT INTO scope_counters AS c (scope, running, concurrency, rate, per_seconds)
+VALUES (:scope, :running, :concurrency, :rate, :per_seconds)
+ON CONFLICT (scope) DO UPDATE
+SET running = excluded.running, concurrency = excluded.concurrency, rate = excluded.rate,
+    per_seconds = excluded.per_seconds,
+    window_start = CASE WHEN c.rate IS excluded.rate AND c.per_seconds IS excluded.per_seconds
+                        THEN c.window_start END,
+    window_starts = CASE WHEN c.rate IS excluded.rate AND c.per_seconds IS excluded.per_seconds
+                         THEN c.window_starts ELSE 0 END
