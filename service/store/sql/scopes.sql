@@ -9,3 +9,8 @@
 -- A job's scopes other than its tenant's: the claim checks a tenant's room once per
 -- tenant, and these once per job.
 'kind:' || {x}.kind, 'queue:' || {x}.queue, 'key:' || {x}.concurrency_key
+
+-- fragment: every_tenant_limited
+-- Whether a tenant:* limit counts anything: then every tenant has a counter of its own
+-- (made with its first queued job), and a tenant without one gets no room.
+EXISTS (SELECT 1 FROM limits AS d WHERE d.scope = 'tenant:*' AND (d.concurrency IS NOT NULL OR d.rate IS NOT NULL))

@@ -4,10 +4,10 @@
 -- double-reaping, rows lock in id order, and a batch is bounded. Attempts were
 -- charged at claim, so a job that kills its worker every time fails after
 -- max_attempts with an error that says the lease expired (invariant 3): the text is
--- service.jobs.LEASE_EXPIRED_ERROR, given as %(lease_expired_error)s.
+-- service.jobs.LEASE_EXPIRED_ERROR, given as :lease_expired_error.
 -- Expiry is compared with the database clock, never a worker's. An expired
 -- lease is a retryable failure: while attempts remain (the retry budget, as in
--- service.retry.decide) the job is due after %(delays)s[attempts], the delays the
+-- service.retry.decide) the job is due after :delays[attempts], the delays the
 -- caller drew for each attempt number; the backoff itself is decided in Python.
 WITH n AS (
     SELECT {{now}} AS ts

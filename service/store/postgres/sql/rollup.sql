@@ -3,7 +3,7 @@
 -- statement (SKIP LOCKED: a second folder finds no row and folds nothing), the batch is the
 -- next jobs in (finished_at, id) order past it, and the counts, the histograms and the new
 -- watermark are written by this one statement: all or nothing. Only jobs finished more than
--- %(settle)s seconds ago: a finish commits after its finished_at (its transaction's start).
+-- :settle seconds ago: a finish commits after its finished_at (its transaction's start).
 -- The batch reads ix_jobs_finished_at from the watermark on; the first claim's attempt by
 -- uq_job_attempts_job_id_claim. Every group key is unique within an INSERT (GROUP BY).
 WITH mark AS (
