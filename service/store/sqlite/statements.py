@@ -11,7 +11,7 @@ Every write runs under ``BEGIN IMMEDIATE`` (see store.py), so a read and the
 update that follows it cannot interleave with another process's write.
 """
 
-NOW = _SQL["now"]
+NOW = _SQL["clock"]
 
 
 # -- claim_jobs --

@@ -7,16 +7,6 @@
 -- Reads (SELECT) of the table go on meanwhile. The lock is held for milliseconds.
 LOCK TABLE scope_counters IN EXCLUSIVE MODE
 
--- name: set_limit
-INSERT INTO limits (scope, concurrency, rate, per_seconds, weight, updated_at)
-VALUES (:scope, :concurrency, :rate, :per_seconds, :weight, {{now}})
-ON CONFLICT (scope) DO UPDATE
-SET concurrency = excluded.concurrency, rate = excluded.rate, per_seconds = excluded.per_seconds,
-    weight = excluded.weight, updated_at = excluded.updated_at
-
--- name: delete_limit
-DELETE FROM limits WHERE scope = :scope RETURNING scope
-
 -- name: refresh_counters
 -- The counters of the scopes a change touched, made to agree with limits and with the
 -- running jobs: a scope left without a concurrency or rate limit loses its counter; one

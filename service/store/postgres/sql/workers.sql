@@ -4,8 +4,3 @@ VALUES (:id, :host, :pid, :queues::jsonb, :kinds::jsonb, :concurrency,
         {{now}}, {{now}})
 ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at
 
--- name: touch_worker
-UPDATE workers SET last_seen_at = {{now}} WHERE id = :id
-
--- name: deregister_worker
-DELETE FROM workers WHERE id = :id

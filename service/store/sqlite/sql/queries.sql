@@ -1,22 +1,3 @@
--- fragment: status_columns
--- The columns of a job's status, and whether its lease has run out: every read of a status selects these.
-    id, tenant, queue, kind, state, priority, attempts, max_attempts, done, total, error,
-    cancel_requested, concurrency_key, idempotency_key, lease_owner, lease_expires_at,
-    run_after, created_at, started_at, finished_at, updated_at, result_id, items_ok, items_failed,
-    (state = 'running' AND lease_expires_at < :now) AS stale
-
--- name: get_job
-SELECT {{status_columns}}
-FROM jobs WHERE id = :job_id AND (:tenant IS NULL OR tenant = :tenant)
-
--- name: get_result
-SELECT j.state, r.body
-FROM jobs AS j LEFT JOIN job_results AS r ON r.id = j.result_id
-WHERE j.id = :job_id AND (:tenant IS NULL OR j.tenant = :tenant)
-
--- name: get_payload
-SELECT payload FROM jobs WHERE id = :job_id AND (:tenant IS NULL OR tenant = :tenant)
-
 -- fragment: list_filters
   AND (:state IS NULL OR state = :state)
   AND (:kind IS NULL OR kind = :kind)
@@ -24,32 +5,6 @@ SELECT payload FROM jobs WHERE id = :job_id AND (:tenant IS NULL OR tenant = :te
   AND (:created_after IS NULL OR created_at > :created_after)
   AND (:after_id IS NULL OR id < :after_id)
 ORDER BY id DESC
-LIMIT :limit
-
--- name: list_jobs
-SELECT {{status_columns}}
-FROM jobs
-WHERE tenant = :tenant
-{{list_filters}}
-
--- name: list_all_jobs
--- The operators' list, every tenant, down the primary key; its own statement, as on PostgreSQL.
-SELECT {{status_columns}}
-FROM jobs
-WHERE true
-{{list_filters}}
-
--- name: job_attempts
-SELECT attempt, claim, worker, due_at, started_at, finished_at, outcome, error
-FROM job_attempts
-WHERE job_id = :job_id
-ORDER BY claim
-
--- name: running_jobs
-SELECT {{status_columns}}
-FROM jobs
-WHERE state = 'running'
-ORDER BY lease_owner, id
 LIMIT :limit
 
 -- name: failure_groups
@@ -124,38 +79,12 @@ FROM (
 GROUP BY queue
 ORDER BY queue
 
--- name: active_counts
--- Jobs per queue, kind and active state, for /metrics: one arm per partial index, as
--- QUEUE_STATS (ix_jobs_claimable, ix_jobs_running), so a scrape never reads the history.
-SELECT queue, kind, 'queued' AS state, count(*) AS count FROM jobs WHERE state = 'queued' GROUP BY queue, kind
-UNION ALL
-SELECT queue, kind, 'running' AS state, count(*) AS count FROM jobs WHERE state = 'running' GROUP BY queue, kind
-ORDER BY queue, kind, state
-
 -- name: list_workers
 SELECT id, host, pid, queues, kinds, concurrency, started_at, last_seen_at
 FROM workers
 WHERE :within IS NULL
    OR last_seen_at > strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :within || ' seconds')
 ORDER BY started_at DESC, id
-
--- name: tenant_for_token
--- An admin token is no tenant's: /v1 refuses it like an unknown one.
-SELECT tenant FROM api_tokens WHERE token_hash = :token_hash AND revoked_at IS NULL AND NOT admin
-
--- name: admin_token
-SELECT id, tenant, name, created_at, revoked_at, admin FROM api_tokens
-WHERE token_hash = :token_hash AND revoked_at IS NULL AND admin
-
--- name: list_tokens
-SELECT id, tenant, name, created_at, revoked_at, admin FROM api_tokens
-WHERE :tenant IS NULL OR tenant = :tenant
-ORDER BY created_at, id
-
--- name: list_limits
-SELECT scope, concurrency, rate, per_seconds, weight FROM limits
-WHERE :tenant IS NULL OR scope IN ('tenant:' || :tenant, 'tenant:*')
-ORDER BY scope
 
 -- name: scope_usage
 SELECT scope, running, concurrency, rate, per_seconds, window_start, window_starts FROM scope_counters
@@ -179,13 +108,6 @@ LEFT JOIN (
     SELECT attempt, worker, started_at, finished_at, outcome, error FROM job_attempts
     WHERE job_id = :job_id ORDER BY claim DESC LIMIT 1
 ) AS a ON 1
-
--- name: running_in_scope
-SELECT id FROM jobs
-WHERE state = 'running' AND (:tenant IS NULL OR tenant = :tenant)
-  AND :scope IN ('tenant:' || tenant, 'kind:' || kind, 'queue:' || queue, 'key:' || concurrency_key)
-ORDER BY id
-LIMIT :limit
 
 -- name: job_exists
 -- A page of a job's item outcomes in item order (keyset on the primary key), readable

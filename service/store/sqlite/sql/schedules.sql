@@ -12,9 +12,6 @@ ON CONFLICT (name) DO UPDATE SET
     catch_up = excluded.catch_up, source = excluded.source, updated_at = excluded.updated_at
 RETURNING *
 
--- name: list_schedules
-SELECT * FROM schedules ORDER BY name
-
 -- name: due_schedules
 -- The scheduler's read, every half second on every worker: ix_schedules_due, due rows only.
 SELECT * FROM schedules
@@ -22,21 +19,3 @@ WHERE NOT paused AND next_run_at <= :now
 ORDER BY next_run_at
 LIMIT :limit
 
--- name: advance_schedule
--- Compare-and-set: only the pass that read this next_run_at moves it on (one writer per tick).
-UPDATE schedules
-SET next_run_at = :next_run_at,
-    last_run_at = coalesce(:tick, last_run_at),
-    last_job_id = coalesce(:job_id, last_job_id),
-    updated_at = :now
-WHERE name = :name AND next_run_at = :expected AND NOT paused
-RETURNING name
-
--- name: set_paused
-UPDATE schedules
-SET paused = :paused, next_run_at = coalesce(:next_run_at, next_run_at), updated_at = :now
-WHERE name = :name
-RETURNING *
-
--- name: delete_schedule
-DELETE FROM schedules WHERE name = :name RETURNING name

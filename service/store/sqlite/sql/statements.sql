@@ -1,4 +1,4 @@
--- name: now
+-- name: clock
 -- "Now" for one operation: read once under the lock, every time below is computed from it.
 SELECT strftime('%Y-%m-%d %H:%M:%f', 'now') AS now
 
@@ -6,6 +6,11 @@ SELECT strftime('%Y-%m-%d %H:%M:%f', 'now') AS now
 -- Invariant 3: every attempt has its row from the moment it starts.
 INSERT INTO job_attempts (job_id, claim, attempt, worker, due_at, started_at)
 VALUES (:job_id, :claim, :attempt, :owner, :due_at, :now)
+
+-- fragment: now
+-- "Now" in a statement: the instant the store read once under its write lock (NOW) and
+-- passes to every statement of the transaction. PostgreSQL's reads the database clock.
+:now
 
 -- fragment: fenced
 -- Invariant 1, the fence: a lease holder's write matches its job only while the token it
@@ -93,12 +98,6 @@ RETURNING id
 UPDATE job_attempts
 SET finished_at = :now, outcome = :outcome, error = :error
 WHERE job_id = :job_id AND claim = :claim AND finished_at IS NULL
-
--- name: read_attempt_receipt
--- After a finish whose outcome is unknown, the attempt's own row is the receipt.
-SELECT a.outcome, j.state, j.run_after
-FROM job_attempts AS a JOIN jobs AS j ON j.id = a.job_id
-WHERE a.job_id = :job_id AND a.claim = :claim AND a.worker = :owner
 
 -- name: next_tenant
 -- The next tenant after :after (name order) with a due job of the worker's kinds in :queue.

@@ -3,8 +3,3 @@ INSERT INTO workers (id, host, pid, queues, kinds, concurrency, started_at, last
 VALUES (:id, :host, :pid, :queues, :kinds, :concurrency, :now, :now)
 ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at
 
--- name: touch_worker
-UPDATE workers SET last_seen_at = :now WHERE id = :id
-
--- name: deregister_worker
-DELETE FROM workers WHERE id = :id
