@@ -13,7 +13,7 @@ What a file holds: statements and fragments, each under a header line, its purpo
     -- fragment: room(c)         a piece that statements include, with its arguments
 
 A statement or a fragment includes a fragment with ``{{room(s)}}`` (or ``{{now}}``); in a
-fragment, ``{c}`` is its argument ``c``. Includes are expanded here, once, so the text the
+fragment, ``{c}`` is its argument ``c``, and ``{{window(c)}}`` passes it on. Includes are expanded here, once, so the text the
 database receives is whole (tests/store/golden/ keeps the hot path's). A name is unique
 among a dialect's files (neutral and its own): a fragment both dialects need, each in its
 own words (``now``), is written once in each dialect's files and nowhere neutral.
@@ -34,7 +34,7 @@ since no request or job can cause one).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -100,8 +100,13 @@ def folders(dialect: Dialect) -> tuple[Path, Path]:
 @cache
 def statements(dialect: Dialect) -> Statements:
     """Every statement of ``dialect``, read once per process."""
+    return load(dialect, folders(dialect))
+
+
+def load(dialect: Dialect, paths: Sequence[Path]) -> Statements:
+    """The statements of the ``.sql`` files in ``paths`` (folders), for ``dialect``."""
     definitions: dict[str, _Definition] = {}
-    for folder in folders(dialect):
+    for folder in paths:
         for path in sorted(folder.glob("*.sql")):
             for definition in _definitions(path):
                 earlier = definitions.setdefault(definition.name, definition)
@@ -110,7 +115,7 @@ def statements(dialect: Dialect) -> Statements:
                         f"{definition.name!r} is defined in {earlier.source.name} and in {definition.source.name}"
                     )
     texts = {
-        name: _finished(_expand(d.text, definitions, dialect, (name,)), dialect)
+        name: _finished(_expand(d.text, definitions, dialect, (name,), {}), dialect)
         for name, d in definitions.items()
         if not d.is_fragment
     }
@@ -136,9 +141,16 @@ def _definitions(path: Path) -> Iterator[_Definition]:
         )
 
 
-def _expand(text: str, definitions: Mapping[str, _Definition], dialect: Dialect, path: tuple[str, ...]) -> str:
+def _expand(
+    text: str,
+    definitions: Mapping[str, _Definition],
+    dialect: Dialect,
+    path: tuple[str, ...],
+    bindings: Mapping[str, str],
+) -> str:
     """``text`` with every ``{{fragment(args)}}`` replaced by the fragment's text, its
-    arguments put in; fragments may include fragments, never themselves."""
+    arguments put in; fragments may include fragments (passing on their own arguments by
+    name: ``{{window(c)}}`` inside ``room(c)``), never themselves."""
 
     def include(match: re.Match[str]) -> str:
         name, given = match.group(1), match.group(2)
@@ -147,13 +159,13 @@ def _expand(text: str, definitions: Mapping[str, _Definition], dialect: Dialect,
             raise UnknownStatement(f"{path[0]}: no {dialect} fragment is named {name!r}")
         if name in path:
             raise SqlFileError(f"the fragment {name!r} includes itself: {' -> '.join(path)}")
-        values = tuple(a.strip() for a in (given or "").split(",") if a.strip())
+        values = tuple(bindings.get(a.strip(), a.strip()) for a in (given or "").split(",") if a.strip())
         if len(values) != len(fragment.arguments):
             raise SqlFileError(f"{path[0]}: {name} takes {fragment.arguments}, given {values}")
         body = _strip_comments(fragment.text).strip()
         for argument, value in zip(fragment.arguments, values, strict=True):
             body = body.replace("{" + argument + "}", value)
-        return _expand(body, definitions, dialect, (*path, name))
+        return _expand(body, definitions, dialect, (*path, name), dict(zip(fragment.arguments, values, strict=True)))
 
     return _INCLUDE.sub(include, text)
 

@@ -9,7 +9,7 @@ ORDER BY queue, kind, state
 -- name: admin_token
 -- The console's login and every console request: a live operator's token, or nothing.
 SELECT id, tenant, name, created_at, revoked_at, admin FROM api_tokens
-WHERE token_hash = :token_hash AND revoked_at IS NULL AND admin
+WHERE token_hash = :token_hash AND {{live_admin_token(api_tokens)}}
 
 -- name: job_attempts
 -- A job's attempts, oldest first, through uq_job_attempts_job_id_claim.
@@ -20,7 +20,7 @@ ORDER BY claim
 
 -- name: tenant_for_token
 -- An admin token is no tenant's: /v1 refuses it like an unknown one.
-SELECT tenant FROM api_tokens WHERE token_hash = :token_hash AND revoked_at IS NULL AND NOT admin
+SELECT tenant FROM api_tokens WHERE token_hash = :token_hash AND {{live_tenant_token(api_tokens)}}
 
 -- name: running_jobs
 -- What the fleet runs now, through the partial index ix_jobs_running: bounded by the slots.
@@ -41,7 +41,7 @@ LIMIT :limit
 -- Running jobs in one scope that the caller may see (a tenant sees only its own ids).
 SELECT id FROM jobs
 WHERE state = 'running' AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
-  AND :scope IN ('tenant:' || tenant, 'kind:' || kind, 'queue:' || queue, 'key:' || concurrency_key)
+  AND :scope IN ({{job_scopes(jobs)}})
 ORDER BY id
 LIMIT :limit
 

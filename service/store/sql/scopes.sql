@@ -3,7 +3,7 @@
 -- its tenant, kind, queue and, when it has one, its concurrency key ('key:' || NULL is
 -- NULL, which no scope equals). tenant:* is never a scope of its own: it gives each
 -- tenant a tenant:NAME counter. service.limits.job_scopes is the same rule in Python.
-'tenant:' || {x}.tenant, {{scopes_below_tenant({x})}}
+'tenant:' || {x}.tenant, {{scopes_below_tenant(x)}}
 
 -- fragment: scopes_below_tenant(x)
 -- A job's scopes other than its tenant's: the claim checks a tenant's room once per

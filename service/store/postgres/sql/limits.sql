@@ -33,8 +33,7 @@ effective AS (
 ),
 running AS (
     SELECT s.scope, count(*) AS jobs
-    FROM jobs AS j CROSS JOIN LATERAL unnest(ARRAY['tenant:' || j.tenant, 'kind:' || j.kind,
-                                                   'queue:' || j.queue, 'key:' || j.concurrency_key]) AS s(scope)
+    FROM jobs AS j CROSS JOIN LATERAL unnest({{scopes(j)}}) AS s(scope)
     WHERE j.state = 'running' AND s.scope IN (SELECT scope FROM wanted)
     GROUP BY s.scope
 ),
@@ -57,7 +56,7 @@ SET running = excluded.running, concurrency = excluded.concurrency, rate = exclu
 -- fragment: scopes(x)
 -- The scopes a job row (alias x) counts in, as an array to unnest; NULL (no concurrency
 -- key) is skipped by the callers.
-ARRAY[{{job_scopes({x})}}]
+ARRAY[{{job_scopes(x)}}]
 
 -- fragment: window(c)
 -- The rate window a scope_counters row (alias c) counts at n.ts: windows of per_seconds
@@ -68,7 +67,7 @@ to_timestamp(floor(extract(epoch FROM n.ts) / {c}.per_seconds) * {c}.per_seconds
 -- The room left in a scope (a scope_counters row, alias c) at n.ts: the concurrency left
 -- and the starts left in the current rate window, whichever is fewer (2147483647: no
 -- limit of that sort). ScopeUsage.room in service.limits is the same rule in Python.
-least(coalesce({c}.concurrency - {c}.running, 2147483647), CASE WHEN {c}.rate IS NULL THEN 2147483647 WHEN {c}.window_start = {{window({c})}} THEN {c}.rate - {c}.window_starts ELSE {c}.rate END)
+least(coalesce({c}.concurrency - {c}.running, 2147483647), CASE WHEN {c}.rate IS NULL THEN 2147483647 WHEN {c}.window_start = {{window(c)}} THEN {c}.rate - {c}.window_starts ELSE {c}.rate END)
 
 -- fragment: give_back(ended)
 -- A slot given back: every statement that ends a run (complete, fail, release, cancel

@@ -118,7 +118,7 @@ LEFT JOIN LATERAL (
     FROM jobs
     WHERE id = :job_id AND tenant = t.tenant
 ) AS s ON true
-WHERE t.token_hash = :token_hash AND t.revoked_at IS NULL AND NOT t.admin
+WHERE t.token_hash = :token_hash AND {{live_tenant_token(t)}}
 
 -- name: read_statuses
 -- Many status polls in one read (the API coalesces concurrent ones): each asked job
@@ -128,7 +128,7 @@ WHERE t.token_hash = :token_hash AND t.revoked_at IS NULL AND NOT t.admin
 SELECT q.ord, s.*
 FROM unnest(:ids::uuid[], :tenants::text[], :token_hashes::text[])
      WITH ORDINALITY AS q(job_id, tenant, token_hash, ord)
-LEFT JOIN api_tokens AS t ON t.token_hash = q.token_hash AND t.revoked_at IS NULL AND NOT t.admin
+LEFT JOIN api_tokens AS t ON t.token_hash = q.token_hash AND {{live_tenant_token(t)}}
 JOIN LATERAL (
     SELECT {{status_columns}}
     FROM jobs

@@ -20,7 +20,7 @@ WITH n AS (
 ),
 token AS (
     SELECT tenant FROM api_tokens
-    WHERE token_hash = :token_hash AND revoked_at IS NULL AND NOT admin
+    WHERE token_hash = :token_hash AND {{live_tenant_token(api_tokens)}}
 ),
 inserted AS (
 INSERT INTO jobs (id, tenant, queue, kind, payload, state, priority, attempts, max_attempts,

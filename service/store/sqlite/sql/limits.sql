@@ -11,8 +11,7 @@ SELECT w.scope,
        coalesce(own.rate, d.rate) AS rate,
        coalesce(own.per_seconds, d.per_seconds) AS per_seconds,
        (SELECT count(*) FROM jobs AS j WHERE j.state = 'running'
-          AND w.scope IN ('tenant:' || j.tenant, 'kind:' || j.kind, 'queue:' || j.queue,
-                          'key:' || j.concurrency_key)) AS running
+          AND w.scope IN ({{job_scopes(j)}})) AS running
 FROM wanted AS w
 LEFT JOIN limits AS own ON own.scope = w.scope
 LEFT JOIN limits AS d ON d.scope = 'tenant:*' AND w.scope LIKE 'tenant:%'

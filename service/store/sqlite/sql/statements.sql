@@ -114,7 +114,7 @@ SELECT id, tenant, kind, queue, concurrency_key, priority, run_after FROM jobs I
 WHERE state = 'queued' AND queue = :queue AND tenant = :tenant AND run_after <= :now
   AND (:kinds IS NULL OR kind IN (SELECT value FROM json_each(:kinds)))
   AND NOT EXISTS (SELECT 1 FROM scope_counters AS s
-                  WHERE s.scope IN ('kind:' || kind, 'queue:' || queue, 'key:' || concurrency_key)
+                  WHERE s.scope IN ({{scopes_below_tenant(jobs)}})
                     AND s.concurrency IS NOT NULL AND s.running >= s.concurrency)
 ORDER BY priority DESC, run_after, id
 LIMIT :limit
@@ -127,9 +127,8 @@ SELECT coalesce((SELECT weight FROM limits WHERE scope = 'tenant:' || :tenant),
                 (SELECT weight FROM limits WHERE scope = 'tenant:*'), 1.0) AS weight
 
 -- name: default_tenant_limited
--- Whether a tenant:* limit counts anything: then every tenant must have a counter.
-SELECT EXISTS (SELECT 1 FROM limits WHERE scope = 'tenant:*'
-               AND (concurrency IS NOT NULL OR rate IS NOT NULL)) AS limited
+-- Whether a tenant:* limit counts anything (see the fragment).
+SELECT {{every_tenant_limited}} AS limited
 
 -- name: counters
 SELECT scope, running, concurrency, rate, per_seconds, window_start, window_starts FROM scope_counters
@@ -170,10 +169,7 @@ WHERE scope = :scope
 -- A slot given back, in the transaction that ends the run (complete, fail, release,
 -- cancel acknowledged, reap): the job's scopes' counters, where they exist, count one less.
 UPDATE scope_counters SET running = running - 1
-WHERE scope IN (SELECT 'tenant:' || tenant FROM jobs WHERE id = :job_id
-                UNION ALL SELECT 'kind:' || kind FROM jobs WHERE id = :job_id
-                UNION ALL SELECT 'queue:' || queue FROM jobs WHERE id = :job_id
-                UNION ALL SELECT 'key:' || concurrency_key FROM jobs WHERE id = :job_id)
+WHERE EXISTS (SELECT 1 FROM jobs AS j WHERE j.id = :job_id AND scope_counters.scope IN ({{job_scopes(j)}}))
 
 -- name: tenant_counter
 -- A tenant:* limit gives each tenant a counter of its own, made with its first queued job.

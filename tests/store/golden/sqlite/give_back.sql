@@ -1,6 +1,3 @@
 
 UPDATE scope_counters SET running = running - 1
-WHERE scope IN (SELECT 'tenant:' || tenant FROM jobs WHERE id = :job_id
-                UNION ALL SELECT 'kind:' || kind FROM jobs WHERE id = :job_id
-                UNION ALL SELECT 'queue:' || queue FROM jobs WHERE id = :job_id
-                UNION ALL SELECT 'key:' || concurrency_key FROM jobs WHERE id = :job_id)
+WHERE EXISTS (SELECT 1 FROM jobs AS j WHERE j.id = :job_id AND scope_counters.scope IN ('tenant:' || j.tenant, 'kind:' || j.kind, 'queue:' || j.queue, 'key:' || j.concurrency_key))
