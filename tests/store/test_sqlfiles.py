@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from service.store.sqlfiles import DuplicateName, SqlFileError, UnknownStatement, load, statements
+from service.store.sqlfiles import DuplicateName, SqlFileError, UnknownStatement, folders, load, statements
 
 
 def _files(tmp_path: Path, **texts: str) -> Path:
@@ -84,3 +84,15 @@ def test_every_include_of_the_stores_files_is_expanded(dialect: str) -> None:
     loaded = statements(dialect)  # type: ignore[arg-type]
     assert len(loaded) >= 60
     assert not [name for name, text in loaded.items() if "{{" in text or "{" + "x}" in text]
+
+
+def test_every_statement_and_fragment_of_the_stores_says_its_purpose() -> None:
+    """A ``-- name:`` or ``-- fragment:`` header is followed by its purpose comment."""
+    silent = []
+    for folder in {*folders("postgres"), *folders("sqlite")}:
+        for path in sorted(folder.glob("*.sql")):
+            lines = path.read_text(encoding="utf-8").splitlines()
+            for header, following in zip(lines, [*lines[1:], ""], strict=True):
+                if header.startswith(("-- name:", "-- fragment:")) and not following.startswith("-- "):
+                    silent.append(f"{path.name}: {header}")
+    assert not silent, "\n".join(silent)

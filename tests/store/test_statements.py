@@ -22,7 +22,6 @@ import pytest
 from service.store.sqlfiles import Dialect, statements
 from service.store.sqlite import SqliteStore
 
-
 VERBS = ("SELECT", "WITH", "INSERT", "UPDATE", "DELETE", "LOCK", "SET")
 
 

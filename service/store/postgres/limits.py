@@ -21,14 +21,8 @@ from service.store.sqlfiles import statements
 _SQL = statements("postgres")
 
 LOCK_COUNTERS = _SQL["lock_counters"]
-
-
 SET_LIMIT = _SQL["set_limit"]
-
-
 DELETE_LIMIT = _SQL["delete_limit"]
-
-
 REFRESH_COUNTERS = _SQL["refresh_counters"]
 
 

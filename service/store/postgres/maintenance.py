@@ -17,13 +17,8 @@ from service.store.sqlfiles import statements
 _SQL = statements("postgres")
 
 REAP_EXPIRED = _SQL["reap_expired"]
-
 PRUNE_FINISHED = _SQL["prune_finished"]
-
-
 PRUNE_ROLLUP = _SQL["prune_rollup"]
-
-
 COUNT_PRUNABLE = _SQL["count_prunable"]
 
 

@@ -37,8 +37,6 @@ from service.store.sqlfiles import statements
 _SQL = statements("postgres")
 
 CANCEL_JOB = _SQL["cancel_job"]
-
-
 REPLAY_JOBS = _SQL["replay_jobs"]
 
 

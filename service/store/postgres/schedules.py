@@ -23,17 +23,11 @@ _SQL = statements("postgres")
 
 
 CLOCK = _SQL["clock"]
-
 SAVE_SCHEDULE = _SQL["save_schedule"]
-
 LIST_SCHEDULES = _SQL["list_schedules"]
-
 DUE_SCHEDULES = _SQL["due_schedules"]
-
 ADVANCE_SCHEDULE = _SQL["advance_schedule"]
-
 SET_PAUSED = _SQL["set_paused"]
-
 DELETE_SCHEDULE = _SQL["delete_schedule"]
 
 _READ = Readers(time=lambda value: value, ident=lambda value: value, names=tuple, json=lambda value: value)

@@ -64,8 +64,6 @@ COPY_JOBS_COLUMNS = (
 COPY_JOBS = f"COPY jobs ({', '.join(name for name, _ in COPY_JOBS_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
 
 COPY_BATCH_CLOCK = _SQL["copy_batch_clock"]
-
-
 READ_BY_IDEMPOTENCY_KEYS = _SQL["read_by_idempotency_keys"]
 
 

@@ -15,8 +15,6 @@ from service.store.sqlfiles import statements
 _SQL = statements("postgres")
 
 CREATE_TOKEN = _SQL["create_token"]
-
-
 REVOKE_TOKEN = _SQL["revoke_token"]
 
 

@@ -16,11 +16,7 @@ from service.store.sqlfiles import statements
 _SQL = statements("postgres")
 
 REGISTER_WORKER = _SQL["register_worker"]
-
-
 TOUCH_WORKER = _SQL["touch_worker"]
-
-
 DEREGISTER_WORKER = _SQL["deregister_worker"]
 
 

@@ -58,6 +58,7 @@ WHERE CAST(:tenant AS text) IS NULL OR scope IN ('tenant:' || :tenant, 'tenant:*
 ORDER BY scope
 
 -- name: list_tokens
+-- The API tokens, a tenant's or all; never a token's hash.
 SELECT id, tenant, name, created_at, revoked_at, admin FROM api_tokens
 WHERE CAST(:tenant AS text) IS NULL OR tenant = :tenant
 ORDER BY created_at, id
@@ -68,6 +69,7 @@ SELECT payload FROM jobs
 WHERE id = :job_id AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
 
 -- name: get_job
+-- A job's status by id; another tenant's job reads as missing.
 SELECT {{status_columns}}
 FROM jobs
 WHERE id = :job_id AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant)

@@ -19,8 +19,6 @@ from service.store.sqlite.queries import JOB_EXISTS, LIST_FAILED_ITEMS, LIST_ITE
 _SQL = statements("sqlite")
 
 PRIOR_ITEM_STATES = _SQL["prior_item_states"]
-
-
 STORE_ITEM = _SQL["store_item"]
 
 

@@ -23,17 +23,9 @@ from service.store.sqlite.workers import Workers
 _SQL = statements("sqlite")
 
 SET_LIMIT = _SQL["set_limit"]
-
-
 DELETE_LIMIT = _SQL["delete_limit"]
-
-
 CHANGED_SCOPES = _SQL["changed_scopes"]
-
-
 DROP_COUNTER = _SQL["drop_counter"]
-
-
 PUT_COUNTER = _SQL["put_counter"]
 
 

@@ -19,14 +19,9 @@ from service.store.sqlite.statements import FAIL_JOB
 _SQL = statements("sqlite")
 
 REAP_EXPIRED = _SQL["reap_expired"]
-
 PRUNE_FINISHED = _SQL["prune_finished"]
-
-
 PRUNE_ROLLUP_COUNTS = _SQL["prune_rollup_counts"]
 PRUNE_ROLLUP_HISTOGRAMS = _SQL["prune_rollup_histograms"]
-
-
 COUNT_PRUNABLE = _SQL["count_prunable"]
 
 

@@ -40,17 +40,9 @@ from service.store.sqlite.timestamps import from_text, to_text
 _SQL = statements("sqlite")
 
 CANCEL_JOB = _SQL["cancel_job"]
-
-
 FIND_REPLAYABLE = _SQL["find_replayable"]
-
-
 REPLAY_JOB = _SQL["replay_job"]
-
-
 CLEAR_FAILED_ITEMS = _SQL["clear_failed_items"]
-
-
 RECORD_REPLAY = _SQL["record_replay"]
 
 

@@ -19,13 +19,9 @@ _SQL = statements("sqlite")
 
 
 MARK = _SQL["mark"]
-
 BATCH_KEYS = _SQL["batch_keys"]
-
 FOLD_COUNTS = _SQL["fold_counts"]
-
 FOLD_HISTOGRAMS = _SQL["fold_histograms"]
-
 MOVE_WATERMARK = _SQL["move_watermark"]
 
 

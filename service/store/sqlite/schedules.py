@@ -21,15 +21,10 @@ from service.store.sqlite.timestamps import from_text, to_text
 _SQL = statements("sqlite")
 
 SAVE_SCHEDULE = _SQL["save_schedule"]
-
 LIST_SCHEDULES = _SQL["list_schedules"]
-
 DUE_SCHEDULES = _SQL["due_schedules"]
-
 ADVANCE_SCHEDULE = _SQL["advance_schedule"]
-
 SET_PAUSED = _SQL["set_paused"]
-
 DELETE_SCHEDULE = _SQL["delete_schedule"]
 
 _READ = Readers(time=from_text, ident=uuid.UUID, names=lambda text: tuple(json.loads(text)), json=json.loads)

@@ -19,8 +19,6 @@ from service.store.sqlite.timestamps import to_text
 _SQL = statements("sqlite")
 
 ENQUEUE_JOBS = _SQL["enqueue_jobs"]
-
-
 READ_BY_IDEMPOTENCY_KEYS = _SQL["read_by_idempotency_keys"]
 
 

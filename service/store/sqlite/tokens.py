@@ -15,8 +15,6 @@ from service.store.sqlite.queries import ADMIN_TOKEN, LIST_TOKENS, TENANT_FOR_TO
 _SQL = statements("sqlite")
 
 CREATE_TOKEN = _SQL["create_token"]
-
-
 REVOKE_TOKEN = _SQL["revoke_token"]
 
 

@@ -16,11 +16,7 @@ from service.store.sqlite.queries import LIST_WORKERS
 _SQL = statements("sqlite")
 
 REGISTER_WORKER = _SQL["register_worker"]
-
-
 TOUCH_WORKER = _SQL["touch_worker"]
-
-
 DEREGISTER_WORKER = _SQL["deregister_worker"]
 
 

@@ -9,6 +9,8 @@
          AS x(job_id uuid, item_index int, state text, result text, error text, error_group text)
 
 -- fragment: item_deltas
+-- Per job, how the item counts change: new outcomes counted, outcomes they overwrite (a
+-- retried item) uncounted.
     SELECT x.job_id,
            count(*) FILTER (WHERE x.state = 'ok') - count(p.state) FILTER (WHERE p.state = 'ok') AS ok,
            count(*) FILTER (WHERE x.state = 'failed') - count(p.state) FILTER (WHERE p.state = 'failed') AS failed

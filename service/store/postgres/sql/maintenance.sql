@@ -83,6 +83,7 @@ histograms AS (
 SELECT (SELECT count(*) FROM counts) + (SELECT count(*) FROM histograms) AS deleted
 
 -- name: count_prunable
+-- How many finished jobs a prune would remove.
 SELECT count(*) AS count
 FROM jobs
 WHERE finished_at < {{now}} - make_interval(secs => :older_than)

@@ -1,4 +1,5 @@
 -- fragment: list_filters
+-- The optional filters of a job listing and its keyset page (newest first, after :after_id).
   AND (:state::text IS NULL OR state = :state)
   AND (:kind::text IS NULL OR kind = :kind)
   AND (:queue::text IS NULL OR queue = :queue)
@@ -32,12 +33,14 @@ GROUP BY kind
 ORDER BY kind
 
 -- name: lease_expiries
+-- Leases that ran out in the window: workers that died or stalled.
 SELECT count(*) AS expiries
 FROM job_attempts
 WHERE finished_at >= {{now}} - make_interval(secs => :window)
   AND outcome = 'lease_expired'
 
 -- name: duration_buckets
+-- Run times of the jobs finished in the window,, as histogram buckets per kind.
 SELECT kind,
        width_bucket(extract(epoch FROM finished_at - started_at)::float8, :bounds::float8[]) AS bucket,
        count(*) AS count
@@ -47,6 +50,8 @@ WHERE finished_at >= {{now}} - make_interval(secs => :window)
 GROUP BY kind, bucket
 
 -- name: pickup_buckets
+-- Waits from due to started of the attempts finished in the window, as histogram buckets per
+-- kind.
 SELECT j.kind,
        width_bucket(extract(epoch FROM a.started_at - a.due_at)::float8, :bounds::float8[]) AS bucket,
        count(*) AS count
@@ -100,6 +105,7 @@ SELECT (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = to_regclass('jo
                    AND backend_type = 'client backend' AND xact_start IS NOT NULL), 0) AS oldest_transaction_age_seconds
 
 -- name: list_workers
+-- The registered workers, or those seen within :within seconds (the live ones).
 SELECT id, host, pid, queues, kinds, concurrency, started_at, last_seen_at
 FROM workers
 WHERE :within::float8 IS NULL
@@ -136,6 +142,8 @@ JOIN LATERAL (
 ) AS s ON true
 
 -- name: scope_usage
+-- The limited scopes' counters (all, or the scopes named): the exact usage the claim judges
+-- by.
 SELECT scope, running, concurrency, rate, per_seconds, window_start, window_starts FROM scope_counters
 WHERE :scopes::text[] IS NULL OR scope = ANY(:scopes::text[])
 ORDER BY scope

@@ -1,7 +1,5 @@
--- fragment: now
-coalesce(:now::timestamptz, now())
-
 -- name: clock
+-- The database's clock (or the pinned test instant): the scheduler's "now" for a pass.
 SELECT {{now}} AS now
 
 -- name: save_schedule

@@ -1,3 +1,8 @@
+-- fragment: now
+-- "Now" in a statement: the database's clock, never a worker's (invariant 2: hosts drift).
+-- :now is NULL in production; tests pass a pinned instant instead of sleeping.
+coalesce(:now::timestamptz, now())
+
 -- fragment: notify_changed
 -- Appended to the RETURNING list of every statement that changes a job's state or
 -- progress: one JOB_CHANGED notification per changed job, delivered at commit, so

@@ -62,6 +62,7 @@ SELECT (SELECT ts FROM n) AS created_at,
        CASE WHEN :notify THEN pg_notify('jobq_jobs', :wake_queues) END AS woke
 
 -- name: read_by_idempotency_keys
+-- The jobs already stored under the batch's (tenant, idempotency key) pairs.
 SELECT {{status_columns}}
 FROM jobs j
 WHERE (j.tenant, j.idempotency_key) IN (

@@ -6,6 +6,8 @@ WHERE job_id = :job_id AND item_index IN (SELECT value FROM json_each(:indexes))
 GROUP BY state
 
 -- name: store_item
+-- One item outcome, in the transaction of the fenced write that carries it; a retried item's
+-- outcome is replaced.
 INSERT INTO job_items (job_id, item_index, state, result, error, error_group, attempt, finished_at)
 VALUES (:job_id, :item_index, :state, :result, :error, :error_group, :attempt, :now)
 ON CONFLICT (job_id, item_index) DO UPDATE

@@ -17,9 +17,12 @@ LEFT JOIN limits AS own ON own.scope = w.scope
 LEFT JOIN limits AS d ON d.scope = 'tenant:*' AND w.scope LIKE 'tenant:%'
 
 -- name: drop_counter
+-- A scope left without a concurrency or rate limit loses its counter.
 DELETE FROM scope_counters WHERE scope = :scope
 
 -- name: put_counter
+-- A limited scope's counter made to agree with its limit and its running jobs; the rate window
+-- is kept unless the rate changed.
 INSERT INTO scope_counters AS c (scope, running, concurrency, rate, per_seconds)
 VALUES (:scope, :running, :concurrency, :rate, :per_seconds)
 ON CONFLICT (scope) DO UPDATE

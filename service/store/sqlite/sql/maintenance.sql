@@ -27,9 +27,11 @@ WHERE id IN (
 DELETE FROM job_daily_rollup WHERE day < date(:now, '-' || :older_than || ' seconds')
 
 -- name: prune_rollup_histograms
+-- Retention of the daily rollup's histograms: days older than :older_than go.
 DELETE FROM job_daily_histogram WHERE day < date(:now, '-' || :older_than || ' seconds')
 
 -- name: count_prunable
+-- How many finished jobs a prune would remove.
 SELECT count(*) AS count
 FROM jobs
 WHERE finished_at < strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :older_than || ' seconds')

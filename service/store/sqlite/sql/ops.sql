@@ -1,4 +1,6 @@
 -- name: cancel_job
+-- Cancel: a queued job ends cancelled at once; a running one is asked to stop (its worker
+-- acknowledges).
 UPDATE jobs
 SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
     cancel_requested = (state = 'running'),
@@ -21,6 +23,8 @@ WHERE state IN (SELECT value FROM json_each(:states))
 ORDER BY id
 
 -- name: replay_job
+-- Invariant 5: a failed or cancelled job back to queued, attempts zero (with :failed_items,
+-- its failed items only).
 UPDATE jobs
 SET state = 'queued', attempts = 0, error = NULL, error_group = NULL, cancel_requested = 0, lease_owner = NULL,
     lease_expires_at = NULL, run_after = :now, finished_at = NULL,
@@ -34,6 +38,7 @@ WHERE id = :job_id
 DELETE FROM job_items WHERE job_id = :job_id AND state = 'failed'
 
 -- name: record_replay
+-- Invariant 5: every replay is recorded, with the state, error and attempts it replaced.
 INSERT INTO job_replays (job_id, replayed_at, replayed_by, previous_state, previous_error,
                          previous_attempts)
 VALUES (:job_id, :now, :by, :state, :error, :attempts)

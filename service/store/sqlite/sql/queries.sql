@@ -1,4 +1,5 @@
 -- fragment: list_filters
+-- The optional filters of a job listing and its keyset page (newest first, after :after_id).
   AND (:state IS NULL OR state = :state)
   AND (:kind IS NULL OR kind = :kind)
   AND (:queue IS NULL OR queue = :queue)
@@ -20,6 +21,7 @@ GROUP BY kind, error_group
 ORDER BY count DESC, last_seen DESC
 
 -- name: outcomes
+-- Successes and failures per kind in the window.
 SELECT kind,
        count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
        count(*) FILTER (WHERE state = 'failed') AS failed
@@ -30,6 +32,7 @@ GROUP BY kind
 ORDER BY kind
 
 -- name: lease_expiries
+-- Leases that ran out in the window: workers that died or stalled.
 SELECT count(*) AS expiries
 FROM job_attempts
 WHERE finished_at >= strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :window || ' seconds')
@@ -46,6 +49,8 @@ WHERE finished_at >= strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :window || ' sec
 GROUP BY kind, bucket
 
 -- name: pickup_buckets
+-- Waits from due to started of the attempts finished in the window, as histogram buckets per
+-- kind.
 SELECT j.kind,
        width_bucket((julianday(a.started_at) - julianday(a.due_at)) * 86400.0, :bounds) AS bucket,
        count(*) AS count
@@ -54,6 +59,8 @@ WHERE a.finished_at >= strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :window || ' s
 GROUP BY j.kind, bucket
 
 -- name: throughput
+-- Jobs that ended per queue and time bucket of a window. A job that ended exactly "now"
+-- goes in the last bucket, not in one past the window.
 SELECT queue,
        min(:buckets - 1, CAST(((julianday(finished_at) - julianday(:now)) * 86400.0 + :window)
                               / :bucket_seconds AS INTEGER)) AS bucket,
@@ -80,6 +87,7 @@ GROUP BY queue
 ORDER BY queue
 
 -- name: list_workers
+-- The registered workers, or those seen within :within seconds (the live ones).
 SELECT id, host, pid, queues, kinds, concurrency, started_at, last_seen_at
 FROM workers
 WHERE :within IS NULL
@@ -87,6 +95,8 @@ WHERE :within IS NULL
 ORDER BY started_at DESC, id
 
 -- name: scope_usage
+-- The limited scopes' counters (all, or the scopes named): the exact usage the claim judges
+-- by.
 SELECT scope, running, concurrency, rate, per_seconds, window_start, window_starts FROM scope_counters
 WHERE :scopes IS NULL OR scope IN (SELECT value FROM json_each(:scopes))
 ORDER BY scope
@@ -115,6 +125,7 @@ LEFT JOIN (
 SELECT 1 AS found FROM jobs WHERE id = :job_id AND (:tenant IS NULL OR tenant = :tenant)
 
 -- name: list_items
+-- A job's item outcomes, a page at a time, in item order (all, or one state).
 SELECT item_index, state, result, error, attempt, finished_at
 FROM job_items
 WHERE job_id = :job_id AND item_index > :after_index AND (:state IS NULL OR state = :state)

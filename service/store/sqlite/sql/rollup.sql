@@ -1,8 +1,11 @@
 -- fragment: range
+-- The batch being folded: finished jobs past the watermark, up to the batch's last
+-- (finished_at, id).
 finished_at >= :mark_at AND (finished_at, id) > (:mark_at, :mark_id) AND (finished_at, id) <= (:last_at, :last_id)
   AND state IN ('succeeded', 'failed', 'cancelled')
 
 -- name: mark
+-- The watermark: the last (finished_at, job id) folded ('' before the first fold).
 SELECT coalesce(finished_at, '') AS finished_at, coalesce(job_id, '') AS job_id
 FROM rollup_watermark WHERE name = 'daily'
 
@@ -17,6 +20,8 @@ ORDER BY finished_at, id
 LIMIT :limit
 
 -- name: fold_counts
+-- The batch's counts added to its days' rollup rows (exactly once: the watermark moves in the
+-- same transaction).
 INSERT INTO job_daily_rollup (day, tenant, queue, kind, succeeded, failed, cancelled, retried, retried_twice, attempts,
                               run_seconds)
 SELECT substr(finished_at, 1, 10), tenant, queue, kind,
@@ -41,6 +46,8 @@ SET succeeded = succeeded + excluded.succeeded,
     run_seconds = run_seconds + excluded.run_seconds
 
 -- name: fold_histograms
+-- The batch's run and wait times added to its days' histograms (the wait of each job's first
+-- claim).
 INSERT INTO job_daily_histogram (day, measure, tenant, queue, kind, bucket, seconds, jobs)
 SELECT day, measure, tenant, queue, kind, bucket, json_extract(:bucket_seconds, '$[' || bucket || ']'), count(*)
 FROM (
@@ -59,4 +66,5 @@ GROUP BY day, measure, tenant, queue, kind, bucket
 ON CONFLICT (day, measure, tenant, queue, kind, bucket) DO UPDATE SET jobs = jobs + excluded.jobs
 
 -- name: move_watermark
+-- The watermark moved to the batch's last job, in the transaction that folded it.
 UPDATE rollup_watermark SET finished_at = :last_at, job_id = :last_id WHERE name = 'daily'

@@ -51,6 +51,7 @@ WHERE {{fenced}}
 RETURNING id
 
 -- name: store_result
+-- The result row, written only after COMPLETE_JOBS matched (same transaction).
 INSERT INTO job_results (id, job_id, body, created_at) VALUES (:result_id, :job_id, :body, :now)
 
 -- name: fail_job
@@ -89,17 +90,29 @@ WHERE {{fenced}}
 RETURNING state
 
 -- name: acknowledge_cancel
+-- The worker saw cancel_requested on a heartbeat and stopped: fenced like the rest.
 UPDATE jobs
 SET state = 'cancelled', lease_expires_at = NULL, finished_at = :now, updated_at = :now
 WHERE {{fenced}}
 RETURNING id
 
 -- name: close_attempt
+-- Invariant 3: the attempt's outcome (and error), written with the job's own fenced write.
 UPDATE job_attempts
 SET finished_at = :now, outcome = :outcome, error = :error
 WHERE job_id = :job_id AND claim = :claim AND finished_at IS NULL
 
 -- name: next_tenant
+-- The claim is the fair, limited pick below (NEXT_TENANT ... COUNT_STARTS), then CLAIM_JOB
+-- per picked job. Invariant 1: BEGIN IMMEDIATE holds the write lock from the first read to
+-- the last update, so no other claimer can pick the same row. attempts + 1 and the lease
+-- are set in the same statement: the fencing token is born with the claim. Invariant 2:
+-- the lease expiry is computed from the clock read under the lock.
+--
+-- The fair claim, limited: see SqliteStore.claim; PostgreSQL's claim_jobs says what it keeps.
+-- BEGIN IMMEDIATE makes the claim the only writer from its first read to its commit, so
+-- the counters it reads are exact and no other claim or finish moves them meanwhile.
+--
 -- The next tenant after :after (name order) with a due job of the worker's kinds in :queue.
 SELECT tenant FROM jobs INDEXED BY ix_jobs_claimable
 WHERE state = 'queued' AND queue = :queue AND tenant > :after AND run_after <= :now
@@ -120,9 +133,11 @@ ORDER BY priority DESC, run_after, id
 LIMIT :limit
 
 -- name: tenant_running
+-- A tenant's running jobs: its place in the fair share (virtual time).
 SELECT count(*) AS running FROM jobs WHERE state = 'running' AND tenant = :tenant
 
 -- name: tenant_weight
+-- A tenant's weight: its own, else tenant:*'s, else 1.
 SELECT coalesce((SELECT weight FROM limits WHERE scope = 'tenant:' || :tenant),
                 (SELECT weight FROM limits WHERE scope = 'tenant:*'), 1.0) AS weight
 
@@ -131,10 +146,13 @@ SELECT coalesce((SELECT weight FROM limits WHERE scope = 'tenant:' || :tenant),
 SELECT {{every_tenant_limited}} AS limited
 
 -- name: counters
+-- The counters of the scopes named, read under the write lock: exact.
 SELECT scope, running, concurrency, rate, per_seconds, window_start, window_starts FROM scope_counters
 WHERE scope IN (SELECT value FROM json_each(:scopes))
 
 -- name: claim_job
+-- Invariants 1 and 2: one picked job claimed, the fencing token and the lease in one write;
+-- only while still queued.
 UPDATE jobs
 SET state = 'running',
     attempts = attempts + 1,

@@ -11,5 +11,6 @@ ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHI
 RETURNING {{status_columns}}
 
 -- name: read_by_idempotency_keys
+-- The job already stored under a (tenant, idempotency key), if any.
 SELECT {{status_columns}}
 FROM jobs WHERE tenant = :tenant AND idempotency_key = :idempotency_key
