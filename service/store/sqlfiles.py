@@ -45,7 +45,7 @@ Dialect = Literal["postgres", "sqlite"]
 _STORE = Path(__file__).resolve().parent
 _HEADER = re.compile(r"^-- (name|fragment): *(\w+)(?:\(([\w, ]*)\))? *$", re.MULTILINE)
 _INCLUDE = re.compile(r"\{\{ *(\w+)(?:\(([\w., ]*)\))? *\}\}")
-# One token of SQL as psycopg's conversion meets it: text in quotes (left alone), a
+# One token of SQL as psycopg's conversion meets it: text in quotes (only its % doubled), a
 # comment (dropped), a cast (left alone), a parameter, a percent sign.
 _TOKEN = re.compile(r"'(?:[^']|'')*'|\"[^\"]*\"|--[^\n]*|::|:([A-Za-z_]\w*)|%")
 
