@@ -152,7 +152,7 @@ def _queued(facts: JobFacts) -> list[Reason]:
         )
     for scope in facts.scopes:
         usage = scope.usage
-        if usage.concurrency is not None and usage.running >= usage.concurrency:
+        if usage.is_full():
             shown = [str(i) for i in scope.visible_job_ids[:SHOWN_RUNNING_IDS]]
             reasons.append(
                 Reason(

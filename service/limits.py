@@ -102,24 +102,37 @@ class ScopeUsage:
     window_start: datetime | None
     window_starts: int
 
+    # The room rule, in Python: the SQLite claim and "why isn't my job running?" use it.
+    # PostgreSQL's claim computes the same in SQL: the room(c) fragment of
+    # service/store/postgres/sql/limits.sql.
     def room(self, now: datetime) -> int | None:
         """How many more jobs of the scope may start now (None: no limit holds it back)."""
-        rooms = []
-        if self.concurrency is not None:
-            rooms.append(self.concurrency - self.running)
-        if self.rate is not None and self.per_seconds is not None:
-            counted = self.window_starts if self.window_start == rate_window(now, self.per_seconds) else 0
-            rooms.append(self.rate - counted)
+        rooms = [room for room in (self.running_room(), self.starts_room(now)) if room is not None]
         return min(rooms) if rooms else None
+
+    def running_room(self) -> int | None:
+        """How many more of its jobs the concurrency limit lets run (None: no such limit)."""
+        return None if self.concurrency is None else self.concurrency - self.running
+
+    def starts_room(self, now: datetime) -> int | None:
+        """How many more starts the rate limit allows in the window ``now`` falls in (None:
+        no rate limit). A window the counter has not counted in yet has all its starts."""
+        if self.rate is None or self.per_seconds is None:
+            return None
+        counted = self.window_starts if self.window_start == rate_window(now, self.per_seconds) else 0
+        return self.rate - counted
+
+    def is_full(self) -> bool:
+        """Whether its concurrency limit lets no more of its jobs run."""
+        room = self.running_room()
+        return room is not None and room <= 0
 
     def next_start_at(self, now: datetime) -> datetime | None:
         """When the rate limit allows a start again, if it allows none now."""
-        if self.rate is None or self.per_seconds is None:
+        room = self.starts_room(now)
+        if room is None or room > 0 or self.per_seconds is None:
             return None
-        window = rate_window(now, self.per_seconds)
-        if self.window_start == window and self.window_starts >= self.rate:
-            return window + timedelta(seconds=self.per_seconds)
-        return None
+        return rate_window(now, self.per_seconds) + timedelta(seconds=self.per_seconds)
 
 
 def format_rate(rate: int | None, per_seconds: float | None) -> str | None:
@@ -152,7 +165,9 @@ def parse_rate(text: str) -> tuple[int, float]:
 
 
 def job_scopes(tenant: str, kind: str, queue: str, concurrency_key: str | None) -> list[str]:
-    """The scopes a job belongs to, besides ``tenant:*`` (which applies through ``tenant:NAME``)."""
+    """The scopes a job belongs to, besides ``tenant:*`` (which applies through ``tenant:NAME``).
+    The stores' SQL says the same once, in the job_scopes(x) fragment of
+    service/store/sql/scopes.sql."""
     scopes = [f"tenant:{tenant}", f"kind:{kind}", f"queue:{queue}"]
     if concurrency_key is not None:
         scopes.append(f"key:{concurrency_key}")

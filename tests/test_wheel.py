@@ -145,3 +145,18 @@ def test_the_wheel_carries_the_consoles_templates_and_assets(wheel: Path):
     }
     assert {"service/console/templates/base.html", "service/console/static/console.js"} <= expected
     assert expected - names == set()
+
+
+def test_the_wheel_carries_every_sql_file_of_the_stores(wheel: Path):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    expected = {p.relative_to(ROOT).as_posix() for p in (ROOT / "service" / "store").rglob("sql/*.sql")}
+    assert {"service/store/postgres/sql/claim.sql", "service/store/sql/scopes.sql"} <= expected
+    assert expected - names == set()
+
+
+def test_the_store_loads_its_statements_from_the_installed_wheel(installed: Path, outside: Path):
+    found = _checked(_run([str(installed / "python"), "-c",
+                           "from service.store.sqlfiles import statements; "
+                           "print(len(statements('postgres')), len(statements('sqlite')))"],
+                          outside)).stdout.split()  # fmt: skip
+    assert all(int(count) >= 50 for count in found), found

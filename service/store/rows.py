@@ -181,9 +181,7 @@ def job_facts(
     scopes = tuple(
         ScopeRunning(
             u,
-            tuple(read.ident(i) for i in running_ids(u.scope))
-            if u.concurrency is not None and u.running >= u.concurrency
-            else (),
+            tuple(read.ident(i) for i in running_ids(u.scope)) if u.is_full() else (),
         )
         for u in usage
     )

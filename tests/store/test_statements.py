@@ -2,10 +2,10 @@
 cannot hide in a statement that runs rarely (a limit change, a replay by failure group):
 PostgreSQL PREPAREs each one, SQLite EXPLAINs each one.
 
-The statements are found by reading the store packages' modules (every public upper-case
-string that begins with a SQL verb), so a new statement, or a new area module, is covered
-the day it is written. A piece that statements embed (STATUS_COLUMNS, ITEM_DELTAS) is
-compiled inside each statement that embeds it.
+The statements are every ``-- name:`` of the .sql files each store loads (its own and the
+dialect-neutral ones, service.store.sqlfiles), so a new statement is covered the day it is
+written. A fragment ({{room(c)}}, {{status_columns}}) is compiled inside each statement
+that includes it.
 """
 
 from __future__ import annotations
@@ -19,25 +19,29 @@ from collections.abc import Callable
 import psycopg
 import pytest
 
+from service.store.sqlfiles import Dialect, statements
 from service.store.sqlite import SqliteStore
 
 VERBS = ("SELECT", "WITH", "INSERT", "UPDATE", "DELETE", "LOCK", "SET")
 
 
-def named_statements(package: str) -> dict[str, str]:
-    """NAME -> SQL for every statement of the modules of ``package`` (a name imported into
-    another module is the same statement; two different texts under one name are a defect)."""
-    found: dict[str, str] = {}
-    for info in pkgutil.iter_modules(importlib.import_module(package).__path__):
-        module = importlib.import_module(f"{package}.{info.name}")
-        for name, value in vars(module).items():
-            if not (name.isupper() and not name.startswith("_") and isinstance(value, str)):
-                continue
-            words = value.split(None, 1)
-            if not words or words[0].upper() not in VERBS:
-                continue
-            assert found.setdefault(name, value) == value, f"{package}: two statements are named {name}"
-    return {name: text for name, text in found.items() if not any(other != text and text in other for other in found.values())}
+def named_statements(dialect: Dialect) -> dict[str, str]:
+    """name -> SQL for every statement the store of ``dialect`` loads."""
+    return dict(statements(dialect))
+
+
+def test_the_stores_modules_hold_no_sql_of_their_own() -> None:
+    """Every upper-case SQL constant of a store module is a statement of the files, so
+    nothing escapes the compile checks below (or the golden files)."""
+    for dialect in ("postgres", "sqlite"):
+        loaded = set(statements(dialect).values())
+        package = importlib.import_module(f"service.store.{dialect}")
+        for info in pkgutil.iter_modules(package.__path__):
+            module = importlib.import_module(f"{package.__name__}.{info.name}")
+            for name, value in vars(module).items():
+                words = value.split(None, 1) if isinstance(value, str) and name.isupper() else []
+                if words and words[0].upper() in VERBS:
+                    assert value in loaded, f"{module.__name__}.{name} is SQL that is not in a .sql file"
 
 
 def _pg_prepare(conn: psycopg.Connection, statement: str) -> None:
@@ -63,14 +67,14 @@ def _sqlite_explain(store: SqliteStore, statement: str) -> None:
 
 
 def test_the_statements_are_found_in_every_area_of_both_stores() -> None:
-    pg = named_statements("service.store.postgres")
-    lite = named_statements("service.store.sqlite")
+    pg = named_statements("postgres")
+    lite = named_statements("sqlite")
     for names in (pg, lite):
         # the hot path, the reads, and statements from the area modules
-        assert {"CLAIM_JOBS" if names is pg else "CLAIM_JOB", "GET_JOB", "ENQUEUE_JOBS", "SET_LIMIT"} <= set(names)
-        assert {"REAP_EXPIRED", "CANCEL_JOB", "READ_ATTEMPT_RECEIPT", "CREATE_TOKEN", "LIST_ITEMS"} <= set(names)
-        assert "STATUS_COLUMNS" not in names  # a piece, compiled inside the statements that embed it
-    assert "ITEM_DELTAS" not in pg and "LOCK_COUNTERS" in pg
+        assert {"claim_jobs" if names is pg else "claim_job", "get_job", "enqueue_jobs", "set_limit"} <= set(names)
+        assert {"reap_expired", "cancel_job", "read_attempt_receipt", "create_token", "list_items"} <= set(names)
+        assert "status_columns" not in names  # a fragment, compiled inside the statements that include it
+    assert "item_deltas" not in pg and "lock_counters" in pg
     assert len(pg) >= 50 and len(lite) >= 60
 
 
@@ -90,7 +94,7 @@ def test_every_postgres_statement_prepares(pg_url: str) -> None:
         with pytest.raises(psycopg.errors.UndefinedColumn):  # the check can fail: a typo is caught
             _pg_prepare(conn, "SELECT stat FROM jobs WHERE id = %(job_id)s")
         failures = _failures(
-            named_statements("service.store.postgres"), lambda statement: _pg_prepare(conn, statement), psycopg.Error
+            named_statements("postgres"), lambda statement: _pg_prepare(conn, statement), psycopg.Error
         )
     assert not failures, "\n".join(failures)
 
@@ -101,7 +105,7 @@ def test_every_sqlite_statement_compiles(sqlite_url: str) -> None:
         with pytest.raises(sqlite3.OperationalError, match="no such column"):  # the check can fail: a typo is caught
             _sqlite_explain(store, "SELECT stat FROM jobs WHERE id = :job_id")
         failures = _failures(
-            named_statements("service.store.sqlite"), lambda statement: _sqlite_explain(store, statement), sqlite3.Error
+            named_statements("sqlite"), lambda statement: _sqlite_explain(store, statement), sqlite3.Error
         )
     finally:
         store.close()

@@ -21,7 +21,6 @@ from service.payloads import check_throughput_window
 from service.store import checks
 from service.store.encoding import bucket_counts
 from service.store.postgres.connection import status
-from service.store.postgres.limits import tenant_counters
 from service.store.postgres.queries import (
     ACTIVE_COUNTS,
     DURATION_BUCKETS,
@@ -30,83 +29,15 @@ from service.store.postgres.queries import (
     OUTCOMES,
     PICKUP_BUCKETS,
     QUEUE_STATS,
-    STATUS_COLUMNS,
     THROUGHPUT,
 )
 from service.store.postgres.reads import Reads
-from service.store.postgres.statements import NOTIFY_CHANGED
+from service.store.sqlfiles import statements
 
-# -- cancel_job --
-# A queued job is cancelled at once; a running one is asked to stop and its
-# worker sees cancel_requested on its next heartbeat. Terminal jobs match nothing.
-CANCEL_JOB = (
-    """
-UPDATE jobs AS j
-SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
-    cancel_requested = (state = 'running'),
-    finished_at = CASE WHEN state = 'queued' THEN coalesce(%(now)s::timestamptz, now()) ELSE finished_at END,
-    updated_at = coalesce(%(now)s::timestamptz, now())
-WHERE id = %(job_id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
-  AND state IN ('queued', 'running')
-RETURNING """
-    + STATUS_COLUMNS
-    + ", "
-    + NOTIFY_CHANGED
-)
+_SQL = statements("postgres")
 
-
-# -- replay_jobs --
-# Invariant 5: a terminal job changes only through replay, and each replay is
-# recorded in job_replays with who asked and what the job was before. A replay of
-# failed items picks jobs (succeeded ones too) that have some, and removes only those outcomes.
-REPLAY_JOBS = (
-    """
-WITH n AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS ts
-),
-picked AS (
-    SELECT id, state, error, attempts
-    FROM jobs
-    WHERE state = ANY(%(states)s::text[])
-      AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
-      AND (cardinality(%(ids)s::uuid[]) = 0 OR id = ANY(%(ids)s::uuid[]))
-      AND (%(kind)s::text IS NULL OR kind = %(kind)s)
-      AND (%(error_like)s::text IS NULL OR error ILIKE %(error_like)s)
-      AND (%(error_group)s::text IS NULL OR error_group = %(error_group)s)
-      AND (%(since)s::timestamptz IS NULL OR finished_at >= %(since)s::timestamptz)
-      AND (NOT %(failed_items)s OR items_failed > 0)
-    ORDER BY id
-    FOR UPDATE SKIP LOCKED
-),
-cleared AS (
-    -- Re-running only the failed items: their outcomes go, the ok ones stay (the next attempt skips those).
-    DELETE FROM job_items AS i
-    USING picked
-    WHERE %(failed_items)s AND i.job_id = picked.id AND i.state = 'failed'
-),
-replayed AS (
-    UPDATE jobs AS j
-    SET state = 'queued', attempts = 0, error = NULL, error_group = NULL, cancel_requested = false,
-        lease_owner = NULL, lease_expires_at = NULL, run_after = n.ts, finished_at = NULL,
-        items_failed = CASE WHEN %(failed_items)s THEN 0 ELSE j.items_failed END,
-        done = CASE WHEN %(failed_items)s THEN j.items_ok ELSE j.done END,
-        updated_at = n.ts
-    FROM picked, n
-    WHERE j.id = picked.id
-    RETURNING j.id, j.tenant, """
-    + NOTIFY_CHANGED
-    + """
-),"""
-    + tenant_counters("replayed")
-    + """,
-recorded AS (
-    INSERT INTO job_replays (job_id, replayed_at, replayed_by, previous_state, previous_error,
-                             previous_attempts)
-    SELECT picked.id, n.ts, %(by)s, picked.state, picked.error, picked.attempts FROM picked, n
-)
-SELECT id FROM replayed ORDER BY id
-"""
-)
+CANCEL_JOB = _SQL["cancel_job"]
+REPLAY_JOBS = _SQL["replay_jobs"]
 
 
 class Operations(Reads):

@@ -2,337 +2,36 @@
 workers and tokens. Each reads an index's window, never the whole history.
 """
 
-# The columns of a job's status, and whether its lease has run out: every read of a status selects these.
-STATUS_COLUMNS = """
-    id, tenant, queue, kind, state, priority, attempts, max_attempts, done, total, error,
-    cancel_requested, concurrency_key, idempotency_key, lease_owner, lease_expires_at,
-    run_after, created_at, started_at, finished_at, updated_at, result_id, items_ok, items_failed,
-    (state = 'running' AND lease_expires_at < coalesce(%(now)s::timestamptz, now())) AS stale
-"""
+from service.store.sqlfiles import statements
 
-GET_JOB = (
-    """
-SELECT """
-    + STATUS_COLUMNS
-    + """
-FROM jobs
-WHERE id = %(job_id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
-"""
-)
-
-# The result body is read only here, by its own request, never by a status poll.
-GET_RESULT = """
-SELECT j.state, r.body
-FROM jobs AS j LEFT JOIN job_results AS r ON r.id = j.result_id
-WHERE j.id = %(job_id)s AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
-"""
-
-# The payload alone, by primary key: only a submit that repeats an Idempotency-Key reads it.
-GET_PAYLOAD = """
-SELECT payload FROM jobs
-WHERE id = %(job_id)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
-"""
-
-_LIST_FILTERS = """
-  AND (%(state)s::text IS NULL OR state = %(state)s)
-  AND (%(kind)s::text IS NULL OR kind = %(kind)s)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-  AND (%(created_after)s::timestamptz IS NULL OR created_at > %(created_after)s::timestamptz)
-  AND (%(after_id)s::uuid IS NULL OR id < %(after_id)s::uuid)
-ORDER BY id DESC
-LIMIT %(limit)s
-"""
-
-# Keyset pagination on the time-ordered id through ix_jobs_tenant_id.
-LIST_JOBS = (
-    """
-SELECT """
-    + STATUS_COLUMNS
-    + """
-FROM jobs
-WHERE tenant = %(tenant)s"""
-    + _LIST_FILTERS
-)
-
-# The operators' list, every tenant: the same keyset walk down the primary key. A statement
-# of its own, not "tenant IS NULL OR": a generic plan of that could not use ix_jobs_tenant_id.
-LIST_ALL_JOBS = (
-    """
-SELECT """
-    + STATUS_COLUMNS
-    + """
-FROM jobs
-WHERE true"""
-    + _LIST_FILTERS
-)
-
-# A job's attempts, oldest first, through uq_job_attempts_job_id_claim.
-JOB_ATTEMPTS = """
-SELECT attempt, claim, worker, due_at, started_at, finished_at, outcome, error
-FROM job_attempts
-WHERE job_id = %(job_id)s
-ORDER BY claim
-"""
-
-# What the fleet runs now, through the partial index ix_jobs_running: bounded by the slots.
-RUNNING_JOBS = (
-    """
-SELECT """
-    + STATUS_COLUMNS
-    + """
-FROM jobs
-WHERE state = 'running'
-ORDER BY lease_owner, id
-LIMIT %(limit)s
-"""
-)
-
-# -- failure_groups --
-# One query for the dead-letter view: failed jobs in a window of ix_jobs_finished_at,
-# grouped by kind and the normalised error prefix written at failure time.
-FAILURE_GROUPS = """
-SELECT kind, error_group, count(*) AS count, min(finished_at) AS first_seen,
-       max(finished_at) AS last_seen, max(id::text)::uuid AS example_job_id
-FROM jobs
-WHERE finished_at >= %(since)s::timestamptz
-  AND state = 'failed'
-  AND (%(kind)s::text IS NULL OR kind = %(kind)s)
-  AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
-GROUP BY kind, error_group
-ORDER BY count DESC, last_seen DESC
-"""
-
-# Final outcomes per kind within a window, for failure ratios and alerts.
-OUTCOMES = """
-SELECT kind,
-       count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
-       count(*) FILTER (WHERE state = 'failed') AS failed
-FROM jobs
-WHERE finished_at >= coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)
-  AND (%(kind)s::text IS NULL OR kind = %(kind)s)
-GROUP BY kind
-ORDER BY kind
-"""
-
-LEASE_EXPIRIES = """
-SELECT count(*) AS expiries
-FROM job_attempts
-WHERE finished_at >= coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)
-  AND outcome = 'lease_expired'
-"""
-
-DURATION_BUCKETS = """
-SELECT kind,
-       width_bucket(extract(epoch FROM finished_at - started_at)::float8, %(bounds)s::float8[]) AS bucket,
-       count(*) AS count
-FROM jobs
-WHERE finished_at >= coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)
-  AND state IN ('succeeded', 'failed') AND started_at IS NOT NULL
-GROUP BY kind, bucket
-"""
-
-PICKUP_BUCKETS = """
-SELECT j.kind,
-       width_bucket(extract(epoch FROM a.started_at - a.due_at)::float8, %(bounds)s::float8[]) AS bucket,
-       count(*) AS count
-FROM job_attempts AS a JOIN jobs AS j ON j.id = a.job_id
-WHERE a.finished_at >= coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)
-GROUP BY j.kind, bucket
-"""
-
-# Jobs that ended per queue and time bucket of a window (ix_jobs_finished_at). A job
-# that ended exactly "now" goes in the last bucket, not in one past the window.
-THROUGHPUT = """
-SELECT queue,
-       least(%(buckets)s - 1, floor(extract(epoch FROM finished_at - (coalesce(%(now)s::timestamptz, now())
-             - make_interval(secs => %(window)s))) / %(bucket_seconds)s))::int AS bucket,
-       count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
-       count(*) FILTER (WHERE state = 'failed') AS failed
-FROM jobs
-WHERE finished_at >= coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)
-  AND state IN ('succeeded', 'failed')
-GROUP BY queue, bucket
-ORDER BY queue, bucket
-"""
-
-# Active rows only, never history: one arm per partial index (ix_jobs_claimable holds the
-# queued rows, ix_jobs_running the running ones). "state IN ('queued', 'running')" in one
-# scan would match neither index's predicate, and the planner reads the whole table.
-QUEUE_STATS = """
-SELECT queue, sum(queued)::int AS queued, sum(due)::int AS due, sum(running)::int AS running,
-       extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - min(oldest_due))::float8 AS oldest_queued_age_seconds
-FROM (
-    SELECT queue, count(*) AS queued,
-           count(*) FILTER (WHERE run_after <= coalesce(%(now)s::timestamptz, now())) AS due,
-           0 AS running,
-           min(run_after) FILTER (WHERE run_after <= coalesce(%(now)s::timestamptz, now())) AS oldest_due
-    FROM jobs WHERE state = 'queued' GROUP BY queue
-    UNION ALL
-    SELECT queue, 0, 0, count(*), NULL FROM jobs WHERE state = 'running' GROUP BY queue
-) AS active
-GROUP BY queue
-ORDER BY queue
-"""
-
-# Jobs per queue, kind and active state, for /metrics: one arm per partial index, as
-# QUEUE_STATS (ix_jobs_claimable, ix_jobs_running), so a scrape never reads the history.
-ACTIVE_COUNTS = """
-SELECT queue, kind, 'queued' AS state, count(*) AS count FROM jobs WHERE state = 'queued' GROUP BY queue, kind
-UNION ALL
-SELECT queue, kind, 'running' AS state, count(*) AS count FROM jobs WHERE state = 'running' GROUP BY queue, kind
-ORDER BY queue, kind, state
-"""
+_SQL = statements("postgres")
 
 
-# -- health_stats --
-# For metrics (FAILURE-MODES.md, bloat): the statistics views only, never a table.
-# Dead tuples come from the cumulative statistics, which lag by a second or so.
-# The oldest transaction: any other client of this database holding one open
-# ("idle in transaction" included), which holds back what vacuum may remove.
-# Other roles' sessions show their xact_start only to pg_read_all_stats members.
-# The real clock, not a pinned one: xact_start is real time.
-HEALTH_STATS = """
-SELECT (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = to_regclass('jobs')) AS jobs_dead_tuples,
-       coalesce((SELECT greatest(0, extract(epoch FROM clock_timestamp() - min(xact_start)))::float8
-                 FROM pg_stat_activity
-                 WHERE datname = current_database() AND pid <> pg_backend_pid()
-                   AND backend_type = 'client backend' AND xact_start IS NOT NULL), 0) AS oldest_transaction_age_seconds
-"""
-
-
-LIST_WORKERS = """
-SELECT id, host, pid, queues, kinds, concurrency, started_at, last_seen_at
-FROM workers
-WHERE %(within)s::float8 IS NULL
-   OR last_seen_at > coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(within)s::float8)
-ORDER BY started_at DESC, id
-"""
-
-
-# An admin token is no tenant's: /v1 refuses it like an unknown one.
-TENANT_FOR_TOKEN = """
-SELECT tenant FROM api_tokens WHERE token_hash = %(token_hash)s AND revoked_at IS NULL AND NOT admin
-"""
-
-# The console's login and every console request: a live operator's token, or nothing.
-ADMIN_TOKEN = """
-SELECT id, tenant, name, created_at, revoked_at, admin FROM api_tokens
-WHERE token_hash = %(token_hash)s AND revoked_at IS NULL AND admin
-"""
-
-# -- get_job_for_token --
-# A status poll is one query, not a token lookup and then a read: the token
-# (unique index on its hash) and the job (primary key) together. No row: the
-# token is unknown or revoked; a row whose job columns are NULL: no such job for
-# that tenant.
-GET_JOB_FOR_TOKEN = (
-    """
-SELECT t.tenant AS token_tenant, s.*
-FROM api_tokens AS t
-LEFT JOIN LATERAL (
-    SELECT """
-    + STATUS_COLUMNS
-    + """
-    FROM jobs
-    WHERE id = %(job_id)s AND tenant = t.tenant
-) AS s ON true
-WHERE t.token_hash = %(token_hash)s AND t.revoked_at IS NULL AND NOT t.admin
-"""
-)
-
-# -- read_statuses --
-# Many status polls in one read (the API coalesces concurrent ones): each asked job
-# by primary key, only within the tenant given or the one its token names, so
-# another tenant's job, an unknown token and a revoked one all read as missing.
-# `ord` keeps the answers in the order asked.
-READ_STATUSES = (
-    """
-SELECT q.ord, s.*
-FROM unnest(%(ids)s::uuid[], %(tenants)s::text[], %(token_hashes)s::text[])
-     WITH ORDINALITY AS q(job_id, tenant, token_hash, ord)
-LEFT JOIN api_tokens AS t ON t.token_hash = q.token_hash AND t.revoked_at IS NULL AND NOT t.admin
-JOIN LATERAL (
-    SELECT """
-    + STATUS_COLUMNS
-    + """
-    FROM jobs
-    WHERE id = q.job_id AND tenant = coalesce(t.tenant, q.tenant)
-) AS s ON true
-"""
-)
-
-
-LIST_TOKENS = """
-SELECT id, tenant, name, created_at, revoked_at, admin FROM api_tokens
-WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s
-ORDER BY created_at, id
-"""
-
-# -- limits --
-# A tenant's own scopes: its tenant:NAME limit and the tenant:* default that applies to it.
-LIST_LIMITS = """
-SELECT scope, concurrency, rate, per_seconds, weight FROM limits
-WHERE %(tenant)s::text IS NULL OR scope IN ('tenant:' || %(tenant)s, 'tenant:*')
-ORDER BY scope
-"""
-
-SCOPE_USAGE = """
-SELECT scope, running, concurrency, rate, per_seconds, window_start, window_starts FROM scope_counters
-WHERE %(scopes)s::text[] IS NULL OR scope = ANY(%(scopes)s::text[])
-ORDER BY scope
-"""
-
-# -- explain_facts --
-# What explain needs besides the status, in one read: the clock, the last attempt, whether
-# tenant:* limits every tenant, and how many due jobs of the tenant's line (its queue, in
-# claim order) are ahead of the job (ix_jobs_claimable, one tenant's slice).
-EXPLAIN_FACTS = """
-SELECT coalesce(%(now)s::timestamptz, now()) AS now,
-       a.attempt, a.worker, a.started_at AS attempt_started_at, a.finished_at AS attempt_finished_at,
-       a.outcome, a.error AS attempt_error,
-       EXISTS (SELECT 1 FROM limits WHERE scope = 'tenant:*'
-               AND (concurrency IS NOT NULL OR rate IS NOT NULL)) AS every_tenant_limited,
-       (SELECT count(*) FROM jobs AS o
-        WHERE o.state = 'queued' AND o.queue = %(queue)s AND o.tenant = %(tenant)s
-          AND o.run_after <= coalesce(%(now)s::timestamptz, now())
-          AND (o.priority > %(priority)s
-               OR (o.priority = %(priority)s AND (o.run_after, o.id) < (%(run_after)s::timestamptz, %(job_id)s::uuid)))
-       ) AS ahead
-FROM (SELECT 1) AS one
-LEFT JOIN LATERAL (
-    SELECT attempt, worker, started_at, finished_at, outcome, error FROM job_attempts
-    WHERE job_id = %(job_id)s ORDER BY claim DESC LIMIT 1
-) AS a ON true
-"""
-
-# Running jobs in one scope that the caller may see (a tenant sees only its own ids).
-RUNNING_IN_SCOPE = """
-SELECT id FROM jobs
-WHERE state = 'running' AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
-  AND %(scope)s IN ('tenant:' || tenant, 'kind:' || kind, 'queue:' || queue, 'key:' || concurrency_key)
-ORDER BY id
-LIMIT %(limit)s
-"""
-
-# -- list_items --
-# One page of a job's item outcomes in item order, keyset on item_index through the
-# primary key (job_id, item_index); readable while the job runs. The job row is read in
-# the same query, tenant-scoped: no row at all means no such job (or another tenant's),
-# a row with a NULL item_index means a job without (more) outcomes.
-LIST_ITEMS = """
-SELECT i.item_index, i.state, i.result, i.error, i.attempt, i.finished_at
-FROM jobs AS j
-LEFT JOIN LATERAL (
-    SELECT item_index, state, result, error, attempt, finished_at
-    FROM job_items
-    WHERE job_id = j.id AND item_index > %(after_index)s AND (%(state)s::text IS NULL OR state = %(state)s)
-    ORDER BY item_index
-    LIMIT %(limit)s
-) AS i ON true
-WHERE j.id = %(job_id)s AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s)
-ORDER BY i.item_index
-"""
-
-# The failed items only, through the partial index ix_job_items_failed (a predicate
-# written out, not a parameter, so that the planner can use it in a generic plan).
-LIST_FAILED_ITEMS = LIST_ITEMS.replace("AND (%(state)s::text IS NULL OR state = %(state)s)", "AND state = 'failed'")
+GET_JOB = _SQL["get_job"]
+GET_RESULT = _SQL["get_result"]
+GET_PAYLOAD = _SQL["get_payload"]
+LIST_JOBS = _SQL["list_jobs"]
+LIST_ALL_JOBS = _SQL["list_all_jobs"]
+JOB_ATTEMPTS = _SQL["job_attempts"]
+RUNNING_JOBS = _SQL["running_jobs"]
+FAILURE_GROUPS = _SQL["failure_groups"]
+OUTCOMES = _SQL["outcomes"]
+LEASE_EXPIRIES = _SQL["lease_expiries"]
+DURATION_BUCKETS = _SQL["duration_buckets"]
+PICKUP_BUCKETS = _SQL["pickup_buckets"]
+THROUGHPUT = _SQL["throughput"]
+QUEUE_STATS = _SQL["queue_stats"]
+ACTIVE_COUNTS = _SQL["active_counts"]
+HEALTH_STATS = _SQL["health_stats"]
+LIST_WORKERS = _SQL["list_workers"]
+TENANT_FOR_TOKEN = _SQL["tenant_for_token"]
+ADMIN_TOKEN = _SQL["admin_token"]
+GET_JOB_FOR_TOKEN = _SQL["get_job_for_token"]
+READ_STATUSES = _SQL["read_statuses"]
+LIST_TOKENS = _SQL["list_tokens"]
+LIST_LIMITS = _SQL["list_limits"]
+SCOPE_USAGE = _SQL["scope_usage"]
+EXPLAIN_FACTS = _SQL["explain_facts"]
+RUNNING_IN_SCOPE = _SQL["running_in_scope"]
+LIST_ITEMS = _SQL["list_items"]
+LIST_FAILED_ITEMS = _SQL["list_failed_items"]

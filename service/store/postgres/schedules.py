@@ -17,56 +17,18 @@ from service.schedules import Schedule, ScheduleSpec
 from service.store.postgres.connection import Connected
 from service.store.rows import Readers
 from service.store.schedule_rows import DUE_SCHEDULES_BATCH, schedule_params, schedule_row
+from service.store.sqlfiles import statements
 
-_NOW = "coalesce(%(now)s::timestamptz, now())"
+_SQL = statements("postgres")
 
-CLOCK = f"SELECT {_NOW} AS now"
 
-# Insert or redefine; a redefinition keeps paused, the last run, and next_run_at unless
-# the cron expression or the time zone changed (a worker restart must not re-fire a tick).
-SAVE_SCHEDULE = f"""
-INSERT INTO schedules (name, cron, timezone, kind, payload, queue, tenant, catch_up, source,
-                       next_run_at, created_at, updated_at)
-VALUES (%(name)s, %(cron)s, %(timezone)s, %(kind)s, %(payload)s::jsonb, %(queue)s, %(tenant)s,
-        %(catch_up)s, %(source)s, %(next_run_at)s, {_NOW}, {_NOW})
-ON CONFLICT (name) DO UPDATE SET
-    next_run_at = CASE WHEN schedules.cron <> excluded.cron OR schedules.timezone <> excluded.timezone
-                       THEN excluded.next_run_at ELSE schedules.next_run_at END,
-    cron = excluded.cron, timezone = excluded.timezone, kind = excluded.kind,
-    payload = excluded.payload, queue = excluded.queue, tenant = excluded.tenant,
-    catch_up = excluded.catch_up, source = excluded.source, updated_at = excluded.updated_at
-RETURNING *"""
-
-LIST_SCHEDULES = "SELECT * FROM schedules ORDER BY name"
-
-# The scheduler's read, every half second on every worker: ix_schedules_due, due rows only.
-DUE_SCHEDULES = f"""
-SELECT n.now, s.*
-FROM (SELECT {_NOW} AS now) AS n
-LEFT JOIN LATERAL (
-    SELECT * FROM schedules
-    WHERE NOT paused AND next_run_at <= n.now
-    ORDER BY next_run_at
-    LIMIT %(limit)s
-) AS s ON true"""
-
-# Compare-and-set: only the pass that read this next_run_at moves it on (one writer per tick).
-ADVANCE_SCHEDULE = f"""
-UPDATE schedules
-SET next_run_at = %(next_run_at)s,
-    last_run_at = coalesce(%(tick)s, last_run_at),
-    last_job_id = coalesce(%(job_id)s, last_job_id),
-    updated_at = {_NOW}
-WHERE name = %(name)s AND next_run_at = %(expected)s AND NOT paused
-RETURNING name"""
-
-SET_PAUSED = f"""
-UPDATE schedules
-SET paused = %(paused)s, next_run_at = coalesce(%(next_run_at)s, next_run_at), updated_at = {_NOW}
-WHERE name = %(name)s
-RETURNING *"""
-
-DELETE_SCHEDULE = "DELETE FROM schedules WHERE name = %(name)s RETURNING name"
+CLOCK = _SQL["clock"]
+SAVE_SCHEDULE = _SQL["save_schedule"]
+LIST_SCHEDULES = _SQL["list_schedules"]
+DUE_SCHEDULES = _SQL["due_schedules"]
+ADVANCE_SCHEDULE = _SQL["advance_schedule"]
+SET_PAUSED = _SQL["set_paused"]
+DELETE_SCHEDULE = _SQL["delete_schedule"]
 
 _READ = Readers(time=lambda value: value, ident=lambda value: value, names=tuple, json=lambda value: value)
 

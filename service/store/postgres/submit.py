@@ -22,8 +22,9 @@ from service.store import checks
 from service.store.postgres.caller import caller_connection
 from service.store.postgres.connection import Connected, status
 from service.store.postgres.errors import translate_errors
-from service.store.postgres.limits import tenant_counters
-from service.store.postgres.queries import STATUS_COLUMNS
+from service.store.sqlfiles import statements
+
+_SQL = statements("postgres")
 
 COPY_FROM_JOBS = 100
 """A batch of at least this many jobs, none with an idempotency key, goes by COPY_JOBS.
@@ -32,60 +33,7 @@ ENQUEUE_JOBS takes one, and saves ~5 µs of PostgreSQL's CPU a job: measured, th
 were even at 50 jobs a call and COPY_JOBS cost less time and CPU from 100
 (docs/PERFORMANCE.md, enqueue)."""
 
-# -- enqueue_jobs --
-# Many jobs in one statement: the batch is one jsonb parameter, so psycopg dumps
-# one string (not twelve arrays element by element) and the plan does not depend
-# on the batch's length. A tenant's idempotency key that is already taken inserts
-# nothing: the existing job is read back by READ_BY_IDEMPOTENCY_KEYS. The caller
-# made the ids (time-ordered, in batch order), so one row comes back whatever the
-# batch's size: the database's clock, how many rows went in, the ids that went in
-# when the batch has keys (``keyed``; without keys every row goes in or none),
-# and the run_after of the jobs not due at once. Everything else in a new job's
-# status is what was inserted. The wake-up for idle workers rides in the same
-# statement (one round trip, one commit): one JOBS_QUEUED notification per
-# statement, never per row, delivered at commit; none when nothing was inserted.
-# The API's submit passes its caller's token_hash: the jobs then go to the token's
-# tenant, looked up here (the unique index on the hash) and in force at this
-# statement's snapshot, so a revoked token inserts nothing from the revoke's commit
-# on; token_tenant in the answer is NULL for an unknown, revoked or admin token.
-# Without a token_hash (the library, the CLI) each job's own tenant is taken.
-ENQUEUE_JOBS = (
-    """
-WITH n AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS ts
-),
-token AS (
-    SELECT tenant FROM api_tokens
-    WHERE token_hash = %(token_hash)s AND revoked_at IS NULL AND NOT admin
-),
-inserted AS (
-INSERT INTO jobs (id, tenant, queue, kind, payload, state, priority, attempts, max_attempts,
-                  max_attempts_default, done, total, run_after, concurrency_key, idempotency_key,
-                  created_at, updated_at)
-SELECT i.id, coalesce(t.tenant, i.tenant), i.queue, i.kind, i.payload, 'queued', i.priority, 0, i.max_attempts,
-       i.max_attempts_default, 0, i.total, coalesce(i.run_after, n.ts + make_interval(secs => i.delay)),
-       i.concurrency_key, i.idempotency_key, n.ts, n.ts
-FROM jsonb_to_recordset(%(batch)s::jsonb)
-     AS i(id uuid, tenant text, queue text, kind text, payload jsonb, priority int, max_attempts int,
-          max_attempts_default boolean, delay float8, run_after timestamptz, total int, concurrency_key text, idempotency_key text)
-     CROSS JOIN n
-     LEFT JOIN token AS t ON true
-WHERE %(token_hash)s::text IS NULL OR t.tenant IS NOT NULL
-ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING id, tenant, run_after, created_at
-),"""
-    + tenant_counters("inserted")
-    + """
-SELECT (SELECT ts FROM n) AS created_at,
-       (SELECT tenant FROM token) AS token_tenant,
-       count(*) AS inserted,
-       CASE WHEN %(keyed)s THEN array_agg(id) END AS ids,
-       array_agg(id) FILTER (WHERE run_after <> created_at) AS later_ids,
-       array_agg(run_after) FILTER (WHERE run_after <> created_at) AS later_run_after,
-       CASE WHEN %(notify)s AND count(*) > 0 THEN pg_notify('jobq_jobs', %(wake_queues)s) END AS woke
-FROM inserted
-"""
-)
+ENQUEUE_JOBS = _SQL["enqueue_jobs"]
 
 # -- copy_jobs --
 # A large batch without idempotency keys: its rows stream to the server in COPY's
@@ -115,38 +63,8 @@ COPY_JOBS_COLUMNS = (
 )
 COPY_JOBS = f"COPY jobs ({', '.join(name for name, _ in COPY_JOBS_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
 
-# -- copy_batch_clock --
-# The first statement of a copied batch's transaction: the clock its rows take (now()
-# is the transaction's start, as in ENQUEUE_JOBS), the batch's tenants' scope counters
-# (as ENQUEUE_JOBS makes them), and the wake-up, which PostgreSQL delivers at commit,
-# once the rows are there.
-COPY_BATCH_CLOCK = (
-    """
-WITH n AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS ts
-),
-added AS (
-    SELECT DISTINCT unnest(%(tenants)s::text[]) AS tenant
-),"""
-    + tenant_counters("added")
-    + """
-SELECT (SELECT ts FROM n) AS created_at,
-       CASE WHEN %(notify)s THEN pg_notify('jobq_jobs', %(wake_queues)s) END AS woke
-"""
-)
-
-
-READ_BY_IDEMPOTENCY_KEYS = (
-    """
-SELECT """
-    + STATUS_COLUMNS
-    + """
-FROM jobs j
-WHERE (j.tenant, j.idempotency_key) IN (
-    SELECT * FROM unnest(%(tenants)s::text[], %(keys)s::text[])
-)
-"""
-)
+COPY_BATCH_CLOCK = _SQL["copy_batch_clock"]
+READ_BY_IDEMPOTENCY_KEYS = _SQL["read_by_idempotency_keys"]
 
 
 class _JsonbText(Dumper):

@@ -10,20 +10,12 @@ from service.store import checks
 from service.store.postgres.connection import READ, Connected
 from service.store.postgres.queries import ADMIN_TOKEN, LIST_TOKENS, TENANT_FOR_TOKEN
 from service.store.rows import api_token
+from service.store.sqlfiles import statements
 
-# -- api tokens --
-CREATE_TOKEN = """
-INSERT INTO api_tokens (id, tenant, name, token_hash, created_at, admin)
-VALUES (%(id)s, %(tenant)s, %(name)s, %(token_hash)s, coalesce(%(now)s::timestamptz, now()), %(admin)s)
-RETURNING id, tenant, name, created_at, revoked_at, admin
-"""
+_SQL = statements("postgres")
 
-
-REVOKE_TOKEN = """
-UPDATE api_tokens SET revoked_at = coalesce(revoked_at, coalesce(%(now)s::timestamptz, now()))
-WHERE id = %(id)s
-RETURNING id, tenant, name, created_at, revoked_at, admin
-"""
+CREATE_TOKEN = _SQL["create_token"]
+REVOKE_TOKEN = _SQL["revoke_token"]
 
 
 class Tokens(Connected):

@@ -11,22 +11,13 @@ from service.store.postgres.connection import READ, Connected
 from service.store.postgres.listener import PostgresListener
 from service.store.postgres.queries import LIST_WORKERS
 from service.store.rows import worker_info
+from service.store.sqlfiles import statements
 
-# -- workers --
-REGISTER_WORKER = """
-INSERT INTO workers (id, host, pid, queues, kinds, concurrency, started_at, last_seen_at)
-VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(kinds)s::jsonb, %(concurrency)s,
-        coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()))
-ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at
-"""
+_SQL = statements("postgres")
 
-
-TOUCH_WORKER = """
-UPDATE workers SET last_seen_at = coalesce(%(now)s::timestamptz, now()) WHERE id = %(id)s
-"""
-
-
-DEREGISTER_WORKER = "DELETE FROM workers WHERE id = %(id)s"
+REGISTER_WORKER = _SQL["register_worker"]
+TOUCH_WORKER = _SQL["touch_worker"]
+DEREGISTER_WORKER = _SQL["deregister_worker"]
 
 
 class Workers(Connected):

@@ -12,25 +12,14 @@ from service.errors import JobNotFound
 from service.jobs import ItemPage, ItemQuery, ItemState, Lease
 from service.store import checks
 from service.store.rows import item_page
+from service.store.sqlfiles import statements
 from service.store.sqlite.connection import READ, Connected
 from service.store.sqlite.queries import JOB_EXISTS, LIST_FAILED_ITEMS, LIST_ITEMS
 
-# The outcomes already stored for the items about to be written: an item re-run after it
-# failed (a retry past max_item_failures) moves from failed to its new state.
-PRIOR_ITEM_STATES = """
-SELECT state, count(*) AS n FROM job_items
-WHERE job_id = :job_id AND item_index IN (SELECT value FROM json_each(:indexes))
-GROUP BY state
-"""
+_SQL = statements("sqlite")
 
-
-STORE_ITEM = """
-INSERT INTO job_items (job_id, item_index, state, result, error, error_group, attempt, finished_at)
-VALUES (:job_id, :item_index, :state, :result, :error, :error_group, :attempt, :now)
-ON CONFLICT (job_id, item_index) DO UPDATE
-SET state = excluded.state, result = excluded.result, error = excluded.error,
-    error_group = excluded.error_group, attempt = excluded.attempt, finished_at = excluded.finished_at
-"""
+PRIOR_ITEM_STATES = _SQL["prior_item_states"]
+STORE_ITEM = _SQL["store_item"]
 
 
 class Items(Connected):

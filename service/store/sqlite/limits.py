@@ -13,60 +13,20 @@ from service.explain import SHOWN_RUNNING_IDS, JobFacts
 from service.limits import Limit, ScopeUsage, check_scope, job_scopes
 from service.store import checks
 from service.store.rows import job_facts, limit_row, scope_usage_row
+from service.store.sqlfiles import statements
 from service.store.sqlite.connection import READ
 from service.store.sqlite.queries import EXPLAIN_FACTS, LIST_LIMITS, RUNNING_IN_SCOPE, SCOPE_USAGE
 from service.store.sqlite.reads import Reads
 from service.store.sqlite.timestamps import from_text, to_text
 from service.store.sqlite.workers import Workers
 
-# -- limits (an operator's change, one write transaction) --
-SET_LIMIT = """
-INSERT INTO limits (scope, concurrency, rate, per_seconds, weight, updated_at)
-VALUES (:scope, :concurrency, :rate, :per_seconds, :weight, :now)
-ON CONFLICT (scope) DO UPDATE
-SET concurrency = excluded.concurrency, rate = excluded.rate, per_seconds = excluded.per_seconds,
-    weight = excluded.weight, updated_at = excluded.updated_at
-"""
+_SQL = statements("sqlite")
 
-
-DELETE_LIMIT = "DELETE FROM limits WHERE scope = :scope RETURNING scope"
-
-
-# The scopes a change touches: the one named, or for tenant:* every tenant with a counter
-# or active jobs; each with its limit in force (a tenant's own, else tenant:*'s).
-CHANGED_SCOPES = """
-WITH wanted AS (
-    SELECT :scope AS scope WHERE :scope <> 'tenant:*'
-    UNION SELECT scope FROM scope_counters WHERE :scope = 'tenant:*' AND scope LIKE 'tenant:%'
-    UNION SELECT DISTINCT 'tenant:' || tenant FROM jobs WHERE :scope = 'tenant:*' AND state IN ('queued', 'running')
-)
-SELECT w.scope,
-       coalesce(own.concurrency, d.concurrency) AS concurrency,
-       coalesce(own.rate, d.rate) AS rate,
-       coalesce(own.per_seconds, d.per_seconds) AS per_seconds,
-       (SELECT count(*) FROM jobs AS j WHERE j.state = 'running'
-          AND w.scope IN ('tenant:' || j.tenant, 'kind:' || j.kind, 'queue:' || j.queue,
-                          'key:' || j.concurrency_key)) AS running
-FROM wanted AS w
-LEFT JOIN limits AS own ON own.scope = w.scope
-LEFT JOIN limits AS d ON d.scope = 'tenant:*' AND w.scope LIKE 'tenant:%'
-"""
-
-
-DROP_COUNTER = "DELETE FROM scope_counters WHERE scope = :scope"
-
-
-PUT_COUNTER = """
-INSERT INTO scope_counters AS c (scope, running, concurrency, rate, per_seconds)
-VALUES (:scope, :running, :concurrency, :rate, :per_seconds)
-ON CONFLICT (scope) DO UPDATE
-SET running = excluded.running, concurrency = excluded.concurrency, rate = excluded.rate,
-    per_seconds = excluded.per_seconds,
-    window_start = CASE WHEN c.rate IS excluded.rate AND c.per_seconds IS excluded.per_seconds
-                        THEN c.window_start END,
-    window_starts = CASE WHEN c.rate IS excluded.rate AND c.per_seconds IS excluded.per_seconds
-                         THEN c.window_starts ELSE 0 END
-"""
+SET_LIMIT = _SQL["set_limit"]
+DELETE_LIMIT = _SQL["delete_limit"]
+CHANGED_SCOPES = _SQL["changed_scopes"]
+DROP_COUNTER = _SQL["drop_counter"]
+PUT_COUNTER = _SQL["put_counter"]
 
 
 class Limits(Reads, Workers):

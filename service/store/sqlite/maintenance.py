@@ -11,55 +11,18 @@ from collections.abc import Sequence
 from service.jobs import LEASE_EXPIRED_GROUP, AttemptOutcome, Lease, ReapResult, lease_expired_error
 from service.store import checks
 from service.store.base import PRUNE_BATCH, REAP_BATCH, ROLLUP_BATCH, DatabaseHealth
+from service.store.sqlfiles import statements
 from service.store.sqlite import rollup
 from service.store.sqlite.connection import Connected, close_attempt, fence
 from service.store.sqlite.statements import FAIL_JOB
 
-# -- reap_expired --
-# Invariant 2: running jobs past their lease, compared with the store's clock,
-# in id order and in bounded batches. Idempotent: a second reaper finds nothing.
-REAP_EXPIRED = """
-SELECT j.id, j.attempts, j.claims, j.max_attempts, j.lease_owner, j.cancel_requested,
-       (SELECT count(*) FROM job_attempts AS a
-        WHERE a.job_id = j.id AND a.outcome = 'lease_expired') + 1 AS expiries
-FROM jobs AS j
-WHERE j.state = 'running' AND j.lease_expires_at < :now
-ORDER BY j.id
-LIMIT :limit
-"""
+_SQL = statements("sqlite")
 
-# -- prune_finished --
-# Retention in small batches, oldest first; attempts, results and replays go with
-# their job (ON DELETE CASCADE, with foreign_keys on).
-PRUNE_FINISHED = """
-DELETE FROM jobs
-WHERE id IN (
-    SELECT id FROM jobs
-    WHERE finished_at < strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :older_than || ' seconds')
-      AND state IN ('succeeded', 'failed', 'cancelled')
-    ORDER BY finished_at
-    LIMIT :limit
-)
-"""
-
-
-# -- prune_rollup --
-# Retention of the daily rollup: whole UTC days that ended before the cutoff, counts and
-# histograms in one write transaction (both tables' keys lead with the day).
-PRUNE_ROLLUP_COUNTS = """
-DELETE FROM job_daily_rollup WHERE day < date(:now, '-' || :older_than || ' seconds')
-"""
-PRUNE_ROLLUP_HISTOGRAMS = """
-DELETE FROM job_daily_histogram WHERE day < date(:now, '-' || :older_than || ' seconds')
-"""
-
-
-COUNT_PRUNABLE = """
-SELECT count(*) AS count
-FROM jobs
-WHERE finished_at < strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :older_than || ' seconds')
-  AND state IN ('succeeded', 'failed', 'cancelled')
-"""
+REAP_EXPIRED = _SQL["reap_expired"]
+PRUNE_FINISHED = _SQL["prune_finished"]
+PRUNE_ROLLUP_COUNTS = _SQL["prune_rollup_counts"]
+PRUNE_ROLLUP_HISTOGRAMS = _SQL["prune_rollup_histograms"]
+COUNT_PRUNABLE = _SQL["count_prunable"]
 
 
 class Maintenance(Connected):

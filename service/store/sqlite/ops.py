@@ -21,6 +21,7 @@ from service.jobs import (
 from service.payloads import check_throughput_window
 from service.store import checks
 from service.store.encoding import bucket_counts
+from service.store.sqlfiles import statements
 from service.store.sqlite.connection import status
 from service.store.sqlite.queries import (
     ACTIVE_COUNTS,
@@ -30,64 +31,19 @@ from service.store.sqlite.queries import (
     OUTCOMES,
     PICKUP_BUCKETS,
     QUEUE_STATS,
-    STATUS_COLUMNS,
     THROUGHPUT,
 )
 from service.store.sqlite.reads import Reads
 from service.store.sqlite.statements import TENANT_COUNTER
 from service.store.sqlite.timestamps import from_text, to_text
 
-CANCEL_JOB = (
-    """
-UPDATE jobs
-SET state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
-    cancel_requested = (state = 'running'),
-    finished_at = CASE WHEN state = 'queued' THEN :now ELSE finished_at END,
-    updated_at = :now
-WHERE id = :job_id AND (:tenant IS NULL OR tenant = :tenant) AND state IN ('queued', 'running')
-RETURNING """
-    + STATUS_COLUMNS
-)
+_SQL = statements("sqlite")
 
-
-# -- replay_jobs --
-# Invariant 5: terminal jobs change only through replay, and every replay is recorded.
-FIND_REPLAYABLE = """
-SELECT id, tenant, state, error, attempts FROM jobs
-WHERE state IN (SELECT value FROM json_each(:states))
-  AND (:tenant IS NULL OR tenant = :tenant)
-  AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
-  AND (:kind IS NULL OR kind = :kind)
-  AND (:error_like IS NULL OR error LIKE :error_like ESCAPE '\\')
-  AND (:error_group IS NULL OR error_group = :error_group)
-  AND (:since IS NULL OR finished_at >= :since)
-  AND (NOT :failed_items OR items_failed > 0)
-ORDER BY id
-"""
-
-
-REPLAY_JOB = """
-UPDATE jobs
-SET state = 'queued', attempts = 0, error = NULL, error_group = NULL, cancel_requested = 0, lease_owner = NULL,
-    lease_expires_at = NULL, run_after = :now, finished_at = NULL,
-    items_failed = CASE WHEN :failed_items THEN 0 ELSE items_failed END,
-    done = CASE WHEN :failed_items THEN items_ok ELSE done END,
-    updated_at = :now
-WHERE id = :job_id
-"""
-
-
-# A replay of failed items: their outcomes go, the ok ones stay (the next attempt skips those).
-CLEAR_FAILED_ITEMS = """
-DELETE FROM job_items WHERE job_id = :job_id AND state = 'failed'
-"""
-
-
-RECORD_REPLAY = """
-INSERT INTO job_replays (job_id, replayed_at, replayed_by, previous_state, previous_error,
-                         previous_attempts)
-VALUES (:job_id, :now, :by, :state, :error, :attempts)
-"""
+CANCEL_JOB = _SQL["cancel_job"]
+FIND_REPLAYABLE = _SQL["find_replayable"]
+REPLAY_JOB = _SQL["replay_job"]
+CLEAR_FAILED_ITEMS = _SQL["clear_failed_items"]
+RECORD_REPLAY = _SQL["record_replay"]
 
 
 class Operations(Reads):

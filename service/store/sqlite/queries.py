@@ -2,252 +2,34 @@
 workers and tokens.
 """
 
-# The columns of a job's status, and whether its lease has run out: every read of a status selects these.
-STATUS_COLUMNS = """
-    id, tenant, queue, kind, state, priority, attempts, max_attempts, done, total, error,
-    cancel_requested, concurrency_key, idempotency_key, lease_owner, lease_expires_at,
-    run_after, created_at, started_at, finished_at, updated_at, result_id, items_ok, items_failed,
-    (state = 'running' AND lease_expires_at < :now) AS stale
-"""
+from service.store.sqlfiles import statements
 
-GET_JOB = (
-    """
-SELECT """
-    + STATUS_COLUMNS
-    + """
-FROM jobs WHERE id = :job_id AND (:tenant IS NULL OR tenant = :tenant)
-"""
-)
-
-GET_RESULT = """
-SELECT j.state, r.body
-FROM jobs AS j LEFT JOIN job_results AS r ON r.id = j.result_id
-WHERE j.id = :job_id AND (:tenant IS NULL OR j.tenant = :tenant)
-"""
-
-GET_PAYLOAD = """
-SELECT payload FROM jobs WHERE id = :job_id AND (:tenant IS NULL OR tenant = :tenant)
-"""
-
-_LIST_FILTERS = """
-  AND (:state IS NULL OR state = :state)
-  AND (:kind IS NULL OR kind = :kind)
-  AND (:queue IS NULL OR queue = :queue)
-  AND (:created_after IS NULL OR created_at > :created_after)
-  AND (:after_id IS NULL OR id < :after_id)
-ORDER BY id DESC
-LIMIT :limit
-"""
-
-LIST_JOBS = (
-    """
-SELECT """
-    + STATUS_COLUMNS
-    + """
-FROM jobs
-WHERE tenant = :tenant"""
-    + _LIST_FILTERS
-)
-
-# The operators' list, every tenant, down the primary key; its own statement, as on PostgreSQL.
-LIST_ALL_JOBS = (
-    """
-SELECT """
-    + STATUS_COLUMNS
-    + """
-FROM jobs
-WHERE true"""
-    + _LIST_FILTERS
-)
-
-JOB_ATTEMPTS = """
-SELECT attempt, claim, worker, due_at, started_at, finished_at, outcome, error
-FROM job_attempts
-WHERE job_id = :job_id
-ORDER BY claim
-"""
-
-RUNNING_JOBS = (
-    """
-SELECT """
-    + STATUS_COLUMNS
-    + """
-FROM jobs
-WHERE state = 'running'
-ORDER BY lease_owner, id
-LIMIT :limit
-"""
-)
-
-# -- failure_groups --
-# One query for the dead-letter view over a window of ix_jobs_finished_at.
-FAILURE_GROUPS = """
-SELECT kind, error_group, count(*) AS count, min(finished_at) AS first_seen,
-       max(finished_at) AS last_seen, max(id) AS example_job_id
-FROM jobs
-WHERE finished_at >= :since
-  AND state = 'failed'
-  AND (:kind IS NULL OR kind = :kind)
-  AND (:tenant IS NULL OR tenant = :tenant)
-GROUP BY kind, error_group
-ORDER BY count DESC, last_seen DESC
-"""
-
-OUTCOMES = """
-SELECT kind,
-       count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
-       count(*) FILTER (WHERE state = 'failed') AS failed
-FROM jobs
-WHERE finished_at >= strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :window || ' seconds')
-  AND (:kind IS NULL OR kind = :kind)
-GROUP BY kind
-ORDER BY kind
-"""
-
-LEASE_EXPIRIES = """
-SELECT count(*) AS expiries
-FROM job_attempts
-WHERE finished_at >= strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :window || ' seconds')
-  AND outcome = 'lease_expired'
-"""
-
-# width_bucket is registered on the connection (see SqliteStore.__init__) to match PostgreSQL's.
-DURATION_BUCKETS = """
-SELECT kind,
-       width_bucket((julianday(finished_at) - julianday(started_at)) * 86400.0, :bounds) AS bucket,
-       count(*) AS count
-FROM jobs
-WHERE finished_at >= strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :window || ' seconds')
-  AND state IN ('succeeded', 'failed') AND started_at IS NOT NULL
-GROUP BY kind, bucket
-"""
-
-PICKUP_BUCKETS = """
-SELECT j.kind,
-       width_bucket((julianday(a.started_at) - julianday(a.due_at)) * 86400.0, :bounds) AS bucket,
-       count(*) AS count
-FROM job_attempts AS a JOIN jobs AS j ON j.id = a.job_id
-WHERE a.finished_at >= strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :window || ' seconds')
-GROUP BY j.kind, bucket
-"""
-
-THROUGHPUT = """
-SELECT queue,
-       min(:buckets - 1, CAST(((julianday(finished_at) - julianday(:now)) * 86400.0 + :window)
-                              / :bucket_seconds AS INTEGER)) AS bucket,
-       count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
-       count(*) FILTER (WHERE state = 'failed') AS failed
-FROM jobs
-WHERE finished_at >= strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :window || ' seconds')
-  AND state IN ('succeeded', 'failed')
-GROUP BY queue, bucket
-ORDER BY queue, bucket
-"""
-
-# One arm per partial index, as on PostgreSQL (one scan for both states would read the table).
-QUEUE_STATS = """
-SELECT queue, sum(queued) AS queued, sum(due) AS due, sum(running) AS running,
-       (julianday(:now) - julianday(min(oldest_due))) * 86400.0 AS oldest_queued_age_seconds
-FROM (
-    SELECT queue, count(*) AS queued, count(*) FILTER (WHERE run_after <= :now) AS due, 0 AS running,
-           min(run_after) FILTER (WHERE run_after <= :now) AS oldest_due
-    FROM jobs WHERE state = 'queued' GROUP BY queue
-    UNION ALL
-    SELECT queue, 0, 0, count(*), NULL FROM jobs WHERE state = 'running' GROUP BY queue
-)
-GROUP BY queue
-ORDER BY queue
-"""
-
-# Jobs per queue, kind and active state, for /metrics: one arm per partial index, as
-# QUEUE_STATS (ix_jobs_claimable, ix_jobs_running), so a scrape never reads the history.
-ACTIVE_COUNTS = """
-SELECT queue, kind, 'queued' AS state, count(*) AS count FROM jobs WHERE state = 'queued' GROUP BY queue, kind
-UNION ALL
-SELECT queue, kind, 'running' AS state, count(*) AS count FROM jobs WHERE state = 'running' GROUP BY queue, kind
-ORDER BY queue, kind, state
-"""
+_SQL = statements("sqlite")
 
 
-LIST_WORKERS = """
-SELECT id, host, pid, queues, kinds, concurrency, started_at, last_seen_at
-FROM workers
-WHERE :within IS NULL
-   OR last_seen_at > strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :within || ' seconds')
-ORDER BY started_at DESC, id
-"""
-
-
-# An admin token is no tenant's: /v1 refuses it like an unknown one.
-TENANT_FOR_TOKEN = "SELECT tenant FROM api_tokens WHERE token_hash = :token_hash AND revoked_at IS NULL AND NOT admin"
-
-ADMIN_TOKEN = """
-SELECT id, tenant, name, created_at, revoked_at, admin FROM api_tokens
-WHERE token_hash = :token_hash AND revoked_at IS NULL AND admin
-"""
-
-
-LIST_TOKENS = """
-SELECT id, tenant, name, created_at, revoked_at, admin FROM api_tokens
-WHERE :tenant IS NULL OR tenant = :tenant
-ORDER BY created_at, id
-"""
-
-# -- limits --
-LIST_LIMITS = """
-SELECT scope, concurrency, rate, per_seconds, weight FROM limits
-WHERE :tenant IS NULL OR scope IN ('tenant:' || :tenant, 'tenant:*')
-ORDER BY scope
-"""
-
-SCOPE_USAGE = """
-SELECT scope, running, concurrency, rate, per_seconds, window_start, window_starts FROM scope_counters
-WHERE :scopes IS NULL OR scope IN (SELECT value FROM json_each(:scopes))
-ORDER BY scope
-"""
-
-# -- explain_facts (see the PostgreSQL store's EXPLAIN_FACTS) --
-EXPLAIN_FACTS = """
-SELECT a.attempt, a.worker, a.started_at AS attempt_started_at, a.finished_at AS attempt_finished_at,
-       a.outcome, a.error AS attempt_error,
-       EXISTS (SELECT 1 FROM limits WHERE scope = 'tenant:*'
-               AND (concurrency IS NOT NULL OR rate IS NOT NULL)) AS every_tenant_limited,
-       (SELECT count(*) FROM jobs AS o
-        WHERE o.state = 'queued' AND o.queue = :queue AND o.tenant = :tenant AND o.run_after <= :now
-          AND (o.priority > :priority
-               OR (o.priority = :priority AND (o.run_after < :run_after
-                                              OR (o.run_after = :run_after AND o.id < :job_id))))
-       ) AS ahead
-FROM (SELECT 1) AS one
-LEFT JOIN (
-    SELECT attempt, worker, started_at, finished_at, outcome, error FROM job_attempts
-    WHERE job_id = :job_id ORDER BY claim DESC LIMIT 1
-) AS a ON 1
-"""
-
-RUNNING_IN_SCOPE = """
-SELECT id FROM jobs
-WHERE state = 'running' AND (:tenant IS NULL OR tenant = :tenant)
-  AND :scope IN ('tenant:' || tenant, 'kind:' || kind, 'queue:' || queue, 'key:' || concurrency_key)
-ORDER BY id
-LIMIT :limit
-"""
-
-# -- list_items --
-# A page of a job's item outcomes in item order (keyset on the primary key), readable
-# while the job runs; JOB_EXISTS tells a job without outcomes from no such job.
-JOB_EXISTS = """
-SELECT 1 AS found FROM jobs WHERE id = :job_id AND (:tenant IS NULL OR tenant = :tenant)
-"""
-
-LIST_ITEMS = """
-SELECT item_index, state, result, error, attempt, finished_at
-FROM job_items
-WHERE job_id = :job_id AND item_index > :after_index AND (:state IS NULL OR state = :state)
-ORDER BY item_index
-LIMIT :limit
-"""
-
-# The failed items only, through the partial index ix_job_items_failed: SQLite uses a partial
-# index only for a predicate written out as the index's, so not for the parameter above.
-LIST_FAILED_ITEMS = LIST_ITEMS.replace("AND (:state IS NULL OR state = :state)", "AND state = 'failed'")
+GET_JOB = _SQL["get_job"]
+GET_RESULT = _SQL["get_result"]
+GET_PAYLOAD = _SQL["get_payload"]
+LIST_JOBS = _SQL["list_jobs"]
+LIST_ALL_JOBS = _SQL["list_all_jobs"]
+JOB_ATTEMPTS = _SQL["job_attempts"]
+RUNNING_JOBS = _SQL["running_jobs"]
+FAILURE_GROUPS = _SQL["failure_groups"]
+OUTCOMES = _SQL["outcomes"]
+LEASE_EXPIRIES = _SQL["lease_expiries"]
+DURATION_BUCKETS = _SQL["duration_buckets"]
+PICKUP_BUCKETS = _SQL["pickup_buckets"]
+THROUGHPUT = _SQL["throughput"]
+QUEUE_STATS = _SQL["queue_stats"]
+ACTIVE_COUNTS = _SQL["active_counts"]
+LIST_WORKERS = _SQL["list_workers"]
+TENANT_FOR_TOKEN = _SQL["tenant_for_token"]
+ADMIN_TOKEN = _SQL["admin_token"]
+LIST_TOKENS = _SQL["list_tokens"]
+LIST_LIMITS = _SQL["list_limits"]
+SCOPE_USAGE = _SQL["scope_usage"]
+EXPLAIN_FACTS = _SQL["explain_facts"]
+RUNNING_IN_SCOPE = _SQL["running_in_scope"]
+JOB_EXISTS = _SQL["job_exists"]
+LIST_ITEMS = _SQL["list_items"]
+LIST_FAILED_ITEMS = _SQL["list_failed_items"]

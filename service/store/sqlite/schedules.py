@@ -14,49 +14,18 @@ from service.errors import ScheduleNotFound
 from service.schedules import Schedule, ScheduleSpec
 from service.store.rows import Readers
 from service.store.schedule_rows import DUE_SCHEDULES_BATCH, schedule_params, schedule_row
+from service.store.sqlfiles import statements
 from service.store.sqlite.connection import Connected
 from service.store.sqlite.timestamps import from_text, to_text
 
-# Insert or redefine; a redefinition keeps paused, the last run, and next_run_at unless
-# the cron expression or the time zone changed (a worker restart must not re-fire a tick).
-SAVE_SCHEDULE = """
-INSERT INTO schedules (name, cron, timezone, kind, payload, queue, tenant, catch_up, source,
-                       next_run_at, created_at, updated_at)
-VALUES (:name, :cron, :timezone, :kind, :payload, :queue, :tenant, :catch_up, :source, :next_run_at, :now, :now)
-ON CONFLICT (name) DO UPDATE SET
-    next_run_at = CASE WHEN schedules.cron <> excluded.cron OR schedules.timezone <> excluded.timezone
-                       THEN excluded.next_run_at ELSE schedules.next_run_at END,
-    cron = excluded.cron, timezone = excluded.timezone, kind = excluded.kind,
-    payload = excluded.payload, queue = excluded.queue, tenant = excluded.tenant,
-    catch_up = excluded.catch_up, source = excluded.source, updated_at = excluded.updated_at
-RETURNING *"""
+_SQL = statements("sqlite")
 
-LIST_SCHEDULES = "SELECT * FROM schedules ORDER BY name"
-
-# The scheduler's read, every half second on every worker: ix_schedules_due, due rows only.
-DUE_SCHEDULES = """
-SELECT * FROM schedules
-WHERE NOT paused AND next_run_at <= :now
-ORDER BY next_run_at
-LIMIT :limit"""
-
-# Compare-and-set: only the pass that read this next_run_at moves it on (one writer per tick).
-ADVANCE_SCHEDULE = """
-UPDATE schedules
-SET next_run_at = :next_run_at,
-    last_run_at = coalesce(:tick, last_run_at),
-    last_job_id = coalesce(:job_id, last_job_id),
-    updated_at = :now
-WHERE name = :name AND next_run_at = :expected AND NOT paused
-RETURNING name"""
-
-SET_PAUSED = """
-UPDATE schedules
-SET paused = :paused, next_run_at = coalesce(:next_run_at, next_run_at), updated_at = :now
-WHERE name = :name
-RETURNING *"""
-
-DELETE_SCHEDULE = "DELETE FROM schedules WHERE name = :name RETURNING name"
+SAVE_SCHEDULE = _SQL["save_schedule"]
+LIST_SCHEDULES = _SQL["list_schedules"]
+DUE_SCHEDULES = _SQL["due_schedules"]
+ADVANCE_SCHEDULE = _SQL["advance_schedule"]
+SET_PAUSED = _SQL["set_paused"]
+DELETE_SCHEDULE = _SQL["delete_schedule"]
 
 _READ = Readers(time=from_text, ident=uuid.UUID, names=lambda text: tuple(json.loads(text)), json=json.loads)
 

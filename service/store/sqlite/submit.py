@@ -10,36 +10,16 @@ from service.errors import InvalidInput
 from service.jobs import JobStatus, NewJob, new_job_id
 from service.payloads import dump_json
 from service.store import checks
+from service.store.sqlfiles import statements
 from service.store.sqlite.connection import Connected, status
-from service.store.sqlite.queries import STATUS_COLUMNS, TENANT_FOR_TOKEN
+from service.store.sqlite.queries import TENANT_FOR_TOKEN
 from service.store.sqlite.statements import TENANT_COUNTER
 from service.store.sqlite.timestamps import to_text
 
-# -- enqueue_jobs --
-# A tenant's idempotency key that is already taken inserts nothing; the caller
-# then reads the existing job with READ_BY_IDEMPOTENCY_KEYS.
-ENQUEUE_JOBS = (
-    """
-INSERT INTO jobs (id, tenant, queue, kind, payload, state, priority, attempts, max_attempts,
-                  max_attempts_default, done, total, run_after, concurrency_key, idempotency_key,
-                  created_at, updated_at)
-VALUES (:id, :tenant, :queue, :kind, :payload, 'queued', :priority, 0, :max_attempts,
-        :max_attempts_default, 0, :total, coalesce(:run_after, strftime('%Y-%m-%d %H:%M:%f', :now, :delay || ' seconds')),
-        :concurrency_key, :idempotency_key, :now, :now)
-ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING """
-    + STATUS_COLUMNS
-)
+_SQL = statements("sqlite")
 
-
-READ_BY_IDEMPOTENCY_KEYS = (
-    """
-SELECT """
-    + STATUS_COLUMNS
-    + """
-FROM jobs WHERE tenant = :tenant AND idempotency_key = :idempotency_key
-"""
-)
+ENQUEUE_JOBS = _SQL["enqueue_jobs"]
+READ_BY_IDEMPOTENCY_KEYS = _SQL["read_by_idempotency_keys"]
 
 
 class Submitting(Connected):

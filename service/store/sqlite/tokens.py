@@ -8,22 +8,14 @@ from service.jobs import ApiToken, new_job_id
 from service.payloads import token_tenant
 from service.store import checks
 from service.store.rows import api_token
+from service.store.sqlfiles import statements
 from service.store.sqlite.connection import READ, Connected
 from service.store.sqlite.queries import ADMIN_TOKEN, LIST_TOKENS, TENANT_FOR_TOKEN
 
-# -- api tokens --
-CREATE_TOKEN = """
-INSERT INTO api_tokens (id, tenant, name, token_hash, created_at, admin)
-VALUES (:id, :tenant, :name, :token_hash, :now, :admin)
-RETURNING id, tenant, name, created_at, revoked_at, admin
-"""
+_SQL = statements("sqlite")
 
-
-REVOKE_TOKEN = """
-UPDATE api_tokens SET revoked_at = coalesce(revoked_at, :now)
-WHERE id = :id
-RETURNING id, tenant, name, created_at, revoked_at, admin
-"""
+CREATE_TOKEN = _SQL["create_token"]
+REVOKE_TOKEN = _SQL["revoke_token"]
 
 
 class Tokens(Connected):

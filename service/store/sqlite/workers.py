@@ -8,22 +8,16 @@ from service.jobs import WorkerInfo
 from service.store import checks
 from service.store.base import Listener
 from service.store.rows import worker_info
+from service.store.sqlfiles import statements
 from service.store.sqlite.connection import READ, Connected
 from service.store.sqlite.listener import SilentListener
 from service.store.sqlite.queries import LIST_WORKERS
 
-# -- workers --
-REGISTER_WORKER = """
-INSERT INTO workers (id, host, pid, queues, kinds, concurrency, started_at, last_seen_at)
-VALUES (:id, :host, :pid, :queues, :kinds, :concurrency, :now, :now)
-ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at
-"""
+_SQL = statements("sqlite")
 
-
-TOUCH_WORKER = "UPDATE workers SET last_seen_at = :now WHERE id = :id"
-
-
-DEREGISTER_WORKER = "DELETE FROM workers WHERE id = :id"
+REGISTER_WORKER = _SQL["register_worker"]
+TOUCH_WORKER = _SQL["touch_worker"]
+DEREGISTER_WORKER = _SQL["deregister_worker"]
 
 
 class Workers(Connected):

@@ -1,0 +1,243 @@
+-- name: claim_jobs
+-- The claim: up to :limit due jobs of the worker's queues (and kinds), fair across
+-- tenants and within every limit, in one statement and one round trip.
+-- Invariant 1: FOR UPDATE SKIP LOCKED (``picked``) hands each due row to exactly one
+-- claimer and never makes a claimer wait for a job; attempts + 1 and the lease are set
+-- in the same statement (``claimed``), so the fencing token (claims, attempts,
+-- lease_owner) is born with the claim. Invariant 2: the lease expiry comes from the
+-- database clock. The store runs CLAIM_PLANNER before it, in its transaction (see there).
+-- Read top to bottom: which tenants (walk, tenants), how many jobs each (cand, shares),
+-- which rows (picked), whether every limit still allows them (scoped ... admitted), and
+-- the writes (claimed, counted, opened).
+--
+-- The parameters, read through ``n``, a CTE the planner cannot see into: a plan for given
+-- values then costs no less than the generic one, and PostgreSQL keeps the generic plan
+-- after its five trial plans (planning took as long as running: docs/PERFORMANCE.md).
+WITH RECURSIVE n AS (
+    SELECT {{now}} AS ts, :queues::text[] AS queues, :kinds::text[] AS kinds,
+           :cursor::text AS cursor, :visit::int AS visit, :limit::int AS lim
+),
+-- The worker's queues, one row each: every read of jobs below is one probe of
+-- ix_jobs_claimable per queue.
+q AS (
+    SELECT unnest(n.queues) AS queue FROM n
+),
+-- Fairness, step 1: the tenants with a due job, in name order, starting just after
+-- :cursor (the last tenant this worker took from) and wrapping around once: one probe of
+-- ix_jobs_claimable per tenant (a loose index scan), never every queued row.
+walk(tenant, lap, first, step) AS (
+    SELECT n.cursor, 0, true, 0 FROM n
+    UNION ALL
+    SELECT nxt.tenant, w.lap + CASE WHEN w.tenant IS NULL THEN 1 ELSE 0 END, false, w.step + 1
+    FROM walk AS w
+    CROSS JOIN LATERAL (
+        SELECT min(h.tenant) AS tenant
+        FROM q CROSS JOIN LATERAL (
+            SELECT j.tenant
+            FROM jobs AS j
+            WHERE j.state = 'queued' AND j.queue = q.queue AND j.tenant > coalesce(w.tenant, '')
+              AND j.run_after <= (SELECT ts FROM n)
+              AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[]))
+            ORDER BY j.tenant
+            LIMIT 1
+        ) AS h
+    ) AS nxt
+    -- one lap from the cursor to the end, then one from the start back to the cursor
+    WHERE (w.tenant IS NULL AND w.lap = 0) OR (w.tenant IS NOT NULL AND (w.lap = 0 OR w.tenant < (SELECT cursor FROM n)))
+),
+-- Fairness, step 2: the first :visit tenants of the walk that have room in their tenant
+-- scope, each with its running jobs and its weight. A tenant:* limit with no counter
+-- for the tenant leaves no room (the counter is made at enqueue; missing means a bug,
+-- and a bug must idle, not overrun). Scalar subqueries, not joins: the walk is then
+-- pulled only until :visit tenants with room are found (a hash join would build the
+-- whole walk, one probe per tenant).
+tenants AS (
+    SELECT w.tenant, w.room, w.step,
+           coalesce((SELECT own.weight FROM limits AS own WHERE own.scope = 'tenant:' || w.tenant),
+                    (SELECT dflt.weight FROM limits AS dflt WHERE dflt.scope = 'tenant:*'), 1.0) AS weight,
+           (SELECT count(*) FROM jobs AS r WHERE r.state = 'running' AND r.tenant = w.tenant) AS running
+    FROM (
+        SELECT w.tenant, w.step,
+               coalesce((SELECT {{room(c)}} FROM scope_counters AS c, n
+                         WHERE c.scope = 'tenant:' || w.tenant),
+                        CASE WHEN {{every_tenant_limited}} THEN 0 END) AS room
+        FROM walk AS w
+        WHERE NOT w.first AND w.tenant IS NOT NULL AND (w.lap = 0 OR w.tenant <= (SELECT cursor FROM n))
+    ) AS w
+    WHERE w.room IS NULL OR w.room > 0
+    LIMIT (SELECT visit FROM n)
+),
+-- Fairness, step 3: each visited tenant's next :limit jobs in its own priority order,
+-- ranked (``place``), not locked: another claimer may hold some. The line of a tenant is
+-- the same index probe as ``picked`` takes (tenant_line), so both see the same jobs.
+cand AS (
+    SELECT c.id, c.tenant, t.step, t.weight, t.running AS tenant_running, t.room AS tenant_room,
+           row_number() OVER (PARTITION BY c.tenant ORDER BY c.priority DESC, c.run_after, c.id) AS place
+    FROM tenants AS t
+    CROSS JOIN LATERAL (
+        SELECT j.*
+        FROM q CROSS JOIN LATERAL (
+            SELECT j.id, j.tenant, j.priority, j.run_after
+            FROM jobs AS j
+            WHERE {{tenant_line(t.tenant)}}
+            ORDER BY j.priority DESC, j.run_after, j.id
+            LIMIT (SELECT lim FROM n)
+        ) AS j
+        ORDER BY j.priority DESC, j.run_after, j.id
+        LIMIT (SELECT lim FROM n)
+    ) AS c
+),
+-- Fairness, step 4: how many jobs each tenant gets. A job's virtual time is (its tenant's
+-- running jobs + its place in its tenant's line) / the tenant's weight; the :limit lowest
+-- among all candidates make the shares, ties in visiting order (round robin). So a
+-- tenant's priority orders only its own jobs, a tenant with fewer running jobs (per
+-- weight) goes first, and a lone tenant takes every free slot (work-conserving).
+shares AS (
+    SELECT tenant, step, count(*) AS share
+    FROM (
+        SELECT c.tenant, c.step
+        FROM cand AS c
+        WHERE c.tenant_room IS NULL OR c.place <= c.tenant_room
+        ORDER BY (c.tenant_running + c.place) / c.weight, c.step, c.place
+        LIMIT (SELECT lim FROM n)
+    ) AS best
+    GROUP BY tenant, step
+),
+-- Invariant 1: each tenant's share, locked FOR UPDATE SKIP LOCKED down the tenant's line:
+-- past rows another claimer holds, so claimers at the same instant take different jobs
+-- rather than all but one coming back empty.
+picked AS (
+    SELECT j.id, j.tenant, j.kind, j.queue, j.concurrency_key, sh.step, j.place
+    FROM shares AS sh
+    CROSS JOIN LATERAL (
+        SELECT j.*, row_number() OVER (ORDER BY j.priority DESC, j.run_after, j.id) AS place
+        FROM q CROSS JOIN LATERAL (
+            SELECT j.id, j.tenant, j.kind, j.queue, j.concurrency_key, j.priority, j.run_after
+            FROM jobs AS j
+            WHERE {{tenant_line(sh.tenant)}}
+            ORDER BY j.priority DESC, j.run_after, j.id
+            LIMIT sh.share
+            FOR UPDATE OF j SKIP LOCKED
+        ) AS j
+        ORDER BY j.priority DESC, j.run_after, j.id
+        LIMIT sh.share
+    ) AS j
+),
+-- Limits, from here to ``admitted``: why no race puts a scope over its limit. Every
+-- limited scope has a scope_counters row whose ``running`` is exact: this statement adds
+-- what it takes (``counted``), every statement that ends a run subtracts (give_back),
+-- and an operator's change recomputes it under LOCK_COUNTERS, which waits for every
+-- claim and finish in flight. The rooms read above come from this statement's snapshot,
+-- which may be stale under READ COMMITTED (two claimers can both see "2 of 3 running"):
+-- they only skip hopeless candidates early. The decision is taken on locked rows.
+-- ``scoped``: each picked job once per scope it counts in.
+scoped AS (
+    SELECT p.id, p.place, p.step, s.scope
+    FROM picked AS p CROSS JOIN LATERAL unnest({{scopes(p)}}) AS s(scope)
+    WHERE s.scope IS NOT NULL
+),
+-- The counter rows of those scopes, locked FOR UPDATE in scope order (no deadlock between
+-- claimers, nor with a finish's give_back). A row changed by a claimer or finisher that
+-- committed after our snapshot is read in its newest version (READ COMMITTED re-reads a
+-- row it waited to lock), and a second claimer waits for the first's commit.
+counters AS (
+    SELECT c.scope, {{room(c)}} AS room
+    FROM scope_counters AS c, n
+    WHERE c.scope IN (SELECT scope FROM scoped)
+    ORDER BY c.scope
+    FOR UPDATE OF c
+),
+-- Each picked job's place among the picked jobs of each of its scopes, beside the room
+-- left there (NULL: no limit; a tenant:* limit without the tenant's counter: none).
+placed AS (
+    SELECT s.id, s.scope,
+           row_number() OVER (PARTITION BY s.scope ORDER BY s.place, s.step) AS place,
+           CASE WHEN c.scope IS NOT NULL THEN c.room
+                WHEN s.scope LIKE 'tenant:%' AND {{every_tenant_limited}} THEN 0
+           END AS room
+    FROM scoped AS s LEFT JOIN counters AS c ON c.scope = s.scope
+),
+-- A job is taken when its place is within the room in every one of its scopes. One
+-- picked but not admitted (a scope filled meanwhile) is simply not updated: its row lock
+-- ends with the statement. The placement is conservative (a job refused by one scope
+-- still holds its place in the others): a race can cost a slot for one claim, never put
+-- a scope over its limit.
+admitted AS (
+    SELECT id FROM placed GROUP BY id HAVING bool_and(room IS NULL OR place <= room)
+),
+-- Invariants 1 and 2: the claim proper, the fencing token and the lease in one write.
+claimed AS (
+    UPDATE jobs AS j
+    SET state = 'running',
+        attempts = j.attempts + 1,
+        claims = j.claims + 1,
+        -- the kind's max_attempts (the claimer's handler's): the default of a job that named
+        -- none, a ceiling on one that did; never below this attempt (attempts <= max_attempts)
+        max_attempts = CASE WHEN :kind_max_attempts::jsonb ->> j.kind IS NULL THEN j.max_attempts
+                            WHEN j.max_attempts_default
+                            THEN GREATEST(j.attempts + 1, (:kind_max_attempts::jsonb ->> j.kind)::int)
+                            ELSE GREATEST(j.attempts + 1,
+                                          LEAST(j.max_attempts, (:kind_max_attempts::jsonb ->> j.kind)::int))
+                       END,
+        lease_owner = :worker,
+        lease_expires_at = n.ts + make_interval(secs => :lease_seconds),
+        started_at = n.ts,
+        updated_at = n.ts
+    FROM admitted, n
+    WHERE j.id = admitted.id
+    RETURNING j.id, j.kind, j.queue, j.tenant, j.concurrency_key, j.payload, j.checkpoint, j.done, j.total, j.items_ok, j.items_failed,
+              j.attempts, j.claims, j.max_attempts, j.lease_expires_at, j.run_after, n.ts AS started_at, {{notify_changed}}
+),
+-- The claimed jobs added to the very counter rows ``counters`` holds: running, and the
+-- starts in the current rate window (a new window starts its count afresh).
+counted AS (
+    UPDATE scope_counters AS c
+    SET running = c.running + t.jobs,
+        window_start = CASE WHEN c.rate IS NULL THEN c.window_start ELSE {{window(c)}} END,
+        window_starts = CASE WHEN c.rate IS NULL THEN c.window_starts
+                             WHEN c.window_start = {{window(c)}} THEN c.window_starts + t.jobs
+                             ELSE t.jobs END
+    FROM (
+        SELECT s.scope, count(*) AS jobs
+        FROM claimed AS cl CROSS JOIN LATERAL unnest({{scopes(cl)}}) AS s(scope)
+        WHERE s.scope IS NOT NULL
+        GROUP BY s.scope
+    ) AS t, n
+    WHERE c.scope = t.scope
+),
+-- Invariant 3: every attempt has its row from the moment it starts.
+opened AS (
+    INSERT INTO job_attempts (job_id, claim, attempt, worker, due_at, started_at)
+    SELECT id, claims, attempts, :worker, run_after, started_at FROM claimed
+)
+SELECT * FROM claimed ORDER BY id
+
+-- fragment: tenant_line(tenant)
+-- A tenant's line in one queue (jobs alias j, the queue q.queue), in the order of
+-- ix_jobs_claimable: its due queued jobs of the worker's kinds, skipping jobs in a kind,
+-- queue or key scope with no room (the tenant's own room is judged once, in ``tenants``).
+-- The clock is a scalar, never a join to n: beside a long history the planner guesses
+-- the line at one row, puts n outside, and loses the index's order.
+j.state = 'queued' AND j.queue = q.queue AND j.tenant = {tenant}
+              AND j.run_after <= (SELECT ts FROM n)
+              AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[]))
+              AND NOT EXISTS (
+                  SELECT 1 FROM scope_counters AS s, n
+                  WHERE s.scope IN ({{scopes_below_tenant(j)}})
+                    AND {{room(s)}} <= 0)
+
+-- name: claim_planner
+-- Run in the transaction of every CLAIM_JOBS, before it. The claim keeps one generic plan
+-- per connection (its comment at ``n`` says why), planned for a row count it cannot know: LIMIT
+-- from a parameter is taken as a tenth of the rows. On a small analysed table that makes
+-- "read every queued row and sort them" look cheapest for ``cand`` and ``picked`` (a
+-- sequential or a bitmap scan: 990 rows read and sorted to lock one, 2.4 ms), and "hash
+-- every job" for finding the claimed rows again, and the plan is kept as the queue grows
+-- (7 ms at 1,000 queued, growing with the backlog). The claim was written for one plan:
+-- every read of jobs walks ix_jobs_claimable in claim order and stops at the share, and
+-- every set it joins (at most its limit of rows) is joined by a nested loop of key
+-- lookups. So that is the only plan left while it is planned, whatever the tables' size
+-- or statistics: no sequential or bitmap scans, no hash or merge joins.
+SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
+       set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)
+

@@ -1,0 +1,90 @@
+-- name: active_counts
+-- Jobs per queue, kind and active state, for /metrics: one arm per partial index, as
+-- QUEUE_STATS (ix_jobs_claimable, ix_jobs_running), so a scrape never reads the history.
+SELECT queue, kind, 'queued' AS state, count(*) AS count FROM jobs WHERE state = 'queued' GROUP BY queue, kind
+UNION ALL
+SELECT queue, kind, 'running' AS state, count(*) AS count FROM jobs WHERE state = 'running' GROUP BY queue, kind
+ORDER BY queue, kind, state
+
+-- name: admin_token
+-- The console's login and every console request: a live operator's token, or nothing.
+SELECT id, tenant, name, created_at, revoked_at, admin FROM api_tokens
+WHERE token_hash = :token_hash AND {{live_admin_token(api_tokens)}}
+
+-- name: job_attempts
+-- A job's attempts, oldest first, through uq_job_attempts_job_id_claim.
+SELECT attempt, claim, worker, due_at, started_at, finished_at, outcome, error
+FROM job_attempts
+WHERE job_id = :job_id
+ORDER BY claim
+
+-- name: tenant_for_token
+-- An admin token is no tenant's: /v1 refuses it like an unknown one.
+SELECT tenant FROM api_tokens WHERE token_hash = :token_hash AND {{live_tenant_token(api_tokens)}}
+
+-- name: running_jobs
+-- What the fleet runs now, through the partial index ix_jobs_running: bounded by the slots.
+SELECT {{status_columns}}
+FROM jobs
+WHERE state = 'running'
+ORDER BY lease_owner, id
+LIMIT :limit
+
+-- fragment: status_columns
+-- The columns of a job's status, and whether its lease has run out: every read of a status selects these.
+    id, tenant, queue, kind, state, priority, attempts, max_attempts, done, total, error,
+    cancel_requested, concurrency_key, idempotency_key, lease_owner, lease_expires_at,
+    run_after, created_at, started_at, finished_at, updated_at, result_id, items_ok, items_failed,
+    (state = 'running' AND lease_expires_at < {{now}}) AS stale
+
+-- name: running_in_scope
+-- Running jobs in one scope that the caller may see (a tenant sees only its own ids).
+SELECT id FROM jobs
+WHERE state = 'running' AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
+  AND :scope IN ({{job_scopes(jobs)}})
+ORDER BY id
+LIMIT :limit
+
+-- name: get_result
+-- The result body is read only here, by its own request, never by a status poll.
+SELECT j.state, r.body
+FROM jobs AS j LEFT JOIN job_results AS r ON r.id = j.result_id
+WHERE j.id = :job_id AND (CAST(:tenant AS text) IS NULL OR j.tenant = :tenant)
+
+-- name: list_limits
+-- A tenant's own scopes: its tenant:NAME limit and the tenant:* default that applies to it.
+SELECT scope, concurrency, rate, per_seconds, weight FROM limits
+WHERE CAST(:tenant AS text) IS NULL OR scope IN ('tenant:' || :tenant, 'tenant:*')
+ORDER BY scope
+
+-- name: list_tokens
+-- The API tokens, a tenant's or all; never a token's hash.
+SELECT id, tenant, name, created_at, revoked_at, admin FROM api_tokens
+WHERE CAST(:tenant AS text) IS NULL OR tenant = :tenant
+ORDER BY created_at, id
+
+-- name: get_payload
+-- The payload alone, by primary key: only a submit that repeats an Idempotency-Key reads it.
+SELECT payload FROM jobs
+WHERE id = :job_id AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
+
+-- name: get_job
+-- A job's status by id; another tenant's job reads as missing.
+SELECT {{status_columns}}
+FROM jobs
+WHERE id = :job_id AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
+
+-- name: list_jobs
+-- Keyset pagination on the time-ordered id through ix_jobs_tenant_id.
+SELECT {{status_columns}}
+FROM jobs
+WHERE tenant = :tenant
+{{list_filters}}
+
+-- name: list_all_jobs
+-- The operators' list, every tenant: the same keyset walk down the primary key. A statement
+-- of its own, not "tenant IS NULL OR": a generic plan of that could not use ix_jobs_tenant_id.
+SELECT {{status_columns}}
+FROM jobs
+WHERE true
+{{list_filters}}

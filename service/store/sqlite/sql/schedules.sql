@@ -1,0 +1,21 @@
+-- name: save_schedule
+-- Insert or redefine; a redefinition keeps paused, the last run, and next_run_at unless
+-- the cron expression or the time zone changed (a worker restart must not re-fire a tick).
+INSERT INTO schedules (name, cron, timezone, kind, payload, queue, tenant, catch_up, source,
+                       next_run_at, created_at, updated_at)
+VALUES (:name, :cron, :timezone, :kind, :payload, :queue, :tenant, :catch_up, :source, :next_run_at, :now, :now)
+ON CONFLICT (name) DO UPDATE SET
+    next_run_at = CASE WHEN schedules.cron <> excluded.cron OR schedules.timezone <> excluded.timezone
+                       THEN excluded.next_run_at ELSE schedules.next_run_at END,
+    cron = excluded.cron, timezone = excluded.timezone, kind = excluded.kind,
+    payload = excluded.payload, queue = excluded.queue, tenant = excluded.tenant,
+    catch_up = excluded.catch_up, source = excluded.source, updated_at = excluded.updated_at
+RETURNING *
+
+-- name: due_schedules
+-- The scheduler's read, every half second on every worker: ix_schedules_due, due rows only.
+SELECT * FROM schedules
+WHERE NOT paused AND next_run_at <= :now
+ORDER BY next_run_at
+LIMIT :limit
+
