@@ -255,7 +255,7 @@ class SnapshotCollector:
         yield GaugeMetricFamily(
             "jobq_tenant_scopes_at_limit",
             "Tenants running as many jobs as their concurrency limit allows.",
-            value=sum(1 for u in tenants if u.concurrency is not None and u.running >= u.concurrency),
+            value=sum(1 for u in tenants if u.is_full()),
         )
         yield GaugeMetricFamily(
             "jobq_metrics_read_duration_seconds",
