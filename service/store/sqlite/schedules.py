@@ -12,9 +12,11 @@ from datetime import datetime
 
 from service.errors import ScheduleNotFound
 from service.schedules import Schedule, ScheduleSpec
+from service.store.base import LeaderLease
 from service.store.rows import Readers
 from service.store.schedule_rows import DUE_SCHEDULES_BATCH, schedule_params, schedule_row
 from service.store.sqlite.connection import Connected
+from service.store.sqlite.leadership import check_leader
 from service.store.sqlite.timestamps import from_text, to_text
 
 # Insert or redefine; a redefinition keeps paused, the last run, and next_run_at unless
@@ -91,6 +93,8 @@ class Schedules(Connected):
         next_run_at: datetime,
         tick: datetime | None = None,
         job_id: uuid.UUID | None = None,
+        *,
+        leader: LeaderLease | None = None,
     ) -> bool:
         params = {
             "name": name,
@@ -100,6 +104,7 @@ class Schedules(Connected):
             "job_id": str(job_id) if job_id is not None else None,
         }
         with self._write() as (conn, now):
+            check_leader(conn, now, leader)
             return conn.execute(ADVANCE_SCHEDULE, {**params, "now": now}).fetchone() is not None
 
     def set_schedule_paused(self, name: str, paused: bool, next_run_at: datetime | None = None) -> Schedule:
