@@ -414,10 +414,11 @@ class Store(Protocol):
         ...
 
     # -- leadership (service.maintenance.leadership) -----------------------------------
-    def acquire_leadership(self, name: str, owner: str, lease_seconds: float) -> LeaderLease | None:
+    def acquire_leadership(self, name: str, owner: str, lease_seconds: float) -> tuple[LeaderLease | None, float]:
         """Take the leadership if it is free (never held, expired or resigned), with term + 1,
-        or renew it if ``owner`` holds it unexpired; None while another holds it. One statement,
-        the database clock: the lease lasts ``lease_seconds`` from now."""
+        or renew it if ``owner`` holds it unexpired: (the lease, 0). While another holds it:
+        (None, the seconds until that lease ends), when a candidate should ask again. One
+        statement, the database clock: the lease lasts ``lease_seconds`` from now."""
         ...
 
     def resign_leadership(self, lease: LeaderLease) -> bool:

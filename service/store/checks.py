@@ -288,6 +288,16 @@ def require_leader(row: object | None, lease: LeaderLease) -> None:
         raise LeadershipLost(lease.name, lease.owner, lease.term)
 
 
+def leadership_answer(row: Row | None, read_time: Callable[[Any], datetime]) -> tuple[LeaderLease | None, float]:
+    """ACQUIRE_LEADERSHIP's answer: the lease when the caller holds it now, else None and the
+    seconds until the holder's lease ends (0: free now, or nothing read)."""
+    if row is None:
+        return None, 0.0
+    if row["mine"]:
+        return leader_lease(row, read_time), 0.0
+    return None, max(float(row["free_in"]), 0.0)
+
+
 def leader_lease(row: Row | None, read_time: Callable[[Any], datetime]) -> LeaderLease | None:
     """A leaders row (None: no row came back) as the token its holder writes with."""
     if row is None:

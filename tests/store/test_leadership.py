@@ -24,7 +24,8 @@ LEASE = 10.0
 
 
 def acquire(store: Store, owner: str, lease_seconds: float = LEASE) -> LeaderLease | None:
-    return store.acquire_leadership(MAINTENANCE, owner, lease_seconds)
+    lease, _free_in = store.acquire_leadership(MAINTENANCE, owner, lease_seconds)
+    return lease
 
 
 def test_a_free_leadership_is_taken_with_term_one_and_then_held_against_others(store, clock: FakeClock):
@@ -33,6 +34,16 @@ def test_a_free_leadership_is_taken_with_term_one_and_then_held_against_others(s
     assert first == LeaderLease(MAINTENANCE, "worker-a", 1, clock.now(), clock.now() + timedelta(seconds=LEASE))
     assert acquire(store, "worker-b") is None
     assert store.current_leader() == first
+
+
+def test_a_candidate_learns_when_the_holders_lease_ends(store, clock: FakeClock):
+    acquire(store, "worker-a")
+    clock.advance(4)
+
+    assert store.acquire_leadership(MAINTENANCE, "worker-b", LEASE) == (
+        None,
+        pytest.approx(LEASE - 4, abs=0.01),
+    )  # julianday: ms
 
 
 def test_the_holder_renews_keeping_its_term(store, clock: FakeClock):
@@ -206,7 +217,7 @@ def _race(url: str, owner: str, seed: int, results: multiprocessing.Queue) -> No
     deadline = time.monotonic() + RACE_SECONDS
     try:
         while time.monotonic() < deadline:
-            lease = store.acquire_leadership(MAINTENANCE, owner, RACE_LEASE)
+            lease, _free_in = store.acquire_leadership(MAINTENANCE, owner, RACE_LEASE)
             if lease is not None:
                 got.append((lease.term, lease.owner, lease.acquired_at, lease.expires_at))
                 if rng.random() < 0.2:

@@ -29,21 +29,45 @@ _NOW = "coalesce(%(now)s::timestamptz, now())"
 # and then with term + 1: the fencing number every leader write is checked against. It is
 # renewed (term kept) only by its owner while its lease lasts; an owner whose own lease
 # ran out takes it again like anyone, with a new term, since its old term's writes were
-# already refused. One statement: racing candidates queue on the row (or on its key, for
-# the first insert) and each re-reads it before deciding, so exactly one takes a free
-# lease; a candidate that finds it held gets no row back. Database clock only.
+# already refused. One statement. The UPDATE locks the row only when it will take or renew
+# it (a candidate that finds the lease held reads it and locks nothing, so a fleet of
+# candidates never queues on the row or waits on a leader's fence); racing takers queue on
+# the row and each re-reads it before deciding, so one takes a free lease. The first
+# insert races on the key (DO NOTHING: the loser reads nothing and tries again).
+# Answered with the row and, when another holds it, free_in: seconds until its lease ends,
+# so a candidate comes back then instead of polling. Database clock only.
 ACQUIRE_LEADERSHIP = f"""
-INSERT INTO leaders AS l (name, owner, term, acquired_at, renewed_at, expires_at)
-SELECT %(name)s, %(owner)s, 1, n.ts, n.ts, n.ts + make_interval(secs => %(lease_seconds)s)
-FROM (SELECT {_NOW} AS ts) AS n
-ON CONFLICT (name) DO UPDATE SET
-    owner = excluded.owner,
-    term = CASE WHEN l.expires_at > excluded.renewed_at THEN l.term ELSE l.term + 1 END,
-    acquired_at = CASE WHEN l.expires_at > excluded.renewed_at THEN l.acquired_at ELSE excluded.acquired_at END,
-    renewed_at = excluded.renewed_at,
-    expires_at = excluded.expires_at
-WHERE l.expires_at <= excluded.renewed_at OR l.owner = excluded.owner
-RETURNING l.name, l.owner, l.term, l.acquired_at, l.expires_at
+WITH n AS (
+    SELECT {_NOW} AS ts
+),
+taken AS (
+    UPDATE leaders AS l
+    SET owner = %(owner)s,
+        term = CASE WHEN l.expires_at > n.ts THEN l.term ELSE l.term + 1 END,
+        acquired_at = CASE WHEN l.expires_at > n.ts THEN l.acquired_at ELSE n.ts END,
+        renewed_at = n.ts,
+        expires_at = n.ts + make_interval(secs => %(lease_seconds)s)
+    FROM n
+    WHERE l.name = %(name)s AND (l.expires_at <= n.ts OR l.owner = %(owner)s)
+    RETURNING l.name, l.owner, l.term, l.acquired_at, l.expires_at
+),
+founded AS (
+    INSERT INTO leaders (name, owner, term, acquired_at, renewed_at, expires_at)
+    SELECT %(name)s, %(owner)s, 1, n.ts, n.ts, n.ts + make_interval(secs => %(lease_seconds)s)
+    FROM n
+    WHERE NOT EXISTS (SELECT FROM leaders WHERE name = %(name)s)
+    ON CONFLICT (name) DO NOTHING
+    RETURNING name, owner, term, acquired_at, expires_at
+),
+mine AS (
+    SELECT * FROM taken UNION ALL SELECT * FROM founded
+)
+SELECT name, owner, term, acquired_at, expires_at, true AS mine, 0.0::float8 AS free_in
+FROM mine
+UNION ALL
+SELECT l.name, l.owner, l.term, l.acquired_at, l.expires_at, false, date_part('epoch', l.expires_at - n.ts)::float8
+FROM leaders AS l, n
+WHERE l.name = %(name)s AND NOT EXISTS (SELECT FROM mine)
 """
 
 # -- resign_leadership --
@@ -99,9 +123,9 @@ class Fenced(Connected):
 class Leadership(Connected):
     """acquire_leadership, resign_leadership, current_leader."""
 
-    def acquire_leadership(self, name: str, owner: str, lease_seconds: float) -> LeaderLease | None:
+    def acquire_leadership(self, name: str, owner: str, lease_seconds: float) -> tuple[LeaderLease | None, float]:
         params = self._params(**checks.leadership_args(name, owner, lease_seconds))
-        return checks.leader_lease(self._fetchone(ACQUIRE_LEADERSHIP, params), READ.time)
+        return checks.leadership_answer(self._fetchone(ACQUIRE_LEADERSHIP, params), READ.time)
 
     def resign_leadership(self, lease: LeaderLease) -> bool:
         return bool(self._fetchall(RESIGN_LEADERSHIP, self._params(**checks.leader_token(lease))))

@@ -16,7 +16,8 @@ from service.store.sqlite.connection import READ, Connected
 # -- acquire_leadership --
 # One holder at a time: taken only when its lease ended (expired or resigned), with term + 1;
 # renewed, term kept, only by its owner while its lease lasts. One statement under the write
-# lock; a candidate that finds the lease held gets no row back. The store's clock only.
+# lock; a candidate that finds the lease held gets no row back and reads the holder's
+# (HELD_LEADERSHIP) in the same transaction. The store's clock only.
 ACQUIRE_LEADERSHIP = """
 INSERT INTO leaders AS l (name, owner, term, acquired_at, renewed_at, expires_at)
 VALUES (:name, :owner, 1, :now, :now, strftime('%Y-%m-%d %H:%M:%f', :now, :lease_seconds || ' seconds'))
@@ -27,7 +28,16 @@ ON CONFLICT (name) DO UPDATE SET
     renewed_at = excluded.renewed_at,
     expires_at = excluded.expires_at
 WHERE l.expires_at <= excluded.renewed_at OR l.owner = excluded.owner
-RETURNING name, owner, term, acquired_at, expires_at
+RETURNING name, owner, term, acquired_at, expires_at, 1 AS mine, 0.0 AS free_in
+"""
+
+# -- held_leadership --
+# The lease another holds, and free_in: seconds until it ends, so a candidate comes back then.
+HELD_LEADERSHIP = """
+SELECT name, owner, term, acquired_at, expires_at, 0 AS mine,
+       (julianday(expires_at) - julianday(:now)) * 86400.0 AS free_in
+FROM leaders
+WHERE name = :name
 """
 
 # -- resign_leadership --
@@ -68,11 +78,13 @@ def check_leader(conn: sqlite3.Connection, now: str, leader: LeaderLease | None)
 class Leadership(Connected):
     """acquire_leadership, resign_leadership, current_leader."""
 
-    def acquire_leadership(self, name: str, owner: str, lease_seconds: float) -> LeaderLease | None:
+    def acquire_leadership(self, name: str, owner: str, lease_seconds: float) -> tuple[LeaderLease | None, float]:
         params = checks.leadership_args(name, owner, lease_seconds)
         with self._write() as (conn, now):
             row = conn.execute(ACQUIRE_LEADERSHIP, {**params, "now": now}).fetchone()
-        return checks.leader_lease(row, READ.time)
+            if row is None:
+                row = conn.execute(HELD_LEADERSHIP, {**params, "now": now}).fetchone()
+        return checks.leadership_answer(row, READ.time)
 
     def resign_leadership(self, lease: LeaderLease) -> bool:
         with self._write() as (conn, now):
