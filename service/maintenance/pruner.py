@@ -25,6 +25,7 @@ import logging
 import threading
 
 from service.errors import InvalidInput
+from service.maintenance.leadership import LeaderToken, unfenced
 from service.store.base import PRUNE_BATCH, Store
 
 logger = logging.getLogger("jobq.maintenance")
@@ -42,6 +43,7 @@ class Pruner:
         batch: int = PRUNE_BATCH,
         pause_seconds: float = 0.0,
         rollup_older_than_seconds: float | None = None,
+        leader: LeaderToken = unfenced,
     ) -> None:
         if not older_than_seconds > 0:
             raise InvalidInput(f"the retention must be more than 0 seconds, not {older_than_seconds!r}")
@@ -55,10 +57,11 @@ class Pruner:
         self.batch = batch
         self.pause_seconds = pause_seconds
         self.rollup_older_than_seconds = rollup_older_than_seconds
+        self.leader = leader  # the token each delete is fenced with (service.maintenance.leadership)
 
     def run_once(self) -> int:
         """Delete one batch of the oldest prunable jobs; how many were deleted."""
-        return self.store.prune(self.older_than_seconds, self.batch)
+        return self.store.prune(self.older_than_seconds, self.batch, leader=self.leader())
 
     def run_until_done(self, stop: threading.Event | None = None) -> int:
         """Batches until one comes back short (or ``stop`` is set); how many were deleted in all.
@@ -84,7 +87,7 @@ class Pruner:
         """Delete the rollup's days past its retention (none without one); how many rows went."""
         if self.rollup_older_than_seconds is None:
             return 0
-        deleted = self.store.prune_rollup(self.rollup_older_than_seconds)
+        deleted = self.store.prune_rollup(self.rollup_older_than_seconds, leader=self.leader())
         if deleted:
             logger.info(
                 "pruner.rollup_pruned",
