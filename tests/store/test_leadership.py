@@ -6,17 +6,20 @@ from __future__ import annotations
 import multiprocessing
 import random
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 
+import psycopg
 import pytest
 
 from service.errors import InvalidInput, LeadershipLost
 from service.jobs import JobState
 from service.maintenance.rollup import BUCKET_BOUNDS, BUCKET_SECONDS
 from service.schedules import ScheduleSpec
-from service.store import Store
+from service.store import Store, checks
 from service.store.base import MAINTENANCE, LeaderLease
 from service.store.postgres import PostgresStore
+from service.store.postgres.leadership import CHECK_LEADER
 from tests.conftest import Database, FakeClock
 from tests.store.builders import DEFAULT_POLICY, claim_one, new_job
 
@@ -200,6 +203,25 @@ def test_a_leader_whose_lease_ran_out_writes_nothing_even_before_a_successor(sto
     with pytest.raises(LeadershipLost):
         store.prune(60, leader=lapsed)
     assert db.count("jobs") == 1
+
+
+def test_a_takeover_waits_for_a_fenced_write_in_flight(make_store, pg_url: str, clock: FakeClock):
+    """The fence's lock, on PostgreSQL: a leader's write that passed CHECK_LEADER commits before
+    any successor's term begins, however long it runs past the lease."""
+    store = make_store(pg_url, clock=clock)
+    leader = acquire(store, "worker-a")
+    assert leader is not None
+    with psycopg.connect(pg_url) as in_flight:  # a fenced write's transaction, between its check and its commit
+        held = in_flight.execute(CHECK_LEADER, {"now": clock.now(), **checks.leader_token(leader)}).fetchone()
+        assert held is not None
+        clock.advance(LEASE)
+        with ThreadPoolExecutor(1) as pool:
+            takeover = pool.submit(acquire, store, "worker-b")
+            time.sleep(0.5)
+            assert not takeover.done()  # waiting for the write's transaction
+            in_flight.commit()
+            successor = takeover.result(timeout=10)
+    assert successor is not None and successor.term == 2
 
 
 # -- many processes racing for it over real PostgreSQL -----------------------------------------
