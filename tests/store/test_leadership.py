@@ -8,6 +8,7 @@ import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -230,12 +231,13 @@ RACE_SECONDS = 4.0
 RACE_LEASE = 0.3
 
 
-def _race(url: str, owner: str, seed: int, results: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+def _race(url: str, owner: str, seed: int, start: Any, results: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
     """Acquire and renew as a leader does, sometimes going silent past the lease (a partition),
     and report every lease the store handed out: (term, owner, acquired_at, expires_at)."""
     rng = random.Random(seed)
     store = PostgresStore(url, pool_size=1)
     got: list[tuple[int, str, datetime, datetime]] = []
+    start.wait(timeout=60)  # every racer connected: they race from the same moment
     deadline = time.monotonic() + RACE_SECONDS
     try:
         while time.monotonic() < deadline:
@@ -254,7 +256,8 @@ def _race(url: str, owner: str, seed: int, results: multiprocessing.Queue) -> No
 def test_racing_processes_never_hold_overlapping_terms(pg_url: str):
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
-    racers = [context.Process(target=_race, args=(pg_url, f"racer-{n}", n, results)) for n in range(8)]
+    start = context.Barrier(8)
+    racers = [context.Process(target=_race, args=(pg_url, f"racer-{n}", n, start, results)) for n in range(8)]
     for racer in racers:
         racer.start()
     leases = [lease for _ in racers for lease in results.get(timeout=90)]
