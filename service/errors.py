@@ -12,6 +12,7 @@
      ├── InvalidTransition       the job's state does not allow it (cancel a finished job, read a result too early)
      ├── IdempotencyConflict     the idempotency key was used for a different job
      ├── LeaseLost               the fencing token no longer holds the job: the write changed nothing
+     ├── LeadershipLost          the leader's token no longer holds its leadership: the write changed nothing
      ├── StoreUnavailable        the database could not be reached or gave a transient error; safe to retry
      ├── PermanentError          raised by a handler: fail the job now, do not retry
  ├── TooManyItemFailures     more items failed than the kind's max_item_failures: the attempt fails, retryable
@@ -80,6 +81,17 @@ class LeaseLost(JobqError):
         super().__init__(f"lease lost on job {job_id} (attempt {attempt}); the write was discarded")
         self.job_id = job_id
         self.attempt = attempt
+
+
+class LeadershipLost(JobqError):
+    """The leadership token (owner, term) no longer holds an unexpired lease: a deposed
+    leader's maintenance write, discarded whole."""
+
+    def __init__(self, name: str, owner: str, term: int) -> None:
+        super().__init__(f"{owner} no longer leads {name!r} (term {term}); the write was discarded")
+        self.name = name
+        self.owner = owner
+        self.term = term
 
 
 class StoreUnavailable(JobqError):

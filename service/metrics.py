@@ -20,6 +20,8 @@ Metrics (every value is "now" or "within the last hour", so all are gauges):
     jobq_job_pickup_latency_seconds{kind}            gauge histogram: due -> claimed, attempts ended in the last hour
     jobq_jobs_reclaimed_last_hour                    attempts ended by lease expiry (crashed or stuck workers)
     jobq_workers_alive                               workers seen within WORKER_ALIVE_SECONDS
+    jobq_leader_term, jobq_leader_info{owner}        the maintenance leader's term (0: none) and, while one
+                                                     leads, its worker id (value 1)
     jobq_scope_running{scope}, jobq_scope_limit{scope}  limited kind:, queue: and key: scopes: running jobs and
                                                      the concurrency limit (-1: a rate limit only)
     jobq_tenant_scopes_at_limit, jobq_tenant_scopes  tenants whose own counter is full, and tenants with one
@@ -55,7 +57,7 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from service.jobs import WORKER_ALIVE_SECONDS, ActiveCount, JobState, KindOutcomes, QueueStats
 from service.limits import ScopeUsage, tenant_of
-from service.store.base import DatabaseHealth, Store
+from service.store.base import DatabaseHealth, LeaderLease, Store
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The Prometheus text format, version 0.0.4 (what every Prometheus scrapes)."""
@@ -86,6 +88,7 @@ class Snapshot:
     health: DatabaseHealth
     read_seconds: float
     scopes: list[ScopeUsage]
+    leader: LeaderLease | None = None
 
 
 def read_snapshot(store: Store, clock: Callable[[], float] = time.monotonic) -> Snapshot:
@@ -99,6 +102,7 @@ def read_snapshot(store: Store, clock: Callable[[], float] = time.monotonic) -> 
     workers_alive = len(store.list_workers(WORKER_ALIVE_SECONDS))
     health = store.health_stats()
     scopes = store.scope_usage()
+    leader = store.current_leader()
     shown = _busiest_kinds(active, outcomes)
     return Snapshot(
         active=_cap_active(active, shown),
@@ -111,6 +115,7 @@ def read_snapshot(store: Store, clock: Callable[[], float] = time.monotonic) -> 
         health=health,
         read_seconds=clock() - started,
         scopes=scopes,
+        leader=leader,
     )
 
 
@@ -257,11 +262,28 @@ class SnapshotCollector:
             "Tenants running as many jobs as their concurrency limit allows.",
             value=sum(1 for u in tenants if u.is_full()),
         )
+        yield from leader_metrics(s.leader)
         yield GaugeMetricFamily(
             "jobq_metrics_read_duration_seconds",
             "Seconds the database reads behind this answer took.",
             value=s.read_seconds,
         )
+
+
+def leader_metrics(leader: LeaderLease | None) -> Iterator[Metric]:
+    """Who runs the fleet's maintenance: its term (0 while none leads: alert on a term that stays
+    0, or that climbs fast, leaders replaced again and again) and its worker id."""
+    yield GaugeMetricFamily(
+        "jobq_leader_term",
+        "Term of the maintenance leader's lease (0: no worker leads now).",
+        value=leader.term if leader else 0,
+    )
+    info = GaugeMetricFamily(
+        "jobq_leader_info", "The maintenance leader's worker id (1 while it leads).", labels=["owner"]
+    )
+    if leader is not None:
+        info.add_metric([leader.owner], 1)
+    yield info
 
 
 def _gauge_histogram(name: str, documentation: str, bounds: Sequence[float], per_kind: dict[str, list[int]]) -> Metric:

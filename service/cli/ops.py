@@ -189,6 +189,7 @@ def stats(
         queues = store.queue_stats()
         outcomes = store.outcomes(WINDOW_SECONDS)
         workers = store.list_workers(WORKER_ALIVE_SECONDS)
+        leader = store.current_leader()
     by_queue = {q.queue: q for q in queues}
     names = sorted(set(by_queue) | {name for w in workers for name in w.queues})
     per_queue = [
@@ -199,7 +200,8 @@ def stats(
         queue_fields = [{**dataclasses.asdict(q), "workers": n} for _, q, n in per_queue]
         kind_fields = [{**dataclasses.asdict(o), "failure_ratio": round(o.failure_ratio, 4)} for o in outcomes]
         report = {"queues": queue_fields, "kinds": kind_fields, "window_seconds": WINDOW_SECONDS,
-                  "workers_alive": len(workers)}  # fmt: skip
+                  "workers_alive": len(workers),
+                  "leader": {"owner": leader.owner, "term": leader.term} if leader else None}  # fmt: skip
         print(json.dumps(report, indent=2))
         return
     queue_rows = [[name, q.queued, q.running, _age(q.oldest_queued_age_seconds), n] for name, q, n in per_queue]
@@ -222,6 +224,7 @@ def stats(
         )
     )
     print()
+    print(f"maintenance leader: {leader.owner} (term {leader.term})" if leader else "maintenance leader: none")
     print(f"workers alive: {len(workers)}")
 
 

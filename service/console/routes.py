@@ -340,6 +340,7 @@ async def replay_group(request: Request, who: OperatorDep, store: StoreDep, now:
 async def workers(request: Request, who: OperatorDep, store: StoreDep, now: NowDep) -> Response:
     listed = await blocking(store.list_workers)
     running = await blocking(store.running_jobs)
+    leader = await blocking(store.current_leader)  # the worker that runs the fleet's maintenance now
     by_worker: dict[str, list[JobStatus]] = {}
     for status in running:
         by_worker.setdefault(status.lease_owner or "", []).append(status)
@@ -353,6 +354,7 @@ async def workers(request: Request, who: OperatorDep, store: StoreDep, now: NowD
         alive_after=alive_after,
         now=now,
         orphans=[s for s in running if s.lease_owner not in {w.id for w in listed}],
+        leader=leader,
     )
 
 

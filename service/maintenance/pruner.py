@@ -29,6 +29,7 @@ import threading
 
 from service.durations import format_duration
 from service.errors import InvalidInput
+from service.maintenance.leadership import LeaderToken, unfenced
 from service.store.base import PRUNE_BATCH, Store
 
 logger = logging.getLogger("jobq.maintenance")
@@ -68,6 +69,7 @@ class Pruner:
         pause_seconds: float = 0.0,
         rollup_older_than_seconds: float | None = None,
         force: bool = False,
+        leader: LeaderToken = unfenced,
     ) -> None:
         check_retention(older_than_seconds, force=force)
         if rollup_older_than_seconds is not None and not rollup_older_than_seconds >= older_than_seconds:
@@ -80,10 +82,11 @@ class Pruner:
         self.batch = batch
         self.pause_seconds = pause_seconds
         self.rollup_older_than_seconds = rollup_older_than_seconds
+        self.leader = leader  # the token each delete is fenced with (service.maintenance.leadership)
 
     def run_once(self) -> int:
         """Delete one batch of the oldest prunable jobs; how many were deleted."""
-        return self.store.prune(self.older_than_seconds, self.batch)
+        return self.store.prune(self.older_than_seconds, self.batch, leader=self.leader())
 
     def run_until_done(self, stop: threading.Event | None = None) -> int:
         """Batches until one comes back short (or ``stop`` is set); how many were deleted in all.
@@ -109,7 +112,7 @@ class Pruner:
         """Delete the rollup's days past its retention (none without one); how many rows went."""
         if self.rollup_older_than_seconds is None:
             return 0
-        deleted = self.store.prune_rollup(self.rollup_older_than_seconds)
+        deleted = self.store.prune_rollup(self.rollup_older_than_seconds, leader=self.leader())
         if deleted:
             logger.info(
                 "pruner.rollup_pruned",

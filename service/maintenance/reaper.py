@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 from service.jobs import ReapResult
+from service.maintenance.leadership import LeaderToken, unfenced
 from service.retry import RetryPolicy
 from service.store.base import REAP_BATCH, Store
 
@@ -20,9 +21,16 @@ logger = logging.getLogger("jobq.maintenance")
 
 class Reaper:
     def __init__(
-        self, store: Store, policy: RetryPolicy | None = None, *, batch: int = REAP_BATCH, max_batches: int = 20
+        self,
+        store: Store,
+        policy: RetryPolicy | None = None,
+        *,
+        batch: int = REAP_BATCH,
+        max_batches: int = 20,
+        leader: LeaderToken = unfenced,
     ) -> None:
         self.store = store
+        self.leader = leader  # the token each batch is fenced with (service.maintenance.leadership)
         self.policy = policy or RetryPolicy()
         self.batch = batch
         self.max_batches = max_batches
@@ -31,7 +39,7 @@ class Reaper:
         """Reap until a batch comes back short (or ``max_batches``); the sum of what was done."""
         requeued = failed = cancelled = 0
         for _ in range(self.max_batches):
-            result = self.store.reap(self.policy.delays_by_attempt(), self.batch)
+            result = self.store.reap(self.policy.delays_by_attempt(), self.batch, leader=self.leader())
             requeued += result.requeued
             failed += result.failed
             cancelled += result.cancelled

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 
+from service.maintenance.leadership import LeaderToken, unfenced
 from service.store.base import ROLLUP_BATCH, Store
 
 logger = logging.getLogger("jobq.maintenance")
@@ -44,8 +45,11 @@ BUCKET_SECONDS = [2.0 ** ((_LOWEST + i - 0.5) / 4) for i in range(_STEPS + 1)]
 
 
 class Rollup:
-    def __init__(self, store: Store, *, batch: int = ROLLUP_BATCH, max_batches: int = 5) -> None:
+    def __init__(
+        self, store: Store, *, batch: int = ROLLUP_BATCH, max_batches: int = 5, leader: LeaderToken = unfenced
+    ) -> None:
         self.store = store
+        self.leader = leader  # the token each fold is fenced with (service.maintenance.leadership)
         self.batch = batch
         self.max_batches = max_batches
 
@@ -53,7 +57,9 @@ class Rollup:
         """Fold until a batch comes back short (or ``max_batches``); how many jobs were folded."""
         folded = 0
         for _ in range(self.max_batches):
-            count = self.store.fold_rollup(BUCKET_BOUNDS, BUCKET_SECONDS, SETTLE_SECONDS, self.batch)
+            count = self.store.fold_rollup(
+                BUCKET_BOUNDS, BUCKET_SECONDS, SETTLE_SECONDS, self.batch, leader=self.leader()
+            )
             folded += count
             if count < self.batch:
                 break

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from service.errors import InvalidInput
+from service.maintenance.leadership import LeaderToken, unfenced
 from service.schedules import ScheduleSpec, firing, job_for, next_tick
 from service.store.base import Store
 
@@ -37,8 +38,11 @@ class SchedulerResult:
 
 
 class Scheduler:
-    def __init__(self, store: Store, declared: Sequence[ScheduleSpec] = ()) -> None:
+    def __init__(self, store: Store, declared: Sequence[ScheduleSpec] = (), *, leader: LeaderToken = unfenced) -> None:
         self.store = store
+        # The token each firing is fenced with (service.maintenance.leadership): asked before the
+        # tick's job is enqueued (a lapsed leader enqueues nothing) and given to the compare-and-set.
+        self.leader = leader
         self.declared = tuple(declared)
         self._synced = not self.declared
 
@@ -62,6 +66,7 @@ class Scheduler:
                 logger.error("scheduler.invalid", extra={"jobq_fields": {"schedule": schedule.name, "error": str(exc)}})
                 continue
             job_id = None
+            leader = self.leader()
             if decision.tick is not None:
                 try:
                     [status] = self.store.enqueue_many([job_for(schedule.spec, decision.tick)])
@@ -71,7 +76,12 @@ class Scheduler:
                         "scheduler.refused", extra={"jobq_fields": {"schedule": schedule.name, "error": str(exc)}}
                     )
             moved = self.store.advance_schedule(
-                schedule.name, schedule.next_run_at, decision.next_run_at, decision.tick if job_id else None, job_id
+                schedule.name,
+                schedule.next_run_at,
+                decision.next_run_at,
+                decision.tick if job_id else None,
+                job_id,
+                leader=leader,
             )
             if not moved:
                 taken += 1

@@ -81,6 +81,25 @@ JOB_CHANGED = "jobq_job_changes"
 """Channel: a job's state or progress changed (payload: the job id). Answers long polls."""
 
 
+MAINTENANCE = "maintenance"
+"""The leadership whose holder runs the fleet's maintenance (service.maintenance.leadership)."""
+
+
+@dataclass(frozen=True)
+class LeaderLease:
+    """A leadership's lease as its holder got it: the fencing token is (name, owner, term).
+
+    ``term`` grows by one at every takeover; a write made with this token (the maintenance
+    operations' ``leader=``) changes nothing unless ``owner`` still holds ``name`` in
+    ``term``, unexpired, when the write commits (LeadershipLost otherwise)."""
+
+    name: str
+    owner: str
+    term: int
+    acquired_at: datetime  # when this term began (the database clock)
+    expires_at: datetime  # the database clock; renewals move it on
+
+
 @dataclass(frozen=True)
 class DatabaseHealth:
     """What FAILURE-MODES.md asks metrics to show about the database itself (None: not measured here)."""
@@ -195,8 +214,13 @@ class Store(Protocol):
         """The worker stopped a job whose cancellation was requested: mark it cancelled."""
         ...
 
-    def reap(self, delays: Sequence[float], limit: int = REAP_BATCH) -> ReapResult:
+    def reap(
+        self, delays: Sequence[float], limit: int = REAP_BATCH, *, leader: LeaderLease | None = None
+    ) -> ReapResult:
         """Requeue (or fail) running jobs whose lease expired. Safe on every worker at once.
+
+        ``leader``: the maintenance leader's token; the reap changes nothing and raises
+        LeadershipLost unless it still holds (the same for every maintenance write below).
 
         ``delays`` is the retry decision for an expired lease, made before the store
         knows which jobs expired (``RetryPolicy.delays_by_attempt``): a job whose
@@ -314,12 +338,12 @@ class Store(Protocol):
         """Queued and running jobs per queue and kind."""
         ...
 
-    def prune(self, older_than_seconds: float, limit: int = PRUNE_BATCH) -> int:
+    def prune(self, older_than_seconds: float, limit: int = PRUNE_BATCH, *, leader: LeaderLease | None = None) -> int:
         """Delete up to ``limit`` terminal jobs finished longer ago than that, with their
         attempts, results and replays. Never touches queued or running jobs."""
         ...
 
-    def prune_rollup(self, older_than_seconds: float) -> int:
+    def prune_rollup(self, older_than_seconds: float, *, leader: LeaderLease | None = None) -> int:
         """Delete the daily rollup's UTC days (counts and histograms) that ended longer ago
         than that; how many rows went. The rollup is kept apart from the jobs' retention:
         a year of days costs what a few days of jobs do."""
@@ -328,7 +352,13 @@ class Store(Protocol):
     def count_prunable(self, older_than_seconds: float) -> int: ...
 
     def fold_rollup(
-        self, bounds: Sequence[float], bucket_seconds: Sequence[float], settle_seconds: float, limit: int = ROLLUP_BATCH
+        self,
+        bounds: Sequence[float],
+        bucket_seconds: Sequence[float],
+        settle_seconds: float,
+        limit: int = ROLLUP_BATCH,
+        *,
+        leader: LeaderLease | None = None,
     ) -> int:
         """Fold up to ``limit`` jobs that finished past the rollup's watermark (and more than
         ``settle_seconds`` ago) into the daily rollup and move the watermark, in one
@@ -367,9 +397,12 @@ class Store(Protocol):
         next_run_at: datetime,
         tick: datetime | None = None,
         job_id: uuid.UUID | None = None,
+        *,
+        leader: LeaderLease | None = None,
     ) -> bool:
         """Move an unpaused schedule on to ``next_run_at`` if it is still due at ``expected``
-        (compare-and-set: False when another pass moved it first), recording the tick fired."""
+        (compare-and-set: False when another pass moved it first), recording the tick fired.
+        ``leader``: as for ``reap`` (LeadershipLost, the schedule unmoved)."""
         ...
 
     def set_schedule_paused(self, name: str, paused: bool, next_run_at: datetime | None = None) -> Schedule:
@@ -378,6 +411,23 @@ class Store(Protocol):
 
     def delete_schedule(self, name: str) -> None:
         """Remove the schedule (its jobs stay). Raises ScheduleNotFound."""
+        ...
+
+    # -- leadership (service.maintenance.leadership) -----------------------------------
+    def acquire_leadership(self, name: str, owner: str, lease_seconds: float) -> tuple[LeaderLease | None, float]:
+        """Take the leadership if it is free (never held, expired or resigned), with term + 1,
+        or renew it if ``owner`` holds it unexpired: (the lease, 0). While another holds it:
+        (None, the seconds until that lease ends), when a candidate should ask again. One
+        statement, the database clock: the lease lasts ``lease_seconds`` from now."""
+        ...
+
+    def resign_leadership(self, lease: LeaderLease) -> bool:
+        """End the lease now if it still holds (a graceful shutdown): another worker may take
+        over at once. False when it had already been lost."""
+        ...
+
+    def current_leader(self, name: str = MAINTENANCE) -> LeaderLease | None:
+        """The leadership's holder now (None when no lease is unexpired)."""
         ...
 
     # -- wake-ups -------------------------------------------------------------------

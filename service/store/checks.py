@@ -22,6 +22,7 @@ from service.errors import (
     InvalidInput,
     InvalidTransition,
     JobNotFound,
+    LeadershipLost,
     LeaseLost,
     LimitNotFound,
     TokenNotFound,
@@ -54,6 +55,7 @@ from service.payloads import (
     validate_new_jobs,
 )
 from service.retry import Decision, GiveUp, Retry
+from service.store.base import LeaderLease
 from service.store.encoding import substring_pattern
 
 
@@ -263,3 +265,47 @@ def worker_args(worker: WorkerInfo) -> dict[str, Any]:
         "kinds": json.dumps(list(worker.kinds)),
         "concurrency": worker.concurrency,
     }
+
+
+# -- leadership ---------------------------------------------------------------------------
+def leadership_args(name: str, owner: str, lease_seconds: float) -> dict[str, Any]:
+    """ACQUIRE_LEADERSHIP's values: a named leadership, a named candidate, a lease as a job's."""
+    for what, value in (("a leadership's name", name), ("a leader's owner", owner)):
+        if not isinstance(value, str) or not value.strip():
+            raise InvalidInput(f"{what} must be non-empty text, not {value!r}")
+    check_lease_seconds(lease_seconds, "a leadership's lease_seconds")
+    return {"name": name, "owner": owner, "lease_seconds": float(lease_seconds)}
+
+
+def leader_token(lease: LeaderLease) -> dict[str, Any]:
+    """The fencing token a leader's write is checked against: (name, owner, term)."""
+    return {"leader_name": lease.name, "leader_owner": lease.owner, "leader_term": lease.term}
+
+
+def require_leader(row: object | None, lease: LeaderLease) -> None:
+    """CHECK_LEADER found no unexpired lease of this owner in this term: the write must change nothing."""
+    if row is None:
+        raise LeadershipLost(lease.name, lease.owner, lease.term)
+
+
+def leadership_answer(row: Row | None, read_time: Callable[[Any], datetime]) -> tuple[LeaderLease | None, float]:
+    """ACQUIRE_LEADERSHIP's answer: the lease when the caller holds it now, else None and the
+    seconds until the holder's lease ends (0: free now, or nothing read)."""
+    if row is None:
+        return None, 0.0
+    if row["mine"]:
+        return leader_lease(row, read_time), 0.0
+    return None, max(float(row["free_in"]), 0.0)
+
+
+def leader_lease(row: Row | None, read_time: Callable[[Any], datetime]) -> LeaderLease | None:
+    """A leaders row (None: no row came back) as the token its holder writes with."""
+    if row is None:
+        return None
+    return LeaderLease(
+        name=row["name"],
+        owner=row["owner"],
+        term=int(row["term"]),
+        acquired_at=read_time(row["acquired_at"]),
+        expires_at=read_time(row["expires_at"]),
+    )

@@ -376,3 +376,19 @@ rollup_watermark = sa.Table(
     sa.Column("finished_at", Timestamp, nullable=True),
     sa.Column("job_id", Id, nullable=True),
 )
+
+# The leadership leases (service.maintenance.leadership): one row per leadership, held by one
+# worker until ``expires_at``. ``term`` grows by one at each takeover and is the fencing number
+# every leader's write is checked against; a resignation ends the lease (expires_at = now) and
+# keeps the row, so a term is never reused.
+leaders = sa.Table(
+    "leaders",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("owner", sa.Text, nullable=False),
+    sa.Column("term", sa.BigInteger, nullable=False),
+    sa.Column("acquired_at", Timestamp, nullable=False),  # when this term began
+    sa.Column("renewed_at", Timestamp, nullable=False),
+    sa.Column("expires_at", Timestamp, nullable=False),
+    sa.CheckConstraint("term >= 1", name="term_positive"),
+)

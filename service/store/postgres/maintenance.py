@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 from service.jobs import LEASE_EXPIRED_ERROR, LEASE_EXPIRED_GROUP, ReapResult
 from service.store import checks
-from service.store.base import PRUNE_BATCH, REAP_BATCH, ROLLUP_BATCH, DatabaseHealth
-from service.store.postgres.connection import Connected
+from service.store.base import PRUNE_BATCH, REAP_BATCH, ROLLUP_BATCH, DatabaseHealth, LeaderLease
+from service.store.postgres.leadership import Fenced
 from service.store.postgres.queries import HEALTH_STATS
 from service.store.postgres.rollup import FOLD_ROLLUP
 from service.store.sqlfiles import statements
@@ -22,29 +22,28 @@ PRUNE_ROLLUP = _SQL["prune_rollup"]
 COUNT_PRUNABLE = _SQL["count_prunable"]
 
 
-class Maintenance(Connected):
-    """reap, prune, prune_rollup, count_prunable, fold_rollup, health_stats."""
+class Maintenance(Fenced):
+    """reap, prune, prune_rollup, count_prunable, fold_rollup, health_stats; the writes fenced by ``leader``."""
 
-    def reap(self, delays: Sequence[float], limit: int = REAP_BATCH) -> ReapResult:
+    def reap(
+        self, delays: Sequence[float], limit: int = REAP_BATCH, *, leader: LeaderLease | None = None
+    ) -> ReapResult:
         params = self._params(
             limit=limit,
             lease_expired=LEASE_EXPIRED_GROUP,
             lease_expired_error=LEASE_EXPIRED_ERROR,
             delays=checks.reap_delays(delays),
         )
-        return checks.reap_result({row["state"]: row["jobs"] for row in self._fetchall(REAP_EXPIRED, params)})
+        rows = self._fenced(leader, lambda conn: conn.execute(REAP_EXPIRED, params).fetchall())
+        return checks.reap_result({row["state"]: row["jobs"] for row in rows})
 
-    def prune(self, older_than_seconds: float, limit: int = PRUNE_BATCH) -> int:
+    def prune(self, older_than_seconds: float, limit: int = PRUNE_BATCH, *, leader: LeaderLease | None = None) -> int:
         params = self._params(older_than=float(older_than_seconds), limit=limit)
+        return self._fenced(leader, lambda conn: conn.execute(PRUNE_FINISHED, params).rowcount)
 
-        def run() -> int:
-            with self._connection() as conn:
-                return conn.execute(PRUNE_FINISHED, params).rowcount
-
-        return self._retrying(run)
-
-    def prune_rollup(self, older_than_seconds: float) -> int:
-        row = self._fetchone(PRUNE_ROLLUP, self._params(older_than=float(older_than_seconds)))
+    def prune_rollup(self, older_than_seconds: float, *, leader: LeaderLease | None = None) -> int:
+        params = self._params(older_than=float(older_than_seconds))
+        row = self._fenced(leader, lambda conn: conn.execute(PRUNE_ROLLUP, params).fetchone())
         return int(row["deleted"]) if row else 0
 
     def count_prunable(self, older_than_seconds: float) -> int:
@@ -52,12 +51,18 @@ class Maintenance(Connected):
         return int(row["count"]) if row else 0
 
     def fold_rollup(
-        self, bounds: Sequence[float], bucket_seconds: Sequence[float], settle_seconds: float, limit: int = ROLLUP_BATCH
+        self,
+        bounds: Sequence[float],
+        bucket_seconds: Sequence[float],
+        settle_seconds: float,
+        limit: int = ROLLUP_BATCH,
+        *,
+        leader: LeaderLease | None = None,
     ) -> int:
         params = self._params(
             bounds=list(bounds), bucket_seconds=list(bucket_seconds), settle=float(settle_seconds), limit=limit
         )
-        row = self._fetchone(FOLD_ROLLUP, params)
+        row = self._fenced(leader, lambda conn: conn.execute(FOLD_ROLLUP, params).fetchone())
         return int(row["folded"]) if row else 0
 
     def health_stats(self) -> DatabaseHealth:

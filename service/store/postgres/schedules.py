@@ -14,7 +14,8 @@ from datetime import datetime
 
 from service.errors import ScheduleNotFound
 from service.schedules import Schedule, ScheduleSpec
-from service.store.postgres.connection import Connected
+from service.store.base import LeaderLease
+from service.store.postgres.leadership import Fenced
 from service.store.rows import Readers
 from service.store.schedule_rows import DUE_SCHEDULES_BATCH, schedule_params, schedule_row
 from service.store.sqlfiles import statements
@@ -33,7 +34,7 @@ DELETE_SCHEDULE = _SQL["delete_schedule"]
 _READ = Readers(time=lambda value: value, ident=lambda value: value, names=tuple, json=lambda value: value)
 
 
-class Schedules(Connected):
+class Schedules(Fenced):
     """The schedule operations of the Store protocol, on PostgreSQL."""
 
     def database_now(self) -> datetime:
@@ -58,9 +59,11 @@ class Schedules(Connected):
         next_run_at: datetime,
         tick: datetime | None = None,
         job_id: uuid.UUID | None = None,
+        *,
+        leader: LeaderLease | None = None,
     ) -> bool:
         params = self._params(name=name, expected=expected, next_run_at=next_run_at, tick=tick, job_id=job_id)
-        return bool(self._fetchall(ADVANCE_SCHEDULE, params))
+        return bool(self._fenced(leader, lambda conn: conn.execute(ADVANCE_SCHEDULE, params).fetchall()))
 
     def set_schedule_paused(self, name: str, paused: bool, next_run_at: datetime | None = None) -> Schedule:
         rows = self._fetchall(SET_PAUSED, self._params(name=name, paused=paused, next_run_at=next_run_at))

@@ -39,6 +39,7 @@ from service.store.postgres.connection import READ as _READ
 from service.store.postgres.connection import Connected, fence
 from service.store.postgres.errors import LockWaitTooLong
 from service.store.postgres.items import Items, item_batch
+from service.store.postgres.leadership import Leadership
 from service.store.postgres.limits import Limits
 from service.store.postgres.listener import connection_defaults
 from service.store.postgres.maintenance import Maintenance
@@ -62,7 +63,9 @@ from service.store.postgres.workers import Workers
 from service.store.rows import claimed_job
 
 
-class PostgresStore(Submitting, Operations, Limits, Items, Maintenance, Schedules, Tokens, Reads, Workers, Connected):
+class PostgresStore(
+    Submitting, Operations, Limits, Items, Maintenance, Schedules, Leadership, Tokens, Reads, Workers, Connected
+):
     """The queue on PostgreSQL. Holds a bounded pool; uses a connection only per statement."""
 
     def __init__(

@@ -10,10 +10,11 @@ from collections.abc import Sequence
 
 from service.jobs import LEASE_EXPIRED_GROUP, AttemptOutcome, Lease, ReapResult, lease_expired_error
 from service.store import checks
-from service.store.base import PRUNE_BATCH, REAP_BATCH, ROLLUP_BATCH, DatabaseHealth
+from service.store.base import PRUNE_BATCH, REAP_BATCH, ROLLUP_BATCH, DatabaseHealth, LeaderLease
 from service.store.sqlfiles import statements
 from service.store.sqlite import rollup
 from service.store.sqlite.connection import Connected, close_attempt, fence
+from service.store.sqlite.leadership import check_leader
 from service.store.sqlite.statements import FAIL_JOB
 
 _SQL = statements("sqlite")
@@ -26,12 +27,15 @@ COUNT_PRUNABLE = _SQL["count_prunable"]
 
 
 class Maintenance(Connected):
-    """reap, prune, prune_rollup, count_prunable, fold_rollup, health_stats."""
+    """reap, prune, prune_rollup, count_prunable, fold_rollup, health_stats; the writes fenced by ``leader``."""
 
-    def reap(self, delays: Sequence[float], limit: int = REAP_BATCH) -> ReapResult:
+    def reap(
+        self, delays: Sequence[float], limit: int = REAP_BATCH, *, leader: LeaderLease | None = None
+    ) -> ReapResult:
         delays = checks.reap_delays(delays)
         counts: Counter[str] = Counter()
         with self._write() as (conn, now):
+            check_leader(conn, now, leader)
             for job in conn.execute(REAP_EXPIRED, {"now": now, "limit": limit}).fetchall():
                 lease = Lease(uuid.UUID(job["id"]), job["lease_owner"], job["attempts"], job["claims"])
                 error = (
@@ -55,13 +59,15 @@ class Maintenance(Connected):
                 counts[row["state"]] += 1
         return checks.reap_result(counts)
 
-    def prune(self, older_than_seconds: float, limit: int = PRUNE_BATCH) -> int:
+    def prune(self, older_than_seconds: float, limit: int = PRUNE_BATCH, *, leader: LeaderLease | None = None) -> int:
         with self._write() as (conn, now):
+            check_leader(conn, now, leader)
             cursor = conn.execute(PRUNE_FINISHED, {"now": now, "older_than": float(older_than_seconds), "limit": limit})
             return cursor.rowcount
 
-    def prune_rollup(self, older_than_seconds: float) -> int:
+    def prune_rollup(self, older_than_seconds: float, *, leader: LeaderLease | None = None) -> int:
         with self._write() as (conn, now):
+            check_leader(conn, now, leader)
             values = {"now": now, "older_than": float(older_than_seconds)}
             return sum(conn.execute(sql, values).rowcount for sql in (PRUNE_ROLLUP_COUNTS, PRUNE_ROLLUP_HISTOGRAMS))
 
@@ -71,9 +77,16 @@ class Maintenance(Connected):
         return int(row["count"])
 
     def fold_rollup(
-        self, bounds: Sequence[float], bucket_seconds: Sequence[float], settle_seconds: float, limit: int = ROLLUP_BATCH
+        self,
+        bounds: Sequence[float],
+        bucket_seconds: Sequence[float],
+        settle_seconds: float,
+        limit: int = ROLLUP_BATCH,
+        *,
+        leader: LeaderLease | None = None,
     ) -> int:
         with self._write() as (conn, now):
+            check_leader(conn, now, leader)
             return rollup.fold(conn, now, bounds, bucket_seconds, settle_seconds, limit)
 
     def health_stats(self) -> DatabaseHealth:

@@ -12,10 +12,12 @@ from datetime import datetime
 
 from service.errors import ScheduleNotFound
 from service.schedules import Schedule, ScheduleSpec
+from service.store.base import LeaderLease
 from service.store.rows import Readers
 from service.store.schedule_rows import DUE_SCHEDULES_BATCH, schedule_params, schedule_row
 from service.store.sqlfiles import statements
 from service.store.sqlite.connection import Connected
+from service.store.sqlite.leadership import check_leader
 from service.store.sqlite.timestamps import from_text, to_text
 
 _SQL = statements("sqlite")
@@ -60,6 +62,8 @@ class Schedules(Connected):
         next_run_at: datetime,
         tick: datetime | None = None,
         job_id: uuid.UUID | None = None,
+        *,
+        leader: LeaderLease | None = None,
     ) -> bool:
         params = {
             "name": name,
@@ -69,6 +73,7 @@ class Schedules(Connected):
             "job_id": str(job_id) if job_id is not None else None,
         }
         with self._write() as (conn, now):
+            check_leader(conn, now, leader)
             return conn.execute(ADVANCE_SCHEDULE, {**params, "now": now}).fetchone() is not None
 
     def set_schedule_paused(self, name: str, paused: bool, next_run_at: datetime | None = None) -> Schedule:

@@ -54,6 +54,7 @@ from service.store.sqlite.connection import READ as _READ
 from service.store.sqlite.connection import Connected, close_attempt, fence
 from service.store.sqlite.errors import translate_errors
 from service.store.sqlite.items import Items, item_deltas, store_items
+from service.store.sqlite.leadership import Leadership
 from service.store.sqlite.limits import Limits
 from service.store.sqlite.maintenance import Maintenance
 from service.store.sqlite.ops import Operations
@@ -85,7 +86,9 @@ from service.store.sqlite.workers import Workers
 BUSY_TIMEOUT_SECONDS = 30.0
 
 
-class SqliteStore(Submitting, Operations, Limits, Items, Maintenance, Schedules, Tokens, Reads, Workers, Connected):
+class SqliteStore(
+    Submitting, Operations, Limits, Items, Maintenance, Schedules, Leadership, Tokens, Reads, Workers, Connected
+):
     """The queue in one SQLite file. One connection per store, shared under a lock."""
 
     def __init__(
