@@ -407,6 +407,27 @@ SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan'
        set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)
 """
 
+# -- has_claimable --
+# The idle worker's poll, before any claim: is a job of its queues (and kinds) due?
+# One probe of the claim's partial index (ix_jobs_claimable: queued rows only) per
+# queue, stopping at the first due row; no lock, no write, no planner settings. The
+# fair claim, which decides limits and shares, runs only after a true answer, so an
+# idle fleet's polls read an empty index instead of walking tenants under row locks.
+HAS_CLAIMABLE = """
+SELECT EXISTS (
+    SELECT 1
+    FROM unnest(%(queues)s::text[]) AS q(queue)
+    CROSS JOIN LATERAL (
+        SELECT 1
+        FROM jobs AS j
+        WHERE j.state = 'queued' AND j.queue = q.queue
+          AND j.run_after <= coalesce(%(now)s::timestamptz, now())
+          AND (%(kinds)s::text[] IS NULL OR j.kind = ANY(%(kinds)s::text[]))
+        LIMIT 1
+    ) AS due
+) AS claimable
+"""
+
 # -- complete_jobs --
 # Invariant 1: a result is stored only for a token that still holds its job; each
 # job, its result row and its attempt row change together or not at all. Many
