@@ -77,9 +77,19 @@ def worker(
             min=0.05,
             metavar="P",
             help="Claim at least every P seconds (+-50% jitter) even without a "
-            "LISTEN/NOTIFY wake-up; SQLite relies on this alone.",
+            "LISTEN/NOTIFY wake-up, while claims find work; SQLite relies on polling alone.",
         ),
     ] = 2.0,
+    max_poll_seconds: Annotated[
+        float,
+        typer.Option(
+            min=0.05,
+            metavar="M",
+            help="An idle worker's polls back off to one every M seconds at most (full jitter: "
+            "a wait uniform in 0..M), each one indexed probe instead of a claim; the first "
+            "claim that finds work makes it poll every P again.",
+        ),
+    ] = 5.0,
     retention: Annotated[
         str | None,
         typer.Option(
@@ -121,12 +131,12 @@ def worker(
     import os
     import traceback
 
+    from service.maintenance.duties import RETENTION_EVERY
     from service.maintenance.pruner import check_retention
     from service.retry import RetryPolicy
     from service.worker import Worker, WorkerConfig, load_app
     from service.worker.logs import configure_logging
     from service.worker.registry import AppImportFailed
-    from service.worker.runtime import RETENTION_EVERY
     from service.worker.startup import wait_for_database as wait_until_ready
 
     if log_level.upper() not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
@@ -141,6 +151,7 @@ def worker(
         lease_seconds=lease_seconds if lease_seconds is not None else settings.lease_seconds,
         grace_seconds=grace_seconds,
         poll_seconds=poll_seconds,
+        max_poll_seconds=max_poll_seconds,
         listen=settings.notify,
         retention_seconds=retention_seconds,
         retention_every=retention_every if retention_every is not None else RETENTION_EVERY,
@@ -254,7 +265,9 @@ def _uvicorn_log_config(log_format: str, level: str) -> dict[str, Any]:
 def _start_dev_worker(database_url: str) -> subprocess.Popen[bytes]:
     # Its own session: Ctrl-C reaches only `jobq dev`, which then stops the worker gracefully.
     env = {**os.environ, "JOBQ_DATABASE_URL": database_url}
-    command = [sys.executable, "-m", "service", "worker", "--app", "service.examples", "--poll-seconds", "0.5"]
+    # Polls every 0.5 s even when idle: a trial's first job is picked up at once.
+    polls = ["--poll-seconds", "0.5", "--max-poll-seconds", "0.5"]
+    command = [sys.executable, "-m", "service", "worker", "--app", "service.examples", *polls]
     parent = os.getpid()
     return subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=lambda: _die_with(parent))
 

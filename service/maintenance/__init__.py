@@ -1,5 +1,6 @@
-"""Background upkeep: each task is ``run_once() -> Result``, with no loop of its own. The worker's
-maintenance thread runs the reaper (:class:`service.worker.runtime.Duty`); ``jobq prune`` runs the pruner."""
+"""Background upkeep: each task is ``run_once() -> Result``, with no loop of its own. A worker's
+maintenance thread runs them as duties (:mod:`service.maintenance.duties`, one thin loop; the
+fleet's duties only while the worker leads); ``jobq prune`` runs the pruner."""
 
 from service.maintenance.reaper import Reaper
 

@@ -163,6 +163,12 @@ class Store(Protocol):
         written into each claimed job as its default, or as a ceiling on its own."""
         ...
 
+    def has_claimable(self, queues: Sequence[str], kinds: Sequence[str] | None = None) -> bool:
+        """Whether a job of these queues (and kinds) is due now: an idle worker's poll before it
+        claims. One read of the claim's index, no lock, no write. True does not promise that a
+        claim takes a job (a limit may hold it back, another worker may take it first)."""
+        ...
+
     def complete_and_claim(
         self, finished: Sequence[Completion], claim: ClaimRequest
     ) -> tuple[list[Lease], list[ClaimedJob]]:

@@ -8,15 +8,18 @@ Layers (each its own module):
 - ``executor``   runs one handler (sync, or async on its own loop) and returns an Outcome
 - ``lease_keeper`` heartbeats every held lease with the latest progress; stops handlers whose
                  lease is gone or whose job was cancelled
-- ``runtime``    :class:`Worker`: the claim loop (free slots only), job threads, the listener,
-                 the reaper, graceful shutdown
+- ``runtime``    :class:`Worker`: puts the parts together; one job's attempt; graceful shutdown
+- ``slots``      the jobs holding slots, and the claim that refills free ones (the claim loop's and
+                 the finisher's)
+- ``claimer``    the claim loop: free slots only; an idle worker backs off and probes before it claims
+- ``listener``   LISTEN/NOTIFY wake-ups (PostgreSQL)
 - ``settler``    writes a failure (with the retry decision), a cancel or a hand-back, fenced
 - ``finisher``   writes successes in batches (one ``complete_many`` for all that are waiting,
                  a lone one at once); handler threads reused from job to job
 
 Database connections per worker process (PostgreSQL): the store's pool
-(``JOBQ_POOL_SIZE``, default 2), shared by the claim loop, the keeper, the reaper
-and the job threads, each taking a connection for one statement only, plus one
+(``JOBQ_POOL_SIZE``, default 2), shared by the claim loop, the keeper, the maintenance
+duties (:mod:`service.maintenance.duties`) and the job threads, each taking a connection for one statement only, plus one
 dedicated LISTEN connection: **at most 3 per process** at the defaults, whatever
 ``--concurrency`` is. Handlers never hold one. A PostgreSQL with
 ``max_connections = 100`` and some left for the API therefore carries about 30

@@ -6,7 +6,8 @@ every result that is waiting, with the claim that refills their slots. It never
 waits for a batch to fill: results that arrive while a write is in flight go
 together in the next one (group commit), and a lone result on a quiet worker is
 written at once. A job keeps its slot, and its heartbeats, until its result is
-written; then the slot frees and the claim loop is woken.
+written; then the slot frees (:class:`service.worker.slots.Slots`), refilled by the
+batch's own claim.
 
 It waits only for results it has reason to expect within a window that pays
 (:class:`Pace`). Without that, short jobs split into cohorts for good: the jobs
@@ -35,6 +36,7 @@ import time
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
+from typing import Protocol
 
 from service.errors import InvalidInput
 from service.jobs import JSON, ClaimedJob, ClaimRequest, Lease
@@ -91,32 +93,44 @@ def _smoothed(average: float | None, sample: float, weight: float) -> float:
     return sample if average is None else average + weight * (sample - average)
 
 
+class FinishedSlots(Protocol):
+    """What the finisher asks of the worker's slots (:class:`service.worker.slots.Slots`)."""
+
+    def held(self) -> list[RunningJob]:
+        """The jobs holding slots, whose results a batch may wait for (see :class:`Pace`)."""
+        ...
+
+    def claim_request(self, count: int) -> ClaimRequest | None:
+        """The claim that refills ``count`` slots a batch frees, made in the batch's transaction
+        (None: claim nothing, the worker is stopping)."""
+        ...
+
+    def fill(self, jobs: list[ClaimedJob], sent: float) -> None:
+        """The jobs that claim took start in their slots."""
+        ...
+
+    def release(self, running: RunningJob, *, refilled: bool = False) -> None:
+        """The job's outcome is written (or cannot be): its slot is free. ``refilled``: the
+        batch's own claim already looked for a job for it."""
+        ...
+
+
 class Finisher:
     def __init__(
         self,
         store: Store,
         settler: Settler,
+        slots: FinishedSlots,
         *,
-        done: Callable[[RunningJob, bool], None],
-        held: Callable[[], list[RunningJob]] = list,
-        refill: Callable[[int], ClaimRequest | None] | None = None,
-        start: Callable[[list[ClaimedJob], float], None] | None = None,
         pace: Pace | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``settler`` retries a write while the database is away and fails a job whose result the
-        database refused; ``done(running, refilled)`` frees the job's slot once its outcome is written
-        (or cannot be); ``refilled``: the batch's own claim already looked for a job for the slot.
-        ``held()`` lists the worker's jobs, whose results a batch may wait for (see :class:`Pace`).
-        ``refill(n)`` asks for the claim that refills the n slots a batch frees (None: claim nothing,
-        the worker is stopping), made in the same transaction as the batch; ``start`` runs what it claimed."""
+        database refused; ``slots`` are the worker's, freed and refilled by each batch."""
         self.store = store
         self.settler = settler
         self.worker_id = settler.worker_id
-        self._done = done
-        self._held = held
-        self._refill = refill
-        self._start = start
+        self._slots = slots
         self.pace = pace or Pace()
         self._clock = clock
         self._queue: queue.SimpleQueue[Success] = queue.SimpleQueue()
@@ -150,7 +164,7 @@ class Finisher:
         self._take_waiting(batch)
         now = self._clock()
         window = self.pace.window(len(batch))
-        expected = self.pace.due(self._held(), now, window) if window > 0 else 0
+        expected = self.pace.due(self._slots.held(), now, window) if window > 0 else 0
         deadline = now + window
         while expected > 0 and len(batch) < COMPLETE_BATCH:
             remaining = deadline - self._clock()
@@ -176,7 +190,7 @@ class Finisher:
     def write(self, batch: list[Success]) -> None:
         """One statement for the batch; lost leases are reported, refused results split the batch."""
         self.batches += 1
-        request = self._refill(len(batch)) if self._refill is not None and self._start is not None else None
+        request = self._slots.claim_request(len(batch))
         claimed: list[ClaimedJob] = []
         try:
             sent = self._clock()
@@ -196,7 +210,7 @@ class Finisher:
             return
         if claimed:
             # The new jobs take their slots before the finished ones give theirs up.
-            self._start(claimed, sent)  # type: ignore[misc]  # set whenever request was
+            self._slots.fill(claimed, sent)
         lost_set = set(lost)
         for success in batch:
             job = success.running.job
@@ -233,7 +247,7 @@ class Finisher:
 
     def _settled(self, running: RunningJob, *, refilled: bool) -> None:
         running.finished()
-        self._done(running, refilled)
+        self._slots.release(running, refilled=refilled)
 
 
 class JobThreads:

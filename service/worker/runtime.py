@@ -1,11 +1,13 @@
 """The worker process: claim for free slots, run handlers in threads, keep leases, shut down cleanly.
 
+:class:`Worker` puts the parts together and runs one job's attempt; each part is its own module.
 Threads of one worker process:
 
-- the claim loop (the thread that calls :meth:`Worker.run`, the main thread under
-  ``jobq worker``): claims up to the number of free slots in one statement, hands
-  each job to a job thread, then sleeps until a slot frees, a wake-up arrives or
-  the poll interval (jittered) passes;
+- the claim loop (:mod:`service.worker.claimer`; the thread that calls :meth:`Worker.run`,
+  the main thread under ``jobq worker``): claims up to the number of free slots
+  (:mod:`service.worker.slots`) in one statement, hands each job to a job thread, then
+  sleeps until a slot frees, a wake-up arrives or the poll interval passes (backing off
+  while idle, when a look is one cheap probe);
 - job threads, at most one per slot, reused from job to job
   (:class:`~service.worker.finisher.JobThreads`): each runs a handler
   (:mod:`service.worker.executor`); a failure, cancellation or hand-back is
@@ -14,10 +16,10 @@ Threads of one worker process:
   ``complete_and_claim`` for all that are waiting and those due within a window that
   pays (a lone one at once), with the claim that refills their slots;
 - the lease keeper (:mod:`service.worker.lease_keeper`): heartbeats and progress;
-- the listener: LISTEN on ``JOBS_QUEUED`` (PostgreSQL), wakes the claim loop;
-- maintenance: a list of :class:`Duty` (the reaper, :mod:`service.maintenance.reaper`, the
-  workers-table touch, the rollup's fold, the schedules and, with a retention, the pruner),
-  each run at its own interval.
+- the listener (:mod:`service.worker.listener`): LISTEN on ``JOBS_QUEUED`` (PostgreSQL),
+  wakes the claim loop;
+- maintenance (:mod:`service.maintenance.duties`): the reaper, the workers-table touch, the
+  rollup's fold, the schedules and, with a retention, the pruner, each at its own interval.
 
 Database connections: all threads share the store's pool (``JOBQ_POOL_SIZE``,
 default 2) and take a connection only for one statement; the listener holds one
@@ -36,52 +38,40 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from types import FrameType
 
 from service.errors import InvalidInput, StoreUnavailable
-from service.jobs import (
-    MAX_PAGE_SIZE,
-    ClaimedJob,
-    ClaimRequest,
-    ItemPage,
-    ItemQuery,
-    JobItem,
-    Lease,
-    WorkerInfo,
+from service.jobs import MAX_PAGE_SIZE, ClaimedJob, ClaimRequest, ItemPage, ItemQuery, JobItem, WorkerInfo
+from service.maintenance.duties import (
+    REAP_SECONDS,
+    RETENTION_BATCH,
+    RETENTION_EVERY,
+    Maintenance,
+    always_leader,
+    worker_duties,
 )
 from service.maintenance.pruner import ROLLUP_RETENTION_SECONDS, Pruner
 from service.maintenance.reaper import Reaper
-from service.maintenance.rollup import Rollup
-from service.maintenance.scheduler import SCHEDULE_SECONDS, Scheduler
+from service.maintenance.scheduler import Scheduler
 from service.payloads import check_lease_seconds
 from service.retry import RetryPolicy
-from service.store.base import JOBS_QUEUED, Listener, Store
-from service.worker.backoff import Backoff, jittered
-from service.worker.context import JobContext, StopReason
+from service.store.base import Store
+from service.worker.backoff import Backoff
+from service.worker.claimer import ClaimLoop, IdlePolls
+from service.worker.context import StopReason
 from service.worker.executor import Failed, Stopped, Succeeded, execute
 from service.worker.finisher import Finisher, JobThreads
 from service.worker.health import StoreHealth
 from service.worker.lease_keeper import LeaseKeeper
+from service.worker.listener import WakeupListener
 from service.worker.logs import job_event, log_event
 from service.worker.registry import App
 from service.worker.running import Phase, RunningJob
 from service.worker.settler import Settler
+from service.worker.slots import Slots
 
-REAP_SECONDS = 2.0
-"""The default reap interval's ceiling (WorkerConfig.reap_seconds)."""
-
-RETENTION_BATCH = 50
-"""Jobs a worker's retention deletes per turn (WorkerConfig.retention_seconds)."""
-
-RETENTION_EVERY = 5.0
-"""Seconds between a worker's retention turns (+-50 % jitter): 50 jobs every 5 s is 864,000
-a day from one worker, nine times 100,000 a day, while each turn is a few milliseconds of one
-backend, too short and too rare for a claim to notice (docs/PERFORMANCE.md, "Retention").
-"""
-
-ROLLUP_RETENTION_EVERY = 3_600.0
-"""Seconds between a worker's turns at the rollup's retention: whole days go, so hourly is enough."""
+MAX_POLL_SECONDS = 5.0
+"""The idle worker's longest wait between looks (WorkerConfig.max_poll_seconds)."""
 
 
 def connections_per_process(pool_size: int, listen: bool = True) -> int:
@@ -101,7 +91,11 @@ class WorkerConfig:
     """On SIGTERM/SIGINT: how long running jobs may finish before they are handed back.
     Also how long a job told to stop (cancel, timeout) may take before the worker settles it."""
     poll_seconds: float = 2.0
-    """Claim at least this often (+-50 % jitter) even without a wake-up."""
+    """Claim at least this often (+-50 % jitter) even without a wake-up, while claims find work."""
+    max_poll_seconds: float = MAX_POLL_SECONDS
+    """An idle worker's waits between looks back off to this (full jitter: uniform in [0, it]);
+    its look is then one probe of the claim's index. The first claim that finds work makes
+    it poll every ``poll_seconds`` again."""
     reap_seconds: float | None = None
     """How often this worker reaps expired leases (+-50 % jitter); None: every 2 s (half the
     lease if that is shorter, at least 0.5 s). A killed worker's job then runs again at most
@@ -129,6 +123,8 @@ class WorkerConfig:
             raise InvalidInput("grace seconds must not be negative")
         if self.poll_seconds <= 0:
             raise InvalidInput("poll seconds must be positive")
+        if self.max_poll_seconds <= 0:
+            raise InvalidInput("the longest poll interval must be positive")
         if self.queues is not None and (not self.queues or not all(q.strip() for q in self.queues)):
             raise InvalidInput("queues must be non-empty names")
         if not self.retention_every > 0:
@@ -157,31 +153,37 @@ class Worker:
         *,
         retry_policy: RetryPolicy | None = None,
         clock: Callable[[], float] = time.monotonic,
+        is_leader: Callable[[], bool] | None = None,
     ) -> None:
+        """``is_leader``: whether this worker runs the fleet's maintenance duties now (None: always)."""
         self.store = store
         self.app = app
         self.config = config or WorkerConfig()
         self.id = self.config.worker_id or make_worker_id()
         self.queues = tuple(self.config.queues or app.queues)
         self.kinds = app.kinds
-        # Each claim writes these into the jobs it takes (a kind's default and ceiling); the
-        # app's handlers are fixed once a worker runs, so they are read once, not per claim.
-        self.kind_max_attempts = tuple(sorted(app.max_attempts.items()))
         self.retry_policy = retry_policy or RetryPolicy()
         self.clock = clock
         self.health = StoreHealth(self.id)
-        self._lock = threading.Lock()
-        self._running: dict[Lease, RunningJob] = {}
-        self._wake = threading.Event()
-        self._stopping = threading.Event()  # no more claims
         self._halt = threading.Event()  # background threads end
         self._signals = 0
-        self._listener: Listener | None = None
         self._threads: list[threading.Thread] = []
+        self._job_threads = JobThreads(self._run_job)
+        # Each claim writes the kinds' max_attempts into the jobs it takes (a kind's default and
+        # ceiling); the app's handlers are fixed once a worker runs, so they are read once.
+        request = ClaimRequest(
+            self.id,
+            self.queues,
+            self.config.concurrency,
+            self.config.lease_seconds,
+            self.kinds,
+            tuple(sorted(app.max_attempts.items())),
+        )
+        self.slots = Slots(app, request, self.config.concurrency, start=self._job_threads.submit, clock=clock)
         self.keeper = LeaseKeeper(
             store,
             self.id,
-            self.held,
+            self.slots.held,
             health=self.health,
             on_overdue=self._settle_overdue,
             flush_seconds=self.config.flush_seconds,
@@ -189,11 +191,20 @@ class Worker:
             tick_seconds=min(0.1, self.config.lease_seconds / 10),
             clock=clock,
         )
-        self.reaper = Reaper(store, self.retry_policy)
         self.settler = Settler(store, self.id, self.health, self.retry_policy, clock=clock)
-        self.scheduler = Scheduler(store, app.schedules)
+        self.finisher = Finisher(store, self.settler, self.slots, clock=clock)
+        self.claimer = ClaimLoop(
+            store,
+            self.slots,
+            self.health,
+            IdlePolls(self.config.poll_seconds, self.config.max_poll_seconds),
+            clock=clock,
+        )
+        self.listener = WakeupListener(store, self.id, self.queues, self.claimer.notified)
         retention = self.config.retention_seconds
-        self.pruner = (
+        # Built here, not in the maintenance thread: the Pruner's own check of the retention
+        # raises at construction (a bad retention would otherwise end that thread).
+        pruner = (
             None
             if retention is None
             else Pruner(
@@ -203,35 +214,43 @@ class Worker:
                 rollup_older_than_seconds=max(retention, ROLLUP_RETENTION_SECONDS),
             )
         )
-        self.finisher = Finisher(
-            store,
-            self.settler,
-            done=self._free_slot,
-            held=self.held,
-            refill=self._refill,
-            start=self._start_jobs,
+        self.maintenance = Maintenance(
+            worker_duties(
+                store,
+                self.id,
+                reaper=Reaper(store, self.retry_policy),
+                scheduler=Scheduler(store, app.schedules),
+                pruner=pruner,
+                reap_every=self.config.reap_every,
+                touch_every=self.config.touch_seconds,
+                retention_every=self.config.retention_every,
+                jobs_requeued=self.slots.wake.set,
+                clock=clock,
+            ),
+            self.health,
+            worker_id=self.id,
+            is_leader=is_leader or always_leader,
             clock=clock,
         )
-        self._job_threads = JobThreads(self._run_job)
         self.started = threading.Event()  # registered and claiming (tests wait on it)
-        self.claimed = 0
 
     # -- public ------------------------------------------------------------------------
     def held(self) -> list[RunningJob]:
-        with self._lock:
-            return list(self._running.values())
+        return self.slots.held()
 
     @property
     def busy(self) -> int:
-        with self._lock:
-            return len(self._running)
+        return self.slots.busy
+
+    @property
+    def claimed(self) -> int:
+        return self.slots.claimed
 
     def shutdown(self) -> None:
         """Stop claiming; ``run`` then gives running jobs the grace period and returns."""
-        if not self._stopping.is_set():
+        if not self.slots.stopping.is_set():
             log_event("worker.stopping", worker=self.id, running=self.busy, grace_s=self.config.grace_seconds)
-        self._stopping.set()
-        self._wake.set()
+        self.slots.stop()
 
     def run(self, *, install_signal_handlers: bool = True) -> int:
         if install_signal_handlers:
@@ -249,13 +268,13 @@ class Worker:
                 concurrency=self.config.concurrency,
                 lease_s=self.config.lease_seconds,
             )
-            self._claim_loop()
+            self.claimer.run()
             self._drain()
         finally:
             self._halt.set()
             self._job_threads.stop()
-            self._wake.set()
-            self._close_listener()
+            self.slots.wake.set()
+            self.listener.close()
         self._deregister()
         log_event("worker.stopped", worker=self.id, claimed=self.claimed)
         return 0
@@ -282,64 +301,6 @@ class Worker:
             os._exit(128 + signum)
         log_event("worker.signal", worker=self.id, signal=signal.Signals(signum).name)
         self.shutdown()
-
-    # -- the claim loop ---------------------------------------------------------------
-    def _claim_loop(self) -> None:
-        backoff = Backoff()
-        while not self._stopping.is_set():
-            self._wake.clear()
-            free = self.config.concurrency - self.busy
-            if free > 0:
-                sent = self.clock()
-                try:
-                    jobs = self.store.claim(
-                        self.id, self.queues, free, self.config.lease_seconds, self.kinds, dict(self.kind_max_attempts)
-                    )
-                except StoreUnavailable as exc:
-                    self.health.failed(exc, "claim")
-                    self._wake.wait(backoff.next())
-                    continue
-                except Exception:
-                    log_event("worker.claim_error", logging.ERROR, exc_info=True, worker=self.id)
-                    self._wake.wait(backoff.next())
-                    continue
-                self.health.ok()
-                backoff.reset()
-                for job in jobs:
-                    self._start_job(job, sent)
-                if len(jobs) == free:
-                    continue  # every slot is taken: wait for one to free (next round)
-            self._wake.wait(jittered(self.config.poll_seconds))
-
-    def _refill(self, freed: int) -> ClaimRequest | None:
-        """The claim the finisher makes with a batch of results: one job for each slot the batch frees
-        (prefetch stays one per slot), none once the worker is stopping."""
-        if self._stopping.is_set():
-            return None
-        return ClaimRequest(self.id, self.queues, freed, self.config.lease_seconds, self.kinds, self.kind_max_attempts)
-
-    def _start_jobs(self, jobs: list[ClaimedJob], sent: float) -> None:
-        for job in jobs:
-            self._start_job(job, sent)
-
-    def _start_job(self, job: ClaimedJob, sent: float) -> None:
-        spec = self.app.spec(job.kind)
-        running = RunningJob(
-            job=job,
-            spec=spec,
-            ctx=JobContext(job, self.id, max_item_failures=spec.max_item_failures),
-            lease_seconds=spec.lease_seconds or self.config.lease_seconds,
-            started=sent,
-            handed=self.clock(),
-            last_renewed=sent,
-        )
-        with self._lock:
-            # Keyed by the lease, not the job id: this worker may claim a job again (a new
-            # attempt) while the thread of its abandoned earlier attempt is still running.
-            self._running[job.lease] = running
-            self.claimed += 1  # two threads claim: the claim loop and the finisher
-        job_event("job.claimed", job, self.id, max_attempts=job.max_attempts)
-        self._job_threads.submit(running)
 
     # -- one job -----------------------------------------------------------------------
     def _run_job(self, running: RunningJob) -> None:
@@ -368,7 +329,7 @@ class Worker:
             log_event("worker.job_error", logging.ERROR, exc_info=True, worker=self.id, job_id=str(running.job.id))
         finally:
             if not handed_over:
-                self._free_slot(running)
+                self.slots.release(running)
 
     def _earlier_items(self, job: ClaimedJob) -> list[JobItem]:
         """The item outcomes earlier attempts stored (a resumed job skips those items): read
@@ -386,14 +347,6 @@ class Worker:
             if page.next_after_index is None:
                 return found
             after = page.next_after_index
-
-    def _free_slot(self, running: RunningJob, refilled: bool = False) -> None:
-        """``refilled``: the finisher's claim for the slot (with the job's result) already looked
-        for a job, a moment ago; the claim loop would only look again (a wake-up a batch)."""
-        with self._lock:
-            self._running.pop(running.job.lease, None)
-        if not refilled:
-            self._wake.set()  # a slot is free: claim again at once
 
     def _settle(self, running: RunningJob, outcome: Failed | Stopped) -> None:
         """Item outcomes not yet written go first, fenced like the rest; then the outcome."""
@@ -447,14 +400,14 @@ class Worker:
 
     def _register(self) -> bool:
         backoff = Backoff(cap=10.0)
-        while not self._stopping.is_set():
+        while not self.slots.stopping.is_set():
             try:
                 self.store.register_worker(self._info())
                 self.health.ok()
                 return True
             except StoreUnavailable as exc:
                 self.health.failed(exc, "register")
-                self._stopping.wait(backoff.next())
+                self.slots.stopping.wait(backoff.next())
         return False
 
     def _deregister(self) -> None:
@@ -468,134 +421,11 @@ class Worker:
         targets: list[tuple[str, Callable[[], None]]] = [
             ("jobq-keeper", lambda: self.keeper.run(self._halt)),
             ("jobq-finisher", lambda: self.finisher.run(self._halt)),
-            ("jobq-maintenance", self._maintenance_loop),
+            ("jobq-maintenance", lambda: self.maintenance.run(self._halt)),
         ]
         if self.config.listen:
-            targets.append(("jobq-listener", self._listen_loop))
+            targets.append(("jobq-listener", lambda: self.listener.run(self._halt)))
         for name, target in targets:
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
-
-    def _maintenance_duties(self) -> list[Duty]:
-        """What the maintenance thread does, each at its own (jittered) interval. Another
-        duty is one more entry here."""
-        return [
-            # Reap once at start: a fleet restart finds its own orphans.
-            Duty("reap", self._reap, lambda: jittered(self.config.reap_every), due=self.clock()),
-            Duty(
-                "touch",
-                partial(self.store.touch_worker, self.id),
-                lambda: jittered(self.config.touch_seconds, spread=0.2),
-                due=self.clock() + self.config.touch_seconds,
-            ),
-            # The analysts' daily rollup; leaderless, like the reaper.
-            Duty(
-                "rollup",
-                lambda: Rollup(self.store).run_once(),
-                lambda: jittered(self.config.touch_seconds, spread=0.2),
-                due=self.clock() + self.config.touch_seconds,
-            ),
-            # Each duty's error is its own: a schedule that errs cannot hold back the reaper.
-            Duty("schedule", self.scheduler.run_once, lambda: jittered(SCHEDULE_SECONDS), due=self.clock()),
-            *self._retention_duties(),
-        ]
-
-    def _retention_duties(self) -> list[Duty]:
-        """Retention, leaderless like the reaper (the prune skips rows another worker holds)."""
-        pruner = self.pruner
-        if pruner is None:
-            return []
-        every = self.config.retention_every
-
-        def prune() -> None:
-            deleted = pruner.run_once()
-            if deleted:
-                log_event("worker.retention_pruned", logging.DEBUG, worker=self.id, deleted=deleted)
-
-        return [
-            Duty("retention", prune, lambda: jittered(every), due=self.clock() + jittered(every)),
-            Duty(
-                "rollup_retention",
-                pruner.prune_rollup,
-                lambda: jittered(ROLLUP_RETENTION_EVERY),
-                due=self.clock() + jittered(every),
-            ),
-        ]
-
-    def _reap(self) -> None:
-        if self.reaper.run_once().requeued:
-            self._wake.set()  # jobs came back due (or soon): look
-
-    def _maintenance_loop(self) -> None:
-        duties = self._maintenance_duties()
-        while not self._halt.wait(0.2):
-            for duty in duties:
-                now = self.clock()
-                if now < duty.due:
-                    continue
-                duty.due = now + duty.interval()
-                try:
-                    duty.run()
-                except StoreUnavailable as exc:
-                    self.health.failed(exc, f"maintenance.{duty.name}")
-                except Exception:
-                    log_event("worker.maintenance_error", logging.ERROR, exc_info=True, worker=self.id, duty=duty.name)
-                else:
-                    # Only a call that reached the database says it is back; a tick with
-                    # nothing due says nothing (it ended outages early, with a false down_s).
-                    self.health.ok()
-
-    def _listen_loop(self) -> None:
-        queues = set(self.queues)
-        backoff = Backoff(cap=10.0)
-        while not self._halt.is_set():
-            try:
-                listener = self.store.listen([JOBS_QUEUED])
-            except Exception as exc:
-                log_event("worker.listen_error", logging.WARNING, worker=self.id, error=str(exc))
-                self._halt.wait(backoff.next())
-                continue
-            with self._lock:
-                if self._halt.is_set():
-                    listener.close()
-                    return
-                self._listener = listener
-            backoff.reset()
-            self._wake.set()  # jobs enqueued before LISTEN took effect notified no one: look once
-            try:
-                while not self._halt.is_set():
-                    notes = listener.wait(1.0)
-                    if any(_concerns(n.payload, queues) for n in notes):
-                        self._wake.set()
-            except Exception as exc:
-                log_event("worker.listen_error", logging.WARNING, worker=self.id, error=str(exc))
-                self._halt.wait(backoff.next())
-            finally:
-                listener.close()
-
-    def _close_listener(self) -> None:
-        with self._lock:
-            listener = self._listener
-            self._listener = None
-        if listener is not None:
-            # close() may wait for a reconnect attempt in progress; never hold up the exit for it.
-            threading.Thread(target=listener.close, name="jobq-listener-close", daemon=True).start()
-
-
-@dataclass
-class Duty:
-    """A maintenance task: ``run`` (which may raise StoreUnavailable) once ``due``, then again
-    ``interval()`` seconds after each run."""
-
-    name: str
-    run: Callable[[], object]
-    interval: Callable[[], float]
-    due: float
-
-
-def _concerns(payload: str, queues: set[str]) -> bool:
-    """A wake-up for us: one of our queues got jobs, or "*" (anything may have changed)."""
-    if payload == "*" or not payload:
-        return True
-    return not queues.isdisjoint(payload.split(","))

@@ -75,6 +75,29 @@ def test_claim_takes_only_the_kinds_it_is_given(store):
     assert claim_one(store, kinds=None).kind == "transcribe"
 
 
+def test_has_claimable_is_true_only_for_due_queued_jobs_of_the_queues_and_kinds(store, clock: FakeClock):
+    """The idle worker's probe answers what the claim would find, without claiming it."""
+    assert not store.has_claimable(["default"])  # an empty queue
+    store.enqueue(new_job("resize", queue="email", delay_seconds=60))
+    store.enqueue(new_job("transcribe", queue="email"))
+    cancelled = store.enqueue(new_job("resize", queue="sms"))
+    store.cancel(cancelled.id)
+
+    assert not store.has_claimable(["default"])  # another queue's jobs
+    assert not store.has_claimable(["sms"])  # a cancelled job is never claimable
+    assert store.has_claimable(["default", "email"])
+    assert store.has_claimable(["email"], kinds=["transcribe"])
+    assert not store.has_claimable(["email"], kinds=["resize"])  # not due for another 60 s
+    assert not store.has_claimable(["email"], kinds=["embed"])  # no job of that kind
+
+    clock.advance(60)
+    assert store.has_claimable(["email"], kinds=["resize"])  # due now
+    claimed = store.claim("worker-a", ["email"], 10, LEASE_SECONDS)
+    assert len(claimed) == 2
+    assert not store.has_claimable(["email"])  # running jobs are not claimable
+    assert store.claim("worker-a", ["email"], 10, LEASE_SECONDS) == []
+
+
 def test_claim_marks_the_job_running_with_a_lease_and_opens_an_attempt(store, db: Database, clock: FakeClock):
     queued = store.enqueue(
         new_job("transcribe", payload={"url": "s3://b/k"}, queue="audio", tenant="acme", total=12, max_attempts=4)

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from service.jobs import NewJob
+from service.jobs import ClaimedJob, NewJob
 from service.retry import RetryPolicy
 from service.store import Store
 from service.worker import App, JobContext
@@ -70,7 +70,14 @@ class Slots:
         with self._lock:
             return list(self.jobs)
 
-    def free(self, running: RunningJob, refilled: bool) -> None:
+    def claim_request(self, count: int) -> None:
+        """No refill: these tests count the finisher's writes of results alone."""
+        return None
+
+    def fill(self, jobs: list[ClaimedJob], sent: float) -> None:
+        raise AssertionError("nothing was claimed")
+
+    def release(self, running: RunningJob, *, refilled: bool = False) -> None:
         with self._lock:
             self.jobs.remove(running)
 
@@ -78,7 +85,7 @@ class Slots:
 @contextmanager
 def finisher(store: Store, slots: Slots, pace: Pace) -> Iterator[Finisher]:
     settler = Settler(store, WORKER, StoreHealth(WORKER), RetryPolicy())
-    writer = Finisher(store, settler, done=slots.free, held=slots.held, pace=pace)
+    writer = Finisher(store, settler, slots, pace=pace)
     halt = threading.Event()
     thread = threading.Thread(target=writer.run, args=(halt,), daemon=True)
     thread.start()

@@ -17,7 +17,8 @@ from service.jobs import NewJob
 from service.store import Store
 from tests.worker.harness import ROOT, WorkerProcess, wait_until
 
-OPTIONS = ["--app", "--queues", "--concurrency", "--lease-seconds", "--grace-seconds", "--poll-seconds", "--retention",
+OPTIONS = ["--app", "--queues", "--concurrency", "--lease-seconds", "--grace-seconds", "--poll-seconds",
+           "--max-poll-seconds", "--retention",
            "--log-level", "--wait-for-database", "--traceback"]
 
 

@@ -332,3 +332,27 @@ def test_an_outage_is_one_outage_until_a_database_call_succeeds(live_store: Stor
         flaky.down.clear()
         wait_until(lambda: worker.health.available, 10, what="the outage to end")
         assert worker.health.outages == 1
+
+
+def test_an_idle_worker_backs_off_to_cheap_probes_and_polls_fast_again_once_it_finds_work(live_store: Store) -> None:
+    """No wake-ups (listen off: polling alone). Polling every 0.05 s would be ~60 looks in 3 s,
+    each a claim; backed off to a 2 s ceiling (a wait uniform in 0..2 s) it is about ten, and
+    after the first empty claim each one is a probe. Then a job arrives every 0.1 s: a worker
+    still backed off would find each after ~1 s; one polling fast again, within ~0.1 s."""
+    app = App()
+    app.register("noop", lambda ctx: None)
+    counting = FlakyStore(live_store, every_call=True)
+    options = {"poll_seconds": 0.05, "max_poll_seconds": 2.0, "listen": False, "concurrency": 1}
+    with running_worker(counting, app, **options):  # type: ignore[arg-type]
+        time.sleep(3.0)
+        looks = counting.calls["has_claimable"] + counting.calls["claim"]
+        assert counting.calls["claim"] <= 2, counting.calls  # the first look; then probes
+        assert 3 <= looks <= 25, counting.calls
+        pickups = []
+        for _ in range(10):
+            job = live_store.enqueue(NewJob(kind="noop"))
+            enqueued = time.monotonic()
+            wait_until(lambda job=job: live_store.get(job.id).state.value != "queued", 10, 0.005, what="pickup")
+            pickups.append(time.monotonic() - enqueued)
+            time.sleep(0.1)
+    assert sorted(pickups)[5] < 0.5, pickups  # the median: fast polling again

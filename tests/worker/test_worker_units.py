@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import re
+import statistics
 import threading
 import time
 import uuid
@@ -11,8 +13,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from service.errors import InvalidInput, PermanentError
+from service.errors import InvalidInput, PermanentError, StoreUnavailable
 from service.jobs import ClaimedJob, Lease
+from service.maintenance.duties import Duty, Maintenance
 from service.worker import (
     App,
     JobContext,
@@ -23,6 +26,7 @@ from service.worker import (
     make_worker_id,
 )
 from service.worker.backoff import Backoff, jittered
+from service.worker.claimer import IdlePolls
 from service.worker.executor import Failed, Stopped, Succeeded, execute
 from service.worker.tracebacks import MAX_ERROR_CHARS, format_error
 
@@ -271,6 +275,78 @@ def test_backoff_grows_with_jitter_up_to_the_cap() -> None:
     assert all(1.0 <= jittered(2.0) <= 3.0 for _ in range(100))
 
 
+def test_idle_polls_back_off_with_full_jitter_to_the_ceiling_and_snap_back_on_work() -> None:
+    polls = IdlePolls(poll_seconds=0.1, max_poll_seconds=2.0, rng=random.Random(7))
+    assert not polls.idle and all(0.05 <= polls.wait() <= 0.15 for _ in range(100))  # finding work: fast
+    ceilings = []
+    for _ in range(12):
+        polls.missed()
+        waits = [polls.wait() for _ in range(2000)]
+        assert min(waits) >= 0
+        ceilings.append(max(waits))
+    assert ceilings[0] <= 0.2 and ceilings[3] <= 1.6  # doubling from the poll interval
+    assert all(1.9 <= c <= 2.0 for c in ceilings[5:])  # then held at the ceiling
+    assert 0.9 <= statistics.mean(polls.wait() for _ in range(5000)) <= 1.1  # full jitter: uniform in 0..2
+    polls.found()
+    assert not polls.idle and all(0.05 <= polls.wait() <= 0.15 for _ in range(100))
+
+
+def test_a_ceiling_under_the_poll_interval_never_makes_an_idle_worker_poll_faster() -> None:
+    polls = IdlePolls(poll_seconds=5.0, max_poll_seconds=1.0, rng=random.Random(7))
+    for _ in range(5):
+        polls.missed()
+    assert max(polls.wait() for _ in range(2000)) > 4.5
+
+
+class _Health:
+    def __init__(self) -> None:
+        self.oks = 0
+        self.failures: list[str] = []
+
+    def failed(self, exc: StoreUnavailable, during: str) -> None:
+        self.failures.append(during)
+
+    def ok(self) -> None:
+        self.oks += 1
+
+
+def test_fleet_duties_run_only_while_leading_and_run_at_once_on_gaining_the_lead() -> None:
+    ran: list[str] = []
+    leading = False
+    now = 100.0
+    duties = [
+        Duty("reap", lambda: ran.append("reap"), every=2.0, due=now),
+        Duty("touch", lambda: ran.append("touch"), every=10.0, due=now, fleet=False),
+    ]
+    maintenance = Maintenance(duties, _Health(), worker_id="w", is_leader=lambda: leading, clock=lambda: now)
+    assert maintenance.run_once() == ["touch"]  # not leading: only the worker's own duty
+    now += 5.0
+    assert maintenance.run_once() == []  # the reap stays due; the touch is not due yet
+    leading = True
+    assert maintenance.run_once() == ["reap"]  # the lead gained: the overdue reap runs at once
+    assert ran == ["touch", "reap"]
+
+
+def test_a_once_duty_is_retried_until_it_succeeds_then_never_again() -> None:
+    calls = []
+
+    def declare() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise StoreUnavailable("away")
+
+    now = 0.0
+    health = _Health()
+    maintenance = Maintenance(
+        [Duty("declare", declare, every=0.5, due=now, fleet=False, once=True)], health, worker_id="w",
+        clock=lambda: now,
+    )
+    for _ in range(10):
+        maintenance.run_once()
+        now += 1.0
+    assert len(calls) == 2 and health.failures == ["maintenance.declare"] and health.oks == 1
+
+
 def test_worker_id_is_host_pid_suffix() -> None:
     first, second = make_worker_id(), make_worker_id()
     assert re.fullmatch(r"[^:]+:\d+:[0-9a-f]{6}", first)
@@ -278,7 +354,9 @@ def test_worker_id_is_host_pid_suffix() -> None:
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"concurrency": 0}, {"lease_seconds": 0}, {"grace_seconds": -1}, {"poll_seconds": 0}, {"queues": ()}]
+    "kwargs",
+    [{"concurrency": 0}, {"lease_seconds": 0}, {"grace_seconds": -1}, {"poll_seconds": 0}, {"max_poll_seconds": 0},
+     {"queues": ()}],
 )
 def test_worker_config_is_checked(kwargs: dict) -> None:
     with pytest.raises(InvalidInput):

@@ -52,6 +52,7 @@ from service.store.postgres.statements import (
     CLAIM_PLANNER,
     COMPLETE_JOBS,
     FAIL_JOB,
+    HAS_CLAIMABLE,
     READ_ATTEMPT_RECEIPT,
     REFILL_LOCK_TIMEOUT,
     RELEASE_JOB,
@@ -146,6 +147,11 @@ class PostgresStore(
     def _claimed(self, request: ClaimRequest, rows: list[dict[str, Any]]) -> list[ClaimedJob]:
         self._claim_cursor = advance_cursor(self._claim_cursor, (row["tenant"] for row in rows))
         return [claimed_job(row, request.worker, _READ) for row in rows]
+
+    def has_claimable(self, queues: Sequence[str], kinds: Sequence[str] | None = None) -> bool:
+        params = self._params(queues=list(queues), kinds=list(kinds) if kinds is not None else None)
+        row = self._fetchone(HAS_CLAIMABLE, params)
+        return bool(row is not None and row["claimable"])
 
     def heartbeat(
         self,

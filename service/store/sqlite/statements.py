@@ -16,6 +16,7 @@ _SQL = statements("sqlite")
 NOW = _SQL["clock"]
 
 
+HAS_CLAIMABLE = _SQL["has_claimable"]
 OPEN_ATTEMPT = _SQL["open_attempt"]
 RENEW_LEASE = _SQL["renew_lease"]
 COMPLETE_JOBS = _SQL["complete_jobs"]

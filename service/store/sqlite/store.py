@@ -68,6 +68,7 @@ from service.store.sqlite.statements import (
     COUNTERS,
     DEFAULT_TENANT_LIMITED,
     FAIL_JOB,
+    HAS_CLAIMABLE,
     NEXT_TENANT,
     OPEN_ATTEMPT,
     READ_ATTEMPT_RECEIPT,
@@ -245,6 +246,11 @@ class SqliteStore(
         for scope, usage in sorted(SqliteStore._usage(conn, list(taken)).items()):
             window = to_text(rate_window(instant, usage.per_seconds)) if usage.per_seconds else None
             conn.execute(COUNT_STARTS, {"scope": scope, "jobs": taken[scope], "window": window})
+
+    def has_claimable(self, queues: Sequence[str], kinds: Sequence[str] | None = None) -> bool:
+        params = {"queues": json.dumps(list(queues)), "kinds": json.dumps(list(kinds)) if kinds is not None else None}
+        with self._read() as (conn, now):
+            return bool(conn.execute(HAS_CLAIMABLE, {**params, "now": now}).fetchone()["claimable"])
 
     def heartbeat(
         self,

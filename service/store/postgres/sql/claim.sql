@@ -241,3 +241,22 @@ j.state = 'queued' AND j.queue = q.queue AND j.tenant = {tenant}
 SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
        set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)
 
+
+-- name: has_claimable
+-- The idle worker's poll, before any claim: is a job of its queues (and kinds) due?
+-- One probe of the claim's partial index (ix_jobs_claimable: queued rows only) per
+-- queue, stopping at the first due row; no lock, no write, no planner settings. The
+-- fair claim, which decides limits and shares, runs only after a true answer, so an
+-- idle fleet's polls read an empty index instead of walking tenants under row locks.
+SELECT EXISTS (
+    SELECT 1
+    FROM unnest(:queues::text[]) AS q(queue)
+    CROSS JOIN LATERAL (
+        SELECT 1
+        FROM jobs AS j
+        WHERE j.state = 'queued' AND j.queue = q.queue
+          AND j.run_after <= {{now}}
+          AND (:kinds::text[] IS NULL OR j.kind = ANY(:kinds::text[]))
+        LIMIT 1
+    ) AS due
+) AS claimable

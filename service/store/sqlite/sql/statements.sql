@@ -2,6 +2,16 @@
 -- "Now" for one operation: read once under the lock, every time below is computed from it.
 SELECT strftime('%Y-%m-%d %H:%M:%f', 'now') AS now
 
+-- name: has_claimable
+-- The idle worker's poll, before any claim: is a job of its queues (and kinds) due? One
+-- read of the claim's partial index (queued rows only), stopping at the first due row,
+-- outside any write transaction: an idle worker never takes the file's write lock.
+SELECT EXISTS (
+    SELECT 1 FROM jobs INDEXED BY ix_jobs_claimable
+    WHERE state = 'queued' AND queue IN (SELECT value FROM json_each(:queues)) AND run_after <= :now
+      AND (:kinds IS NULL OR kind IN (SELECT value FROM json_each(:kinds)))
+) AS claimable
+
 -- name: open_attempt
 -- Invariant 3: every attempt has its row from the moment it starts.
 INSERT INTO job_attempts (job_id, claim, attempt, worker, due_at, started_at)

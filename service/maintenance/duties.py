@@ -1,0 +1,202 @@
+"""A worker's maintenance: duties, each a ``run_once`` at its own (jittered) interval, and one thin loop.
+
+Two kinds of duty:
+
+- **fleet duties** — the reaper, the scheduler, the rollup's fold, retention — are the
+  fleet's to do once, not each worker's. The loop runs them only while ``is_leader()``
+  says this worker leads. Until the leadership lease exists every worker leads
+  (:func:`always_leader`), as before; each duty is idempotent (its module says why), so
+  many workers doing it at once, or a leader and its successor overlapping, is harmless.
+  A duty skipped because this worker does not lead stays due: the tick after it gains
+  the lead, it runs (a new leader reaps at once, as a worker does at start);
+- **worker duties** — the workers-table touch, writing the app's declared schedules — are
+  this worker's own and run on every worker.
+
+``is_leader`` is asked at every tick for every due fleet duty, so it must not do I/O:
+it reads what the lease's own (worker) duty last learnt.
+
+Each duty's error is its own: a schedule that errs cannot hold back the reaper. A
+database outage is reported once through ``health`` (``failed``/``ok``), and only a
+duty that ran (reached the database) may end it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Protocol
+
+from service.errors import StoreUnavailable
+from service.maintenance.pruner import Pruner
+from service.maintenance.reaper import Reaper
+from service.maintenance.rollup import Rollup
+from service.maintenance.scheduler import SCHEDULE_SECONDS, Scheduler
+from service.store.base import Store
+
+logger = logging.getLogger("jobq.maintenance")
+
+TICK_SECONDS = 0.2
+"""How often the loop looks for due duties: the finest interval any duty may have."""
+
+REAP_SECONDS = 2.0
+"""The default reap interval's ceiling (WorkerConfig.reap_seconds)."""
+
+RETENTION_BATCH = 50
+"""Jobs a worker's retention deletes per turn (WorkerConfig.retention_seconds)."""
+
+RETENTION_EVERY = 5.0
+"""Seconds between a worker's retention turns (+-50 % jitter): 50 jobs every 5 s is 864,000
+a day from one worker, nine times 100,000 a day, while each turn is a few milliseconds of one
+backend, too short and too rare for a claim to notice (docs/PERFORMANCE.md, "Retention").
+"""
+
+ROLLUP_RETENTION_EVERY = 3_600.0
+"""Seconds between a worker's turns at the rollup's retention: whole days go, so hourly is enough."""
+
+
+class Health(Protocol):
+    """Where an outage is told (service.worker.health.StoreHealth): once when it starts, once when it ends."""
+
+    def failed(self, exc: StoreUnavailable, during: str) -> None: ...
+
+    def ok(self) -> None: ...
+
+
+def always_leader() -> bool:
+    """Every worker leads: the fleet's duties run on each (no leadership lease yet)."""
+    return True
+
+
+@dataclass
+class Duty:
+    """A maintenance task: ``run`` (which may raise StoreUnavailable) once ``due``, then again
+    ``every`` seconds (+- ``spread``, a fraction, so a fleet's duties do not line up) after each
+    run began. ``fleet``: only the leader runs it. ``once``: done for good when a run succeeds
+    (until then retried every ``every``)."""
+
+    name: str
+    run: Callable[[], object]
+    every: float
+    due: float
+    spread: float = 0.5
+    fleet: bool = True
+    once: bool = False
+
+    def next_due(self, now: float) -> float:
+        return now + random.uniform(self.every * (1 - self.spread), self.every * (1 + self.spread))
+
+
+class Maintenance:
+    """The loop: at every tick, each due duty once (the fleet's only while leading)."""
+
+    def __init__(
+        self,
+        duties: Sequence[Duty],
+        health: Health,
+        *,
+        worker_id: str,
+        is_leader: Callable[[], bool] = always_leader,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.duties = list(duties)
+        self.health = health
+        self.worker_id = worker_id
+        self.is_leader = is_leader
+        self.clock = clock
+
+    def run_once(self) -> list[str]:
+        """Run every duty that is due (a fleet duty only while leading); the names of those that ran."""
+        ran: list[str] = []
+        for duty in self.duties:
+            now = self.clock()
+            if now < duty.due or (duty.fleet and not self.is_leader()):
+                continue
+            duty.due = duty.next_due(now)
+            ran.append(duty.name)
+            try:
+                duty.run()
+            except StoreUnavailable as exc:
+                self.health.failed(exc, f"maintenance.{duty.name}")
+            except Exception:
+                logger.error(
+                    "worker.maintenance_error",
+                    exc_info=True,
+                    extra={"jobq_fields": {"worker": self.worker_id, "duty": duty.name}},
+                )
+            else:
+                # Only a call that reached the database says it is back; a tick with
+                # nothing due says nothing (it ended outages early, with a false down_s).
+                self.health.ok()
+                if duty.once:
+                    duty.due = math.inf
+        return ran
+
+    def run(self, halt: threading.Event) -> None:
+        """Tick until ``halt`` is set."""
+        while not halt.wait(TICK_SECONDS):
+            self.run_once()
+
+
+def worker_duties(
+    store: Store,
+    worker_id: str,
+    *,
+    reaper: Reaper,
+    scheduler: Scheduler,
+    pruner: Pruner | None,
+    reap_every: float,
+    touch_every: float,
+    retention_every: float,
+    jobs_requeued: Callable[[], None],
+    clock: Callable[[], float] = time.monotonic,
+) -> list[Duty]:
+    """What a worker's maintenance thread does. ``jobs_requeued`` is told when a reap put jobs
+    back in the queue (the worker then looks for them at once). Another duty is one more entry here."""
+    now = clock()
+
+    def reap() -> None:
+        if reaper.run_once().requeued:
+            jobs_requeued()  # jobs came back due (or soon): look
+
+    rollup = Rollup(store)
+    return [
+        # Reap once at start: a fleet restart finds its own orphans.
+        Duty("reap", reap, reap_every, due=now),
+        Duty(
+            "touch", partial(store.touch_worker, worker_id), touch_every, due=now + touch_every, spread=0.2, fleet=False
+        ),
+        # The app's own schedules are written by each worker that declares them, leader or
+        # not; firing them is the fleet's.
+        *(
+            [Duty("declare_schedules", scheduler.sync, SCHEDULE_SECONDS, due=now, fleet=False, once=True)]
+            if scheduler.declared
+            else []
+        ),
+        # The analysts' daily rollup.
+        Duty("rollup", rollup.run_once, touch_every, due=now + touch_every, spread=0.2),
+        Duty("schedule", scheduler.run_once, SCHEDULE_SECONDS, due=now),
+        *_retention_duties(pruner, worker_id, retention_every, now),
+    ]
+
+
+def _retention_duties(pruner: Pruner | None, worker_id: str, every: float, now: float) -> list[Duty]:
+    """Retention (the prune skips rows another worker holds)."""
+    if pruner is None:
+        return []
+
+    def prune() -> None:
+        deleted = pruner.run_once()
+        if deleted:
+            logger.debug("worker.retention_pruned", extra={"jobq_fields": {"worker": worker_id, "deleted": deleted}})
+
+    retention = Duty("retention", prune, every, due=now)
+    rollup_retention = Duty("rollup_retention", pruner.prune_rollup, ROLLUP_RETENTION_EVERY, due=now)
+    # Neither at start: a fleet restarted together would prune together. Both first within ~every.
+    retention.due, rollup_retention.due = retention.next_due(now), retention.next_due(now)
+    return [retention, rollup_retention]

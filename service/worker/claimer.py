@@ -1,0 +1,142 @@
+"""The claim loop: claims for the worker's free slots, and waits cheaply while there is no work.
+
+Each round looks for work when a slot is free, then sleeps until a slot frees, a wake-up
+arrives (:mod:`service.worker.listener`, a reap that put jobs back) or the poll interval
+passes (:class:`IdlePolls`):
+
+- while claims find work, the worker claims directly, every ``poll_seconds`` (+-50 %)
+  at the least;
+- once a claim came back empty, the worker is idle: each look is first the store's
+  ``has_claimable``, one read of the claim's index, and the fair claim runs only when it
+  says a job is due; and the waits between looks back off, with full jitter, to
+  ``max_poll_seconds``. The first claim that takes a job makes it fast again.
+
+A notification wakes every listening worker at once (PostgreSQL signals them all).
+An idle worker woken so waits a moment first (up to WAKE_SPREAD_SECONDS, less the more
+slots it has free), then probes: the first one to look takes the job, and most of the
+others find the index empty, a read instead of a claim.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+
+from service.errors import StoreUnavailable
+from service.store.base import Store
+from service.worker.backoff import Backoff, jittered
+from service.worker.health import StoreHealth
+from service.worker.logs import log_event
+from service.worker.slots import Slots
+
+WAKE_SPREAD_SECONDS = 0.05
+"""How long a woken idle worker with one free slot waits at most before it probes: a few
+claims' time, so the first worker's claim commits before most of the others look."""
+
+
+class IdlePolls:
+    """When the claim loop looks again without a wake-up.
+
+    While looks find work: ``poll_seconds`` +- 50 %. After ``n`` looks in a row that found
+    none: uniform in [0, c], c = min(max_poll_seconds, poll_seconds * 2**n) (never below
+    poll_seconds): full jitter, so an idle fleet's polls spread out instead of lining up.
+    """
+
+    def __init__(self, poll_seconds: float, max_poll_seconds: float, rng: random.Random | None = None) -> None:
+        self.poll_seconds = poll_seconds
+        self.max_poll_seconds = max_poll_seconds
+        self.empty = 0
+        self._rng = rng or random.Random()
+
+    @property
+    def idle(self) -> bool:
+        """The last look found no work."""
+        return self.empty > 0
+
+    def found(self) -> None:
+        self.empty = 0
+
+    def missed(self) -> None:
+        self.empty += 1
+
+    def wait(self) -> float:
+        if not self.idle:
+            return jittered(self.poll_seconds, self._rng)
+        ceiling = min(self.max_poll_seconds, self.poll_seconds * 2.0 ** min(self.empty, 30))
+        return self._rng.uniform(0, max(ceiling, self.poll_seconds))
+
+
+class ClaimLoop:
+    def __init__(
+        self,
+        store: Store,
+        slots: Slots,
+        health: StoreHealth,
+        polls: IdlePolls,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.slots = slots
+        self.health = health
+        self.polls = polls
+        self.clock = clock
+        self._notified = threading.Event()
+
+    def notified(self) -> None:
+        """A notification named one of this worker's queues (the listener's callback)."""
+        self._notified.set()
+        self.slots.wake.set()
+
+    def run(self) -> None:
+        """Claim until the slots stop."""
+        slots = self.slots
+        backoff = Backoff()
+        while not slots.stopping.is_set():
+            slots.wake.clear()
+            notified = self._notified.is_set()
+            self._notified.clear()
+            free = slots.free
+            if free > 0:
+                try:
+                    claimed = self._look(free, notified)
+                except StoreUnavailable as exc:
+                    self.health.failed(exc, "claim")
+                    slots.wake.wait(backoff.next())
+                    continue
+                except Exception:
+                    log_event("worker.claim_error", logging.ERROR, exc_info=True, worker=slots.request.worker)
+                    slots.wake.wait(backoff.next())
+                    continue
+                self.health.ok()
+                backoff.reset()
+                if claimed == free:
+                    continue  # every slot is taken: wait for one to free (next round)
+            slots.wake.wait(self.polls.wait())
+
+    def _look(self, free: int, notified: bool) -> int:
+        """Claim for the free slots (an idle worker probes first); how many jobs were claimed."""
+        if self.polls.idle:
+            if notified:
+                # Spread the fleet woken together; a worker with more free slots looks sooner.
+                if self.slots.stopping.wait(random.uniform(0, WAKE_SPREAD_SECONDS / free)):
+                    return 0
+            if not self.store.has_claimable(self.slots.request.queues, self.slots.request.kinds):
+                self.polls.missed()
+                return 0
+        request = self.slots.claim_request(free)
+        if request is None:  # stopping
+            return 0
+        sent = self.clock()
+        jobs = self.store.claim(
+            request.worker, request.queues, free, request.lease_seconds, request.kinds, dict(request.max_attempts)
+        )
+        self.slots.fill(jobs, sent)
+        if jobs:
+            self.polls.found()
+        else:
+            self.polls.missed()
+        return len(jobs)
