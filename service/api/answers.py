@@ -8,6 +8,12 @@ made here once, by :func:`job_answer`, and sent two ways: a route returns
 ASGI with :meth:`Answer.send`. So the two ways answer alike by construction, not by
 two copies held together by a test.
 
+The routes stay, rather than being taken off the hot path and documented some other
+way: a route is what OpenAPI (and schemathesis) read, and it answers everything a fast
+entrance leaves to it (a long poll, a body FastAPI must validate and explain, a +json
+or chunked body, every error of a poll). A fast entrance only skips FastAPI's
+per-request machinery for the common case; what it sends is the route's answer.
+
     submit    202  Location, Retry-After (while the job is not terminal)
     poll      200  ETag, Retry-After
     cancel    200  Retry-After
