@@ -231,7 +231,9 @@ class Submitting(Connected):
         token_hash: str | None,
     ) -> list[JobStatus]:
         """ENQUEUE_JOBS; for each key already taken, READ_BY_IDEMPOTENCY_KEYS's job, which must be
-        this very request (its payload read with GET_PAYLOAD, on the same transaction)."""
+        this very request (its payload read with GET_PAYLOAD, on the same transaction). The read
+        sees that job: the insert waited for any transaction that held the key, and one inserted
+        earlier in this transaction (the caller's, or the same batch) is its own."""
         row = cursor.execute(ENQUEUE_JOBS, self._enqueue_params(jobs, ids, True, token_hash)).fetchall()[0]
         jobs, statuses = _queued(row, jobs, ids, token_hash)
         if row["inserted"] == len(jobs):
