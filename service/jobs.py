@@ -430,7 +430,8 @@ def stored_max_attempts(job: NewJob) -> int:
 def require_same_job(job: NewJob, stored: JobStatus, stored_payload: JSON) -> None:
     """A repeated idempotency key must name the same job, or it is an IdempotencyConflict.
 
-    The one rule for the API, the CLI and the producer API. Compared: kind, queue,
+    The one rule for every producer, applied by the stores' enqueue (``store.checks.keyed_job``)
+    on the enqueue's own transaction. Compared: kind, queue,
     priority, concurrency_key, the payload, and ``total`` and a given ``max_attempts`` while
     no worker has claimed the job yet (a worker may report a different total; a claim
     applies the kind's max_attempts). ``delay_seconds``

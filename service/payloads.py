@@ -18,9 +18,9 @@ from service.errors import InvalidInput, PayloadTooLarge
 from service.jobs import ADMIN_TENANT, JSON, MAX_PAGE_SIZE, ItemOutcome, ItemState, NewJob
 
 MAX_NAME_LENGTH = 200
-"""kind, queue, tenant."""
+"""kind, queue, tenant, a schedule's name: one bound, which the API's schemas and every check import."""
 MAX_KEY_LENGTH = 255
-"""Idempotency and concurrency keys."""
+"""Idempotency and concurrency keys (the Idempotency-Key header's bound too)."""
 MAX_PRIORITY = 1_000
 MAX_ATTEMPTS_LIMIT = 100
 MAX_TOTAL = 2_147_483_647

@@ -3,8 +3,8 @@
 No API process and no token: a :class:`Queue` opens the store of a database
 URL (or of the settings) and applies the rules the REST API applies: the same
 validation (:func:`~service.payloads.validate_new_job`, the payload size limit),
-the same idempotency rule (:func:`~service.jobs.require_same_job`) and the same
-exceptions from :mod:`service.errors`::
+the same idempotency rule (:func:`~service.jobs.require_same_job`, applied by the
+store's enqueue for every producer) and the same exceptions from :mod:`service.errors`::
 
     from service import Queue
 
@@ -35,16 +35,8 @@ from types import TracebackType
 from typing import Any
 
 from service.config import Settings, load_settings
-from service.errors import InvalidInput, JobCancelled, JobFailed, JobNotFound
-from service.jobs import (
-    JSON,
-    JobPage,
-    JobQuery,
-    JobState,
-    JobStatus,
-    NewJob,
-    require_same_job,
-)
+from service.errors import InvalidInput, JobCancelled, JobFailed
+from service.jobs import JSON, JobPage, JobQuery, JobState, JobStatus, NewJob
 from service.payloads import check_payload_size, validate_new_job
 from service.store import Store, open_store
 from service.store.base import JOB_CHANGED
@@ -97,13 +89,9 @@ class Queue:
         self, jobs: Iterable[NewJob | Mapping[str, Any]], *, connection: object | None = None
     ) -> list[JobStatus]:
         """Queue many jobs in one round trip, all or none; the statuses in the order given.
-        Each job is a ``NewJob`` or a mapping with ``kind``, ``payload`` and the options."""
-        batch = [self._of(job) for job in jobs]
-        statuses = self.store.enqueue_many(batch, connection=connection)
-        for job, status in zip(batch, statuses, strict=True):
-            if job.idempotency_key is not None:
-                self._require_same(job, status)
-        return statuses
+        Each job is a ``NewJob`` or a mapping with ``kind``, ``payload`` and the options.
+        A key used for another job: IdempotencyConflict, and none of them is added."""
+        return self.store.enqueue_many([self._of(job) for job in jobs], connection=connection)
 
     # -- reading ----------------------------------------------------------------------
     def get(self, job_id: uuid.UUID | str) -> JobStatus:
@@ -203,17 +191,6 @@ class Queue:
             raise InvalidInput("each job is a NewJob or a mapping with a 'kind'")
         options = {name: value for name, value in job.items() if name not in ("kind", "payload")}
         return self._new_job(job["kind"], job.get("payload"), options)
-
-    def _require_same(self, job: NewJob, status: JobStatus) -> None:
-        """A key used before must name this very job. The payload is read on the store's own
-        connection: an earlier job with the key is committed (the insert waits for any
-        transaction holding the key), so not finding it means the job is the one just
-        inserted in the caller's still-open transaction, which is this very job."""
-        try:
-            payload = self.store.get_payload(status.id, status.tenant)
-        except JobNotFound:
-            return
-        require_same_job(job, status, payload)
 
 
 def _job_id(value: uuid.UUID | str) -> uuid.UUID:

@@ -31,7 +31,7 @@ from cronsim import CronSim, CronSimError
 
 from service.errors import InvalidInput
 from service.jobs import JSON, NewJob
-from service.payloads import validate_new_job
+from service.payloads import MAX_NAME_LENGTH, validate_new_job
 
 ON_TIME_SECONDS = 10.0
 """A tick fired at most this late counts as on time; later, it was missed (no worker ran)."""
@@ -95,8 +95,10 @@ class Firing:
 
 def validate_spec(spec: ScheduleSpec) -> ScheduleSpec:
     """InvalidInput unless every field is usable; the spec with its enums normalised."""
-    if not isinstance(spec.name, str) or not spec.name.strip() or len(spec.name) > 200 or ":" in spec.name:
-        raise InvalidInput("a schedule's name must be a non-empty string of at most 200 characters without ':'")
+    if not isinstance(spec.name, str) or not spec.name.strip() or len(spec.name) > MAX_NAME_LENGTH or ":" in spec.name:
+        raise InvalidInput(
+            f"a schedule's name must be a non-empty string of at most {MAX_NAME_LENGTH} characters without ':'"
+        )
     zone(spec.timezone)
     try:
         next(CronSim(spec.cron, datetime.now(UTC)))  # an expression no date matches fails here too

@@ -1,5 +1,2 @@
-"""The REST API (v1): :func:`create_app` builds it; ``jobq serve`` runs it under uvicorn."""
-
-from service.api.app import create_app
-
-__all__ = ["create_app"]
+"""The REST API (v1): its routes, fast entrances and errors, mounted by :func:`service.app.create_app`
+(which ``jobq serve`` runs under uvicorn) beside the console."""

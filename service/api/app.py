@@ -1,24 +1,22 @@
-"""The app factory: ``create_app(settings)``; its lifespan owns the store and the watcher.
+"""The REST API's part of the app: the app class with the fast entrances in front, the
+API's routes, docs and OpenAPI, and what the API keeps on ``app.state`` once started.
 
-    app = create_app(load_settings())      # what `jobq serve` runs under uvicorn
-
-The store is opened when the app starts (with ``api_pool_size`` connections on
-PostgreSQL) and closed when it stops; so is the one long-poll listener. Nothing
-happens at import time.
+The app itself is composed at one root, :func:`service.app.create_app`, which mounts
+this and the console side by side; its lifespan opens the store and calls
+:func:`start_api`. Nothing happens at import time.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
-from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import State
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
 
@@ -28,16 +26,13 @@ from service.api.docs import mount_docs
 from service.api.fast_poll import StatusPollFastPath
 from service.api.fast_submit import SubmitFastPath
 from service.api.limits import BodySizeLimit
-from service.api.polling import NotifyWatcher, PollingWatcher, Watcher
 from service.api.problems import Problem, problem_handler
 from service.api.routes import health, router
 from service.api.routes_limits import limits_router
 from service.api.routes_ops import ops
-from service.config import Settings, load_settings
-from service.console import mount_console
+from service.config import Settings
 from service.errors import JobqError
-from service.store import open_store
-from service.store.base import Clock
+from service.store import Store
 
 log = logging.getLogger("jobq.api")
 
@@ -48,15 +43,6 @@ Every `/v1` request carries `Authorization: Bearer <token>` (`jobq token create 
 Errors are `application/problem+json` (RFC 9457). Poll a job no more often than its
 `Retry-After` says, or long-poll with `?wait=30`.
 """
-
-
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
-def uses_notifications(settings: Settings) -> bool:
-    """Long polls listen for changes on PostgreSQL with NOTIFY on; otherwise they re-read."""
-    return settings.notify and settings.database_url.startswith(("postgresql://", "postgres://"))
 
 
 class JobqApi(FastAPI):
@@ -78,37 +64,9 @@ class JobqApi(FastAPI):
         await super().__call__(scope, receive, send)
 
 
-def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> JobqApi:
-    """The API. ``clock`` (tests) pins "now" for the store and for the poll hints."""
-    settings = settings or load_settings()
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store_settings = settings.model_copy(update={"pool_size": settings.api_pool_size})
-        store = await run_in_threadpool(lambda: open_store(store_settings, clock=clock))
-        watcher: Watcher = NotifyWatcher(store) if uses_notifications(settings) else PollingWatcher()
-        try:
-            watcher.start()
-        except BaseException:
-            store.close()
-            raise
-        app.state.store = store
-        app.state.status_reads = CoalescedStatusReads(store)
-        app.state.submits = CoalescedSubmits(store, settings.max_batch_body_bytes)
-        app.state.watcher = watcher
-        if not settings.auth:
-            log.warning(
-                "JOBQ_AUTH=off: every request is served as tenant %r without a token; "
-                "use this only on your own machine",
-                DEFAULT_TENANT,
-            )
-        try:
-            yield
-        finally:
-            await run_in_threadpool(watcher.stop)
-            await run_in_threadpool(store.close)
-
-    app = JobqApi(
+def new_api(lifespan: Callable[[FastAPI], AbstractAsyncContextManager[None]]) -> JobqApi:
+    """The app, bare: the API's title and description, no routes yet (:func:`mount_api` adds them)."""
+    return JobqApi(
         title="jobq",
         version="1",
         summary="A job queue for long-running work.",
@@ -117,10 +75,21 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         docs_url=None,  # mount_docs serves /docs and /redoc from local files instead of a CDN
         redoc_url=None,
     )
-    app.state.settings = settings
-    now: Callable[[], datetime] = clock or _utc_now
-    app.state.clock = now
 
+
+def start_api(state: State, store: Store, settings: Settings) -> None:
+    """What the API's fast entrances share once the store is open (the app's lifespan)."""
+    state.status_reads = CoalescedStatusReads(store)
+    state.submits = CoalescedSubmits(store, settings.max_batch_body_bytes)
+    if not settings.auth:
+        log.warning(
+            "JOBQ_AUTH=off: every request is served as tenant %r without a token; use this only on your own machine",
+            DEFAULT_TENANT,
+        )
+
+
+def mount_api(app: JobqApi, settings: Settings) -> None:
+    """The API's error answers, body cap, fast entrances, routes and docs, on ``app``."""
     # One handler for every error: the jobq tree, the framework's, and the unexpected
     # (the console adds its own two, for a missing login and a refused CSRF token).
     for exception_class in (JobqError, RequestValidationError, StarletteHTTPException, Exception):
@@ -138,9 +107,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     app.include_router(router)
     app.include_router(health)
     mount_docs(app)
-    mount_console(app)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
-    return app
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

@@ -17,8 +17,8 @@ from typing import Generic, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 
-from service.errors import StoreUnavailable
-from service.jobs import JobStatus, NewJob, StatusRead, require_same_job
+from service.errors import IdempotencyConflict, InvalidInput, StoreUnavailable
+from service.jobs import JobStatus, NewJob, StatusRead
 from service.store.base import STATUS_READ_BATCH, Store
 
 SUBMIT_BATCH = 100
@@ -111,14 +111,15 @@ class Submit:
 
 class CoalescedSubmits(_Coalesced[Submit, JobStatus]):
     """``await submits.enqueue(Submit(...))``: the stored job's status, as ``store.enqueue(job,
-    token_hash=...)`` answers it (its errors raised as it raises them), and for a job with an
-    Idempotency-Key, IdempotencyConflict if the key was used for another job.
+    token_hash=...)`` answers it (its errors raised as it raises them: IdempotencyConflict
+    for an Idempotency-Key used for another job).
 
     A batch goes to the store as one ``enqueue_many`` per token in it (one statement and one
     commit each on PostgreSQL: each token looked up in the statement that inserts its jobs),
     all in one thread hand-off. ``enqueue_many`` is all or none, so one job the store refuses
-    as invalid refuses the others of its token's group with it, nothing written: each of them
-    gets the InvalidInput, which sends the request to the route, which submits it alone."""
+    (invalid, or its key used for another job) refuses the others of its token's group with
+    it, nothing written: then each job of the group is submitted alone, in the same hand-off,
+    and gets its own answer, as if it had come alone."""
 
     def __init__(self, store: Store, max_batch_bytes: int) -> None:
         super().__init__(store)
@@ -145,23 +146,23 @@ class CoalescedSubmits(_Coalesced[Submit, JobStatus]):
         for token_hash, indexes in groups.items():
             try:
                 statuses = self._store.enqueue_many([batch[i].job for i in indexes], token_hash=token_hash)
+            except (InvalidInput, IdempotencyConflict) as exc:
+                if len(indexes) == 1:  # its own refusal
+                    answers[indexes[0]] = exc
+                else:  # one job's refusal, not the others': nothing was written, so each goes again alone
+                    answers.update((i, self._alone(batch[i], token_hash)) for i in indexes)
+                continue
             except Exception as exc:  # noqa: BLE001 - every submit of the group answers it
                 answers.update(dict.fromkeys(indexes, exc))
                 continue
-            for index, status in zip(indexes, statuses, strict=True):
-                answers[index] = self._same_request(batch[index].job, status)
+            answers.update(zip(indexes, statuses, strict=True))
         return [answers[index] for index in range(len(batch))]
 
-    def _same_request(self, job: NewJob, stored: JobStatus) -> JobStatus | BaseException:
-        """A keyed job's status if the key's job is this very request (the rule of
-        :func:`service.jobs.require_same_job`, as the route applies it), in the batch's hand-off."""
-        if job.idempotency_key is None:
-            return stored
+    def _alone(self, submit: Submit, token_hash: str | None) -> JobStatus | BaseException:
         try:
-            require_same_job(job, stored, self._store.get_payload(stored.id, stored.tenant))
-        except Exception as exc:  # noqa: BLE001 - the submit answers it: a 409, a 503
+            return self._store.enqueue(submit.job, token_hash=token_hash)
+        except Exception as exc:  # noqa: BLE001 - the submit answers it
             return exc
-        return stored
 
     def _unanswered(self, answer: asyncio.Future[JobStatus]) -> None:
         answer.set_exception(StoreUnavailable("the API is stopping; the job may or may not have been stored"))

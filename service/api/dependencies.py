@@ -1,56 +1,21 @@
-"""What the routes get injected: settings, the store, the clock, the watcher, the tenant.
+"""What the API's routes get injected beyond :mod:`service.web`'s: the caller, the tenant,
+and the check that refuses unknown query parameters.
 
-Everything lives on ``app.state``, put there by :func:`service.api.app.create_app`
+Everything lives on ``app.state``, put there by :func:`service.app.create_app`
 and its lifespan; nothing is a module-level global.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
-from datetime import datetime
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from starlette.concurrency import run_in_threadpool
 
 from service.api.auth import Caller, identify, tenant_of
-from service.api.polling import Watcher
-from service.config import Settings
 from service.errors import InvalidInput
-from service.store import Store
-
-T = TypeVar("T")
-
-
-# These four only read app.state, so they are ``async def``: FastAPI runs a plain ``def``
-# dependency in its thread pool, and four thread hand-offs cost a status poll more than its query.
-async def get_settings(request: Request) -> Settings:
-    settings: Settings = request.app.state.settings
-    return settings
-
-
-async def get_store(request: Request) -> Store:
-    store: Store = request.app.state.store
-    return store
-
-
-async def get_watcher(request: Request) -> Watcher:
-    watcher: Watcher = request.app.state.watcher
-    return watcher
-
-
-async def get_now(request: Request) -> datetime:
-    """This request's "now", from the app's clock (pinned in tests)."""
-    clock: Callable[[], datetime] = request.app.state.clock
-    return clock()
-
-
-SettingsDep = Annotated[Settings, Depends(get_settings)]
-StoreDep = Annotated[Store, Depends(get_store)]
-WatcherDep = Annotated[Watcher, Depends(get_watcher)]
-NowDep = Annotated[datetime, Depends(get_now)]
+from service.web import MAX_TAG_LENGTH, SettingsDep, StoreDep
 
 bearer = HTTPBearer(
     auto_error=False,
@@ -91,7 +56,7 @@ async def get_poller(request: Request, caller: CallerDep, store: StoreDep) -> Ca
 
 def _plain_poll(request: Request) -> bool:
     """No long poll, and nothing that fails validation."""
-    if "wait" in request.query_params or len(request.headers.get("if-none-match", "")) > 200:
+    if "wait" in request.query_params or len(request.headers.get("if-none-match", "")) > MAX_TAG_LENGTH:
         return False
     try:
         uuid.UUID(str(request.path_params.get("job_id", "")))
@@ -101,11 +66,6 @@ def _plain_poll(request: Request) -> bool:
 
 
 PollerDep = Annotated[Caller, Depends(get_poller)]
-
-
-async def blocking(function: Callable[..., T], *args: object) -> T:
-    """Run a store call (synchronous, may wait on the database) off the event loop."""
-    return await run_in_threadpool(function, *args)
 
 
 async def no_unknown_query_parameters(request: Request) -> None:

@@ -3,9 +3,9 @@
 Polling is what clients do most, and FastAPI's per-request work (route matching,
 solving a dozen dependencies, validating the returned model again) costs a
 status poll many times its one query. This ASGI middleware answers the common
-case itself, with the same functions the route uses — :func:`service.api.auth.identify`
-for the token, :meth:`JobOut.of`, ``poll_after_seconds`` and ``change_tag`` — so the answer is byte for byte the
-route's (tests/bench checks it). Its read is the store's ``read_statuses``
+case itself: the token read by :func:`service.api.auth.identify`, as the route reads it,
+and the answer built by :func:`service.api.answers.polled`, which the route returns too:
+one answer, two entrances. Its read is the store's ``read_statuses``
 (the token and the job in one query), shared by the polls that arrive together
 (:mod:`service.api.coalesce`).
 
@@ -25,15 +25,13 @@ from typing import Any
 
 from starlette.types import Scope, Send
 
+from service.api.answers import Answer, polled
 from service.api.auth import identify
-from service.api.polling import change_tag, poll_after_seconds
-from service.api.schemas import JOB_OUT
 from service.errors import Unauthorized
 from service.jobs import StatusRead
-from service.status import JobOut
+from service.web import MAX_TAG_LENGTH
 
 _PATH = re.compile(r"/v1/jobs/([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})")
-_MAX_ETAG_CHARS = 200  # the route's If-None-Match limit; longer ones get the route's 422
 
 
 class StatusPollFastPath:
@@ -47,13 +45,11 @@ class StatusPollFastPath:
             if found is not None:
                 answer = await self._answer(scope, found.group(1))
                 if answer is not None:
-                    headers, body = answer
-                    await send({"type": "http.response.start", "status": 200, "headers": headers})
-                    await send({"type": "http.response.body", "body": body})
+                    await answer.send(send)
                     return True
         return False
 
-    async def _answer(self, scope: Scope, job_id: str) -> tuple[list[tuple[bytes, bytes]], bytes] | None:
+    async def _answer(self, scope: Scope, job_id: str) -> Answer | None:
         reads = getattr(self.state, "status_reads", None)
         settings = getattr(self.state, "settings", None)
         if reads is None or settings is None:
@@ -63,8 +59,8 @@ class StatusPollFastPath:
             if name == b"authorization":
                 if authorization is None:  # the first one, as Starlette's Headers.get reads it
                     authorization = value
-            elif name == b"if-none-match" and len(value.decode("latin-1")) > _MAX_ETAG_CHARS:
-                return None
+            elif name == b"if-none-match" and len(value.decode("latin-1")) > MAX_TAG_LENGTH:
+                return None  # the route's 422
         try:
             caller = identify(authorization.decode("latin-1") if authorization is not None else None, settings.auth)
         except Unauthorized:  # the route answers the 401
@@ -73,13 +69,4 @@ class StatusPollFastPath:
         status = await reads.read(request)
         if status is None:  # the route reads again and answers the error as it always does
             return None
-        hint = poll_after_seconds(status, self.state.clock())
-        body = JOB_OUT.dump_json(JobOut.of(status, hint))
-        headers = [
-            (b"content-length", str(len(body)).encode("latin-1")),
-            (b"content-type", b"application/json"),
-            (b"etag", change_tag(status).encode("latin-1")),
-        ]
-        if hint is not None:
-            headers.append((b"retry-after", str(hint).encode("latin-1")))
-        return headers, body
+        return polled(status, self.state.clock())

@@ -6,13 +6,14 @@ answer validated again: about 1.5 ms of the API's CPU for one INSERT (bench subm
 (asked by ``JobqApi.__call__`` after the status poll's fast path) takes the common
 submit itself, with what the route uses: the same request model
 (:class:`~service.api.schemas.JobSubmit`, validated from ``json.loads`` of the body as
-FastAPI validates it), :func:`service.api.auth.identify` for the token, the idempotency
-rule of :func:`service.jobs.require_same_job`, :func:`JobOut.of` and
-``poll_after_seconds`` for the answer, :func:`service.api.problems.problem_for` for
-its errors. The token's lookup and the insert are one store call (``enqueue_many``
-with the token's hash: one statement on PostgreSQL), so every submit is authenticated
-against the token table as it stands, and a revoked token is refused at once; and
-the submits that arrive together share that call, its thread hand-off and its commit
+FastAPI validates it), :func:`service.api.auth.identify` for the token, the same store
+call (``enqueue_many`` with the token's hash, which applies the idempotency rule), the
+same answer (:func:`service.api.answers.submitted`, which the route returns too) and
+:func:`service.api.problems.problem_for` for its errors. The token's lookup and the
+insert are one store call (one statement on PostgreSQL), in the route as here, so every
+submit is authenticated against the token table as it stands, and a revoked token is
+refused at once. What this entrance adds is only the company: the submits that arrive
+together share that call, its thread hand-off and its commit
 (:class:`service.api.coalesce.CoalescedSubmits`), as concurrent polls share a read.
 
 It reads the body only when the headers describe a request the route would parse
@@ -20,11 +21,9 @@ as JSON (``Content-Type: application/json``, a ``Content-Length`` within the
 body cap, no query string, a well-formed bearer token and Idempotency-Key). Every
 request it does not answer goes to the FastAPI app unchanged, with the body it read
 handed on as it came: one that is not JSON or not a valid job (the route's 422 says
-what is wrong), a header out of bounds, and a job the store refuses as invalid,
-with the others of its batch and token (nothing of them was written; the route reads
-the token first, as it always does, and then submits each alone). Once the
-store has been asked to insert, it answers every outcome itself, as the route would:
-the 401 of an unknown or revoked token, a 409 for a key used for another job, a 503.
+what is wrong), and a header out of bounds. Once the store has been asked to insert,
+it answers every outcome itself, as the route would: the 401 of an unknown or revoked
+token, the 422 of a job the store refuses, a 409 for a key used for another job, a 503.
 """
 
 from __future__ import annotations
@@ -36,17 +35,16 @@ from dataclasses import dataclass
 from starlette.datastructures import State
 from starlette.types import Message, Receive, Scope, Send
 
+from service.api.answers import submitted
 from service.api.auth import DEFAULT_TENANT, identify, unauthorized
 from service.api.coalesce import Submit
-from service.api.polling import poll_after_seconds
 from service.api.problems import problem_for, problem_response
-from service.api.schemas import JOB_OUT, JobSubmit
-from service.errors import InvalidInput, Unauthorized
-from service.status import JobOut, job_url
+from service.api.schemas import JobSubmit
+from service.errors import Unauthorized
+from service.payloads import MAX_KEY_LENGTH
 
 # As FastAPI decides that a body is JSON (an application/json media type; +json types go to the route).
 _JSON_MEDIA_TYPE = re.compile(rb"application/json[ \t]*(;.*)?", re.IGNORECASE | re.DOTALL)
-_MAX_KEY_CHARS = 255  # the route's Idempotency-Key bounds: 1 to 255 characters
 
 
 @dataclass(frozen=True)
@@ -74,7 +72,7 @@ def _plain_submit(scope: Scope, max_body_bytes: int) -> _Heads | None:
         or length is None
         or not length.isdigit()
         or not 0 < int(length) <= max_body_bytes
-        or (key is not None and not 0 < len(key) <= _MAX_KEY_CHARS)
+        or (key is not None and not 0 < len(key) <= MAX_KEY_LENGTH)
     ):
         return None
     authorization = found.get(b"authorization")
@@ -127,28 +125,14 @@ class SubmitFastPath:
         now = self.state.clock()
         try:
             status = await submits.enqueue(Submit(job, caller.token_hash, len(body)))
-        except (
-            InvalidInput
-        ):  # nothing of its token's batch was written: the route checks the token, then submits it alone
-            return _replaying(messages, receive)
         except Unauthorized:
             await _problem(unauthorized(), scope, receive, send)
             return None
-        except Exception as exc:  # noqa: BLE001 - as the route's problem handler answers it (409, 503, 500)
+        except Exception as exc:  # noqa: BLE001 - as the route's problem handler answers it (422, 409, 503, 500)
             await _problem(exc, scope, receive, send)
             return None
 
-        hint = poll_after_seconds(status, now)
-        answer = JOB_OUT.dump_json(JobOut.of(status, hint))
-        headers = [
-            (b"content-length", str(len(answer)).encode("latin-1")),
-            (b"content-type", b"application/json"),
-            (b"location", job_url(status.id).encode("latin-1")),
-        ]
-        if hint is not None:
-            headers.append((b"retry-after", str(hint).encode("latin-1")))
-        await send({"type": "http.response.start", "status": 202, "headers": headers})
-        await send({"type": "http.response.body", "body": answer})
+        await submitted(status, now).send(send)
         return None
 
 

@@ -10,29 +10,19 @@ from __future__ import annotations
 
 import base64
 import binascii
-import re
-import time
+import functools
 import uuid
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Response
 from fastapi.responses import JSONResponse
 from pydantic import BeforeValidator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.api.auth import unauthorized
-from service.api.dependencies import (
-    NowDep,
-    PollerDep,
-    SettingsDep,
-    StoreDep,
-    TenantDep,
-    WatcherDep,
-    blocking,
-    no_unknown_query_parameters,
-)
-from service.api.polling import MAX_WAIT_SECONDS, change_tag, poll_after_seconds
+from service.api.answers import job_answer, polled, submitted
+from service.api.auth import DEFAULT_TENANT, Caller, unauthorized
+from service.api.dependencies import CallerDep, PollerDep, TenantDep, no_unknown_query_parameters
 from service.api.problems import problem_responses
 from service.api.schemas import (
     BatchOut,
@@ -57,11 +47,22 @@ from service.jobs import (
     JobState,
     JobStatus,
     NewJob,
-    require_same_job,
 )
-from service.payloads import check_payload_size
-from service.status import ItemOut, JobOut, job_url
+from service.payloads import MAX_KEY_LENGTH, MAX_NAME_LENGTH, check_payload_size
+from service.status import ItemOut, JobOut
 from service.store import Store
+from service.web import (
+    MAX_TAG_LENGTH,
+    MAX_WAIT_SECONDS,
+    NowDep,
+    SettingsDep,
+    StoreDep,
+    WatcherDep,
+    blocking,
+    iso_datetime,
+    poll_after_seconds,
+    wait_for_change,
+)
 
 router = APIRouter(prefix="/v1", tags=["jobs"], dependencies=[Depends(no_unknown_query_parameters)])
 health = APIRouter(tags=["health"])
@@ -71,7 +72,7 @@ IdempotencyKey = Annotated[
     str | None,
     Header(
         min_length=1,
-        max_length=255,
+        max_length=MAX_KEY_LENGTH,
         description="Submit at most once per key (per tenant): the same key and body return the "
         "same job, the same key with another body is a 409.",
     ),
@@ -105,20 +106,13 @@ _POLL_HINT_HEADERS = {
     },
 )
 async def submit_job(
-    body: JobSubmit,
-    response: Response,
-    tenant: TenantDep,
-    store: StoreDep,
-    now: NowDep,
-    idempotency_key: IdempotencyKey = None,
-) -> JobOut:
+    body: JobSubmit, caller: CallerDep, store: StoreDep, now: NowDep, idempotency_key: IdempotencyKey = None
+) -> Response:
     """Queue one job. Poll the URL in ``Location`` for its progress."""
-    job = body.to_new_job(tenant, idempotency_key)
-    status = await blocking(store.enqueue, job)
-    if job.idempotency_key is not None:
-        await _require_same_request(store, job, status)
-    response.headers["Location"] = job_url(status.id)
-    return _status_answer(status, now, response)
+    # What the fast entrance (fast_submit) leaves to this route: the same store call, made alone
+    # (the fast entrance's shares its statement with the submits that arrive with it), the same answer.
+    status = await _enqueue(store, caller, body.to_new_job(caller.tenant or DEFAULT_TENANT, idempotency_key))
+    return submitted(status, now).response()
 
 
 @router.post(
@@ -137,10 +131,7 @@ async def submit_batch(
     for index, item in enumerate(body.jobs):
         check_payload_size(item.payload, settings.max_body_bytes, f"jobs[{index}].payload")
     jobs = [item.to_new_job(tenant, item.idempotency_key) for item in body.jobs]
-    statuses = await blocking(store.enqueue_many, jobs)
-    for job, status in zip(jobs, statuses, strict=True):
-        if job.idempotency_key is not None:  # a key used before (or twice here) must name this very job
-            await _require_same_request(store, job, status)
+    statuses = await blocking(store.enqueue_many, jobs)  # a key used for another job: the store's 409
     return BatchOut(jobs=[JobOut.of(status, poll_after_seconds(status, now)) for status in statuses])
 
 
@@ -173,7 +164,6 @@ async def batch_is_post_only() -> None:
 )
 async def get_job(
     job_id: JobId,
-    response: Response,
     poller: PollerDep,
     store: StoreDep,
     watcher: WatcherDep,
@@ -191,11 +181,11 @@ async def get_job(
     if_none_match: Annotated[
         str | None,
         Header(
-            max_length=200,
+            max_length=MAX_TAG_LENGTH,
             description="With ?wait: the ETag you already have; the answer comes when the job no longer matches it.",
         ),
     ] = None,
-) -> JobOut:
+) -> Response:
     """One indexed read of the job; never its payload or result."""
     if poller.tenant is not None and wait:
         status = await wait_for_change(job_id, poller.tenant, store, watcher, wait, if_none_match)
@@ -204,27 +194,7 @@ async def get_job(
             status = await blocking(store.get, job_id, poller.tenant, poller.token_hash)
         except Unauthorized:
             raise unauthorized() from None
-    response.headers["ETag"] = change_tag(status)
-    return _status_answer(status, now, response)
-
-
-async def wait_for_change(
-    job_id: uuid.UUID, tenant: str | None, store: Store, watcher: WatcherDep, wait: float, known: str | None
-) -> JobStatus:
-    """The job's status once its state or progress differs from ``known`` (or from its first read),
-    or after ``wait`` seconds. ``tenant`` None: any tenant's job (the operator console)."""
-    deadline = time.monotonic() + wait
-    # Watch before the first read: a change between the two is then never missed.
-    with watcher.watch(str(job_id)) as waiter:
-        status = await blocking(store.get, job_id, tenant)
-        baseline = known or change_tag(status)
-        while not status.state.terminal and change_tag(status) == baseline:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            if await waiter.wait(remaining):
-                status = await blocking(store.get, job_id, tenant)
-    return status
+    return polled(status, now).response()
 
 
 @router.get(
@@ -250,8 +220,8 @@ async def list_jobs(
     store: StoreDep,
     now: NowDep,
     state: Annotated[JobState | None, Query(description="Only jobs in this state.")] = None,
-    kind: Annotated[str | None, Query(max_length=200)] = None,
-    queue: Annotated[str | None, Query(max_length=200)] = None,
+    kind: Annotated[str | None, Query(max_length=MAX_NAME_LENGTH)] = None,
+    queue: Annotated[str | None, Query(max_length=MAX_NAME_LENGTH)] = None,
     created_after: Annotated[
         datetime | None,
         BeforeValidator(iso_datetime),
@@ -321,11 +291,11 @@ async def list_items(
     summary="Cancel a job",
     responses={200: {"headers": _POLL_HINT_HEADERS}, **problem_responses(401, 404, 409, 422, 503)},
 )
-async def cancel_job(job_id: JobId, response: Response, tenant: TenantDep, store: StoreDep, now: NowDep) -> JobOut:
+async def cancel_job(job_id: JobId, tenant: TenantDep, store: StoreDep, now: NowDep) -> Response:
     """A queued job is cancelled at once; a running one is asked to stop (cancel_requested)
     and ends cancelled when its worker sees it. A finished job is a 409."""
     status = await blocking(store.cancel, job_id, tenant)
-    return _status_answer(status, now, response)
+    return job_answer(status, now).response()
 
 
 # -- health -------------------------------------------------------------------------------
@@ -354,18 +324,15 @@ async def readyz(settings: SettingsDep) -> HealthOut:
 # -- helpers ------------------------------------------------------------------------------
 
 
-def _status_answer(status: JobStatus, now: datetime, response: Response) -> JobOut:
-    hint = poll_after_seconds(status, now)
-    if hint is not None:
-        response.headers["Retry-After"] = str(hint)
-    return JobOut.of(status, hint)
-
-
-async def _require_same_request(store: Store, job: NewJob, stored: JobStatus) -> None:
-    """The key may have been used before: the stored job must be this very request
-    (the rule is :func:`service.jobs.require_same_job`; the payload is read only on keyed submits)."""
-    payload = await blocking(store.get_payload, stored.id, stored.tenant)
-    require_same_job(job, stored, payload)
+async def _enqueue(store: Store, caller: Caller, job: NewJob) -> JobStatus:
+    """The job stored for the caller. With a token, its lookup rides in the insert (as the fast
+    entrance's does): a revoked token is refused from its revocation's commit on, and the store
+    puts the job in the token's tenant. A key used before must name this very job: the store's
+    rule (IdempotencyConflict, a 409, nothing written)."""
+    try:
+        return await blocking(functools.partial(store.enqueue, job, token_hash=caller.token_hash))
+    except Unauthorized:
+        raise unauthorized() from None
 
 
 CURSOR_PATTERN = r"^[A-Za-z0-9_-]{22}$"
@@ -395,23 +362,6 @@ def encode_item_cursor(index: int) -> str:
 
 def decode_item_cursor(cursor: str) -> int:
     return int(cursor)
-
-
-_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
-
-
-def iso_datetime(value: Any) -> Any:
-    """An ISO 8601 / RFC 3339 date-time, not a Unix timestamp (pydantic would take "0.5" as one)."""
-    if not isinstance(value, str):
-        return value
-    text = value.strip().upper()
-    if not _ISO_DATE.match(text):
-        raise ValueError("must be an ISO 8601 date-time, such as 2030-01-01T12:00:00Z")
-    text = re.sub(r"(T\d{2}:\d{2}):60", r"\1:59", text)  # RFC 3339 allows a leap second
-    try:
-        return datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError("must be an ISO 8601 date-time, such as 2030-01-01T12:00:00Z") from None
 
 
 def _aware(moment: datetime | None) -> datetime | None:

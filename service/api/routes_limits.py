@@ -19,11 +19,12 @@ from typing import Any
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
-from service.api.dependencies import StoreDep, TenantDep, blocking, no_unknown_query_parameters
+from service.api.dependencies import TenantDep, no_unknown_query_parameters
 from service.api.problems import problem_responses
 from service.explain import REASON_CODES, explain
 from service.jobs import WORKER_ALIVE_SECONDS, JobState
 from service.limits import Limit, ScopeUsage, format_rate
+from service.web import StoreDep, blocking
 
 limits_router = APIRouter()
 

@@ -37,19 +37,15 @@ from pydantic import (
 from pydantic.json_schema import SkipJsonSchema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.api.dependencies import (
-    NowDep,
-    StoreDep,
-    TenantDep,
-    blocking,
-    no_unknown_query_parameters,
-)
+from service.api.dependencies import TenantDep, no_unknown_query_parameters
 from service.api.problems import problem_responses
 from service.api.schemas import MAX_BATCH_JOBS, Name, storable_field
 from service.durations import DURATION_PATTERN, parse_duration
 from service.jobs import FailureGroup, ReplayFilter
 from service.metrics import CONTENT_TYPE, MetricsCache
+from service.payloads import MAX_NAME_LENGTH
 from service.status import job_url
+from service.web import NowDep, StoreDep, blocking
 
 ops = APIRouter()
 _v1 = [Depends(no_unknown_query_parameters)]
@@ -62,7 +58,7 @@ Duration = Annotated[
         examples=["24h"],
     ),
 ]
-Text = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(storable_field)]
+Text = Annotated[str, Field(min_length=1, max_length=MAX_NAME_LENGTH), AfterValidator(storable_field)]
 JobIds = Annotated[
     list[Annotated[uuid.UUID, Field(strict=False)]],  # a UUID arrives as a JSON string
     Field(min_length=1, max_length=MAX_BATCH_JOBS),
@@ -119,7 +115,7 @@ async def failures(
         str,
         Query(pattern=DURATION_PATTERN, description="How far back: 30s, 15m, 24h, 42d (1 to 9999 and a unit)."),
     ] = "24h",
-    kind: Annotated[str | None, Query(min_length=1, max_length=200, description="Only this kind.")] = None,
+    kind: Annotated[str | None, Query(min_length=1, max_length=MAX_NAME_LENGTH, description="Only this kind.")] = None,
 ) -> FailuresOut:
     """One indexed query over the window: one bug is one group, whatever ids and numbers its errors hold."""
     start = now - timedelta(seconds=parse_duration(since, name="since"))

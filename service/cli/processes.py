@@ -207,7 +207,7 @@ def serve(
     """Run the REST API under uvicorn (OpenAPI at /openapi.json, docs at /docs)."""
     import uvicorn
 
-    from service.api import create_app
+    from service.app import create_app
 
     log_config = _uvicorn_log_config(log_format, log_level)
     uvicorn.run(create_app(cli_state(ctx).settings()), host=host, port=port, log_level=log_level, log_config=log_config)
@@ -226,7 +226,7 @@ def dev(
     """
     import uvicorn
 
-    from service.api import create_app
+    from service.app import create_app
     from service.store import migrate as migrations
 
     settings = cli_state(ctx).settings().model_copy(update={"auth": False})

@@ -15,6 +15,7 @@ from service.cli.app import (
 )
 from service.errors import InvalidInput
 from service.jobs import ADMIN_TENANT
+from service.payloads import MAX_NAME_LENGTH
 
 token_app = typer.Typer(help="API tokens: create (shown once), revoke, list.", no_args_is_help=True)
 app.add_typer(token_app, name="token")
@@ -34,8 +35,10 @@ def token_create(
 
     if admin == (tenant is not None):
         raise InvalidInput("give either --tenant NAME (an API token) or --admin (an operator's console token)")
-    if tenant is not None and (not tenant.strip() or len(tenant) > 200 or tenant == ADMIN_TENANT):
-        raise InvalidInput(f"--tenant must be a non-empty name of at most 200 characters, not {ADMIN_TENANT!r}")
+    if tenant is not None and (not tenant.strip() or len(tenant) > MAX_NAME_LENGTH or tenant == ADMIN_TENANT):
+        raise InvalidInput(
+            f"--tenant must be a non-empty name of at most {MAX_NAME_LENGTH} characters, not {ADMIN_TENANT!r}"
+        )
     token = new_token()
     with open_cli_store(ctx) as store:
         record = store.create_token(tenant or ADMIN_TENANT, hash_token(token), name, admin=admin)

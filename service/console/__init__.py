@@ -1,7 +1,8 @@
 """The operator console at ``/ui``: server-rendered pages (Jinja2) and a few lines of JavaScript.
 
-Mounted by the API's app factory, so ``jobq serve`` and ``jobq dev`` serve it from the
-same process. Every asset (CSS, JS) is package data served at ``/ui/static``: the
+Mounted beside the API by the app factory (:func:`service.app.create_app`), so ``jobq serve``
+and ``jobq dev`` serve it from the same process; it shares :mod:`service.web` with the API
+and imports nothing of it. Every asset (CSS, JS) is package data served at ``/ui/static``: the
 console works without internet and needs no front-end build. Access: session.py.
 """
 

@@ -21,9 +21,6 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi.templating import Jinja2Templates
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from service.api.dependencies import NowDep, SettingsDep, StoreDep, WatcherDep, blocking
-from service.api.polling import MAX_WAIT_SECONDS, change_tag
-from service.api.routes import iso_datetime, wait_for_change
 from service.console import session
 from service.console.session import Operator
 from service.console.views import BUCKETS, WINDOW_SECONDS, duration, percent, queue_rows
@@ -31,6 +28,18 @@ from service.durations import parse_duration
 from service.errors import InvalidInput, InvalidTransition, JobNotFound
 from service.explain import explain
 from service.jobs import WORKER_ALIVE_SECONDS, JobQuery, JobState, JobStatus, ReplayFilter
+from service.web import (
+    MAX_TAG_LENGTH,
+    MAX_WAIT_SECONDS,
+    NowDep,
+    SettingsDep,
+    StoreDep,
+    WatcherDep,
+    blocking,
+    change_tag,
+    iso_datetime,
+    wait_for_change,
+)
 
 console = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -237,7 +246,7 @@ async def job_status(
     store: StoreDep,
     watcher: WatcherDep,
     wait: Annotated[float, Query(ge=0, le=MAX_WAIT_SECONDS)] = 0,
-    tag: Annotated[str | None, Query(max_length=200)] = None,
+    tag: Annotated[str | None, Query(max_length=MAX_TAG_LENGTH)] = None,
 ) -> JSONResponse:
     """The job page's live part: answers when the state or progress changes (the API's long poll)."""
     status = await wait_for_change(job_id, None, store, watcher, wait, tag)

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from service.errors import InvalidInput
+from service.errors import IdempotencyConflict, InvalidInput
 from service.maintenance.leadership import LeaderToken, unfenced
 from service.schedules import ScheduleSpec, firing, job_for, next_tick
 from service.store.base import Store
@@ -71,7 +71,9 @@ class Scheduler:
                 try:
                     [status] = self.store.enqueue_many([job_for(schedule.spec, decision.tick)])
                     job_id = status.id
-                except InvalidInput as exc:  # a schedule whose job the store refuses: the next tick may pass
+                # A schedule whose job the store refuses: the next tick may pass. IdempotencyConflict: the
+                # tick's job exists already, made from the schedule as it was before a change.
+                except (InvalidInput, IdempotencyConflict) as exc:
                     logger.error(
                         "scheduler.refused", extra={"jobq_fields": {"schedule": schedule.name, "error": str(exc)}}
                     )

@@ -127,7 +127,12 @@ class Listener(Protocol):
 class Store(Protocol):
     # -- submitting ---------------------------------------------------------------
     def enqueue(self, job: NewJob, *, connection: object | None = None, token_hash: str | None = None) -> JobStatus:
-        """Store one job. With an idempotency key already used by the tenant, return that job.
+        """Store one job. With an idempotency key already used by the tenant, return that job if
+        it is this very request (:func:`service.jobs.require_same_job`), else raise
+        IdempotencyConflict: the rule of every producer, applied here (``checks.keyed_job``) on
+        the enqueue's own transaction, so a job inserted earlier in the caller's transaction
+        counts too. A key whose job was pruned is free again: a new job is stored (also when the
+        pruner deletes it between the insert and the read-back, on PostgreSQL).
 
         ``connection``: the caller's open PostgreSQL connection (psycopg, or a SQLAlchemy
         Connection/Session on psycopg); the job is inserted in the caller's transaction and
@@ -143,8 +148,10 @@ class Store(Protocol):
     def enqueue_many(
         self, jobs: Sequence[NewJob], *, connection: object | None = None, token_hash: str | None = None
     ) -> list[JobStatus]:
-        """Store many jobs in one round trip, all or none; the answer is in the order given.
-        ``connection`` and ``token_hash`` as for ``enqueue``."""
+        """Store many jobs, all or none; the answer is in the order given. One round trip without
+        idempotency keys; with them, the keys taken are read back in the same transaction, and
+        one IdempotencyConflict writes none of the jobs. ``connection`` and ``token_hash`` as for
+        ``enqueue``."""
         ...
 
     # -- the worker's hot path (each write fenced by the lease) -------------------

@@ -42,6 +42,7 @@ from service.jobs import (
     WorkerInfo,
     error_group,
     replayable_states,
+    require_same_job,
     stored_max_attempts,
 )
 from service.limits import Limit
@@ -97,6 +98,15 @@ def enqueue_rows(
         }
         for job_id, job in zip(ids, jobs, strict=True)
     ]
+
+
+def keyed_job(job: NewJob, stored: JobStatus, stored_payload: JSON) -> JobStatus:
+    """The job an enqueue's idempotency key already names (``stored``, read in the enqueue's own
+    transaction), which must be this very request: :func:`service.jobs.require_same_job`'s
+    IdempotencyConflict otherwise, and the store writes nothing of the call (all or none).
+    Every producer (the API, the CLI, the library, the scheduler) gets the rule here."""
+    require_same_job(job, stored, stored_payload)
+    return stored
 
 
 def token_scope(tenant: str | None) -> str:

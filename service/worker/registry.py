@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from service.errors import InvalidInput
 from service.items import ItemFailureLimit, check_limit
 from service.jobs import JSON
-from service.payloads import MAX_ATTEMPTS_LIMIT, check_lease_seconds
+from service.payloads import MAX_ATTEMPTS_LIMIT, MAX_NAME_LENGTH, check_lease_seconds
 from service.schedules import CatchUp, ScheduleSource, ScheduleSpec, catch_up_of, validate_spec
 
 if TYPE_CHECKING:
@@ -106,8 +106,8 @@ class App:
         timeout: float | None = None,
         max_item_failures: ItemFailureLimit = None,
     ) -> HandlerSpec:
-        if not isinstance(kind, str) or not kind.strip() or len(kind) > 200:
-            raise InvalidInput("a handler's kind must be a non-empty string of at most 200 characters")
+        if not isinstance(kind, str) or not kind.strip() or len(kind) > MAX_NAME_LENGTH:
+            raise InvalidInput(f"a handler's kind must be a non-empty string of at most {MAX_NAME_LENGTH} characters")
         if kind in self._specs:
             raise InvalidInput(f"kind {kind!r} already has a handler in app {self.name!r}")
         if not callable(fn):

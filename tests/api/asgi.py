@@ -11,7 +11,8 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from service.api.app import JobqApi, create_app
+from service.api.app import JobqApi
+from service.app import create_app
 from service.config import Settings
 from tests.conftest import FakeClock
 

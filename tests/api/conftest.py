@@ -29,7 +29,7 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
-from service.api import create_app
+from service.app import create_app
 from service.config import Settings
 from service.store import Store, open_store
 from service.tokens import hash_token, new_token

@@ -3,7 +3,7 @@
 Two apps on one database and one pinned clock: the normal one, and one with the
 fast path taken out. A plain submit gets the route's answer byte for byte (status,
 headers, body: the new job's own id aside, as each submit makes a job of its own);
-a repeated Idempotency-Key, and a token the store refuses, get it to the byte.
+a repeated Idempotency-Key, and a token or a job the store refuses, get it to the byte.
 Everything the fast path leaves to the route (a body that is not a valid job, a
 header out of bounds, a missing or malformed token) still gets the route's answer,
 a 4xx problem that writes nothing.
@@ -194,7 +194,6 @@ async def _everything_else(pg_url: str, clock: FakeClock, answered: list[str]) -
             ("/v1/jobs?queue=x", good, headers_for(token)),
             ("/v1/jobs", good, headers_for(token, idempotency_key="")),
             ("/v1/jobs", good, headers_for(token, idempotency_key="k" * 256)),
-            ("/v1/jobs", good, headers_for(token, idempotency_key="nul\x00")),  # the store refuses it: 422
             ("/v1/jobs", good, headers_for(token, content_length="2000000")),  # over the body cap: 413
         ]
         for path, body, headers in requests:
@@ -202,6 +201,21 @@ async def _everything_else(pg_url: str, clock: FakeClock, answered: list[str]) -
             assert 400 <= expected.status < 500 and (b"content-type", PROBLEM) in expected.headers, (body[:80], expected)
             assert await fast.post(path, body, headers) == expected, (path, body[:80], headers)
         assert answered == []
+
+
+def test_a_job_the_store_refuses_gets_the_routes_422_and_writes_nothing(pg_url: str, clock: FakeClock, db: Database,
+                                                                       answered: list[str]) -> None:
+    asyncio.run(_refused_by_the_store(pg_url, clock))
+    assert answered == ["/v1/jobs"]  # the fast path asked the store, so it answered
+    assert db.count("jobs") == 0
+
+
+async def _refused_by_the_store(pg_url: str, clock: FakeClock) -> None:
+    async with asgi_client(pg_url, clock) as (fast, app), asgi_client(pg_url, clock, fast_submit=False) as (slow, _):
+        headers = headers_for(token_of(app.state.store), idempotency_key="nul\x00")  # valid to the schema, not storable
+        expected = await slow.post("/v1/jobs", b'{"kind":"k"}', headers)
+        assert expected.status == 422 and (b"content-type", PROBLEM) in expected.headers
+        assert await fast.post("/v1/jobs", b'{"kind":"k"}', headers) == expected
 
 
 def test_what_the_route_takes_that_the_fast_path_leaves_still_works(pg_url: str, clock: FakeClock,
@@ -259,7 +273,7 @@ async def _failures(pg_url: str, clock: FakeClock) -> None:
         token = token_of(app.state.store)
         outage = StoreUnavailable("PostgreSQL unavailable: connection to server at 10.1.2.3 failed")
         for error, status in ((outage, 503), (RuntimeError("secret internals"), 500)):
-            # The route looks the token up, then enqueues; the fast path's batch calls enqueue_many.
+            # The route enqueues its job alone; the fast path's batch calls enqueue_many.
             with mock.patch.object(slow_app.state.store, "enqueue", side_effect=error), \
                  mock.patch.object(app.state.store, "enqueue_many", side_effect=error):
                 expected = await slow.post("/v1/jobs", b'{"kind":"k"}', headers_for(token))
@@ -295,10 +309,9 @@ async def _concurrent_submits(store_url: str, clock: FakeClock, db: Database, po
         requests += [(globex, b'{"kind":"g"}', {}) for _ in range(10)]
         requests += [(revoked, b'{"kind":"r"}', {}) for _ in range(5)]
         requests += [(acme, b'{"kind":"k"}', {"idempotency_key": "same"}) for _ in range(5)]
-        if poisoned:  # a job the store refuses: the others of its token's batch go to the route one by one
+        if poisoned:  # jobs the store refuses (refusing their token's batch): the others go again one by one
             requests += [(acme, b'{"kind":"nul"}', {"idempotency_key": "nul\x00"})]
-        else:  # another job with the same key, after them in the batch (the route's requests race)
-            requests += [(acme, b'{"kind":"other"}', {"idempotency_key": "same"})]
+            requests += [(acme, b'{"kind":"other"}', {"idempotency_key": "same"})]  # the key, for another job
         with mock.patch.object(store, "enqueue_many", wraps=store.enqueue_many) as enqueue_many:
             answers = await asyncio.gather(*(
                 fast.post("/v1/jobs", body, headers_for(token, **more)) for token, body, more in requests
@@ -313,10 +326,11 @@ async def _concurrent_submits(store_url: str, clock: FakeClock, db: Database, po
         assert {a.status for a in by_kind[b"r"]} == {401}
         keyed = {json.loads(a.body)["job_id"] for a in by_kind[b"k"]}
         assert {a.status for a in by_kind[b"k"]} == {202} and len(keyed) == 1
-        assert [a.status for a in by_kind[b"nul" if poisoned else b"other"]] == [422 if poisoned else 409]
-        assert db.count("jobs") == 30 + 10 + 1
-        if not poisoned:  # all arrived before the first call returned: one batch, one call per token
+        if poisoned:
+            assert [a.status for a in by_kind[b"nul"] + by_kind[b"other"]] == [422, 409]
+        else:  # all arrived before the first call returned: one batch, one call per token
             assert enqueue_many.call_count == 3
+        assert db.count("jobs") == 30 + 10 + 1
 
 
 def test_a_batch_takes_no_more_bodies_than_a_batch_request_may_carry() -> None:

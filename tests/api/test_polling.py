@@ -13,10 +13,10 @@ from unittest import mock
 import httpx
 import pytest
 
-from service.api.polling import NotifyWatcher
 from service.jobs import Notification
 from service.store import Store
 from service.store.base import JOB_CHANGED
+from service.web import NotifyWatcher
 from tests.api.conftest import LiveApi
 from tests.conftest import Database, FakeClock
 
@@ -238,7 +238,7 @@ def test_with_notify_off_postgres_long_polls_by_re_reading(
     start_api: Callable[..., LiveApi], pg_url: str, make_store: Callable[..., Store]
 ) -> None:
     """JOBQ_NOTIFY=off (PgBouncer in transaction mode): no LISTEN, the SQLite way instead."""
-    from service.api.polling import PollingWatcher
+    from service.web import PollingWatcher
 
     api = start_api(pg_url, notify=False)
     assert isinstance(api.app.state.watcher, PollingWatcher)

@@ -15,7 +15,7 @@ import requests
 import schemathesis
 from hypothesis import HealthCheck, Phase, settings
 
-from service.api import create_app
+from service.app import create_app
 from service.config import Settings
 from tests.api.conftest import LiveApi, run_api
 from tests.conftest import PostgresServer

@@ -122,16 +122,18 @@ def test_a_batch_takes_idempotency_keys_and_a_retried_batch_duplicates_nothing(a
     assert db.count("jobs") == 5
 
 
-def test_a_batch_key_used_for_another_job_is_a_409(api: LiveApi, db: Database) -> None:
+def test_a_batch_key_used_for_another_job_is_a_409_and_writes_nothing(api: LiveApi, db: Database) -> None:
     http = api.http(api.token())
     http.post("/v1/jobs/batch", json={"jobs": [{"kind": "classify", "payload": {"n": 1}, "idempotency_key": "k"}]})
     for jobs in (
-        [{"kind": "classify", "payload": {"n": 2}, "idempotency_key": "k"}],  # another body, an earlier batch's key
+        # another body for an earlier batch's key, after a job of its own
+        [{"kind": "new"}, {"kind": "classify", "payload": {"n": 2}, "idempotency_key": "k"}],
         [{"kind": "x", "idempotency_key": "twice"}, {"kind": "y", "idempotency_key": "twice"}],  # twice in one batch
     ):
         problem = assert_problem(http.post("/v1/jobs/batch", json={"jobs": jobs}), 409, "idempotency-conflict")
         assert "idempotency key" in problem["detail"].lower()
     assert db.job(db.scalar("SELECT id FROM jobs WHERE idempotency_key = 'k'"))["payload"] == {"n": 1}
+    assert db.count("jobs") == 1  # all or none: not the batches' other jobs
 
 
 def test_a_batch_over_1000_is_a_422_as_its_schema_says_and_writes_nothing(api: LiveApi, db: Database) -> None:

@@ -17,6 +17,7 @@ import sqlalchemy
 from sqlalchemy.orm import Session
 
 from service import App, Queue
+from service.errors import IdempotencyConflict
 from service.jobs import JobState
 from service.store.base import JOBS_QUEUED
 from service.store.postgres.submit import COPY_FROM_JOBS
@@ -124,6 +125,26 @@ def test_sqlalchemy_connection_and_session(queue: Queue, orders: Database) -> No
         engine.dispose()
     assert [r["id"] for r in orders.rows("SELECT id FROM orders ORDER BY id")] == [1, 3]
     assert sorted(r["payload"]["order"] for r in orders.rows("SELECT payload FROM jobs")) == [1, 3]
+
+
+def test_a_key_reused_in_the_callers_transaction_is_checked_and_a_conflict_leaves_it_going_on(
+    queue: Queue, orders: Database
+) -> None:
+    # The job the key names is not committed yet: the store reads it back in the caller's own
+    # transaction, so the rule holds there as it does everywhere (before, the library's own read,
+    # on another connection, found no job and let any second job through).
+    with psycopg.connect(queue.settings.database_url) as conn:
+        first = queue.enqueue("ship", {"order": 1}, connection=conn, idempotency_key="order-1")
+        assert queue.enqueue("ship", {"order": 1}, connection=conn, idempotency_key="order-1") == first
+        with pytest.raises(IdempotencyConflict, match=f"already used for job {first.id} with a different payload"):
+            queue.enqueue_many(
+                [{"kind": "ship", "payload": {"order": 9}}, {"kind": "ship", "payload": {"order": 2}, "idempotency_key": "order-1"}],
+                connection=conn,
+            )
+        conn.execute("INSERT INTO orders VALUES (1, 100)")  # the transaction goes on: the refused batch's savepoint is gone
+        conn.commit()
+    assert orders.count("orders") == 1
+    assert [r["payload"] for r in orders.rows("SELECT payload FROM jobs")] == [{"order": 1}]
 
 
 def test_the_business_row_and_its_job_commit_together_under_a_concurrent_claim(

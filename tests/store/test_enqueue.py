@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
-from service.errors import Unauthorized
+from service.errors import IdempotencyConflict, Unauthorized
 from service.jobs import JobState
+from service.store.postgres import submit
 from service.store.postgres.submit import COPY_FROM_JOBS
 from tests.conftest import Database, FakeClock
 from tests.store.builders import new_job
+
+DAY = 86_400.0
 
 
 def test_enqueued_job_has_the_documented_defaults(store, db: Database, clock: FakeClock):
@@ -136,13 +140,68 @@ def test_enqueue_many_returns_the_existing_job_in_place_of_a_used_key(store, db:
     existing = store.enqueue(new_job(idempotency_key="k-1", payload={"v": "first"}))
 
     statuses = store.enqueue_many(
-        [new_job("a"), new_job("b", idempotency_key="k-1", payload={"v": "second"}), new_job("c")]
+        [new_job("a"), new_job(idempotency_key="k-1", payload={"v": "first"}), new_job("c")]
     )
 
     assert [s.kind for s in statuses] == ["a", "resize", "c"]
-    assert statuses[1].id == existing.id
+    assert statuses[1] == existing
     assert db.count("jobs") == 3
+
+
+def test_a_key_used_for_another_job_refuses_the_whole_batch(store, db: Database):
+    existing = store.enqueue(new_job(idempotency_key="k-1", payload={"v": "first"}))
+
+    with pytest.raises(IdempotencyConflict, match=f"already used for job {existing.id} with a different payload"):
+        store.enqueue_many([new_job("a"), new_job(idempotency_key="k-1", payload={"v": "second"}), new_job("c")])
+
+    assert db.count("jobs") == 1  # all or none: neither "a" nor "c"
     assert db.job(existing.id)["payload"] == {"v": "first"}
+
+
+def test_a_key_used_twice_in_one_batch_for_two_jobs_refuses_the_batch(store, db: Database):
+    with pytest.raises(IdempotencyConflict, match="different kind"):
+        store.enqueue_many([new_job("a", idempotency_key="dup"), new_job("b", idempotency_key="dup")])
+
+    assert db.count("jobs") == 0
+
+
+def test_a_key_whose_job_was_pruned_makes_a_new_job(store, db: Database, clock: FakeClock):
+    first = store.enqueue(new_job(idempotency_key="order-42", payload={"v": 1}))
+    store.cancel(first.id)
+    clock.advance(2 * DAY)
+    assert store.prune(DAY) == 1
+
+    again = store.enqueue(new_job(idempotency_key="order-42", payload={"v": 2}))  # the key is free again
+
+    assert again.id != first.id
+    assert again.state is JobState.QUEUED
+    assert db.count("jobs") == 1
+    assert db.job(again.id)["payload"] == {"v": 2}
+
+
+@pytest.mark.postgres_only(reason="SQLite's enqueue is one write transaction: no prune comes between its statements")
+def test_a_key_whose_job_is_pruned_between_the_insert_and_the_read_back_makes_a_new_job(
+    store, make_store, store_url: str, db: Database, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+):
+    first = store.enqueue(new_job(idempotency_key="order-42", payload={"v": 1}))
+    store.cancel(first.id)
+    clock.advance(2 * DAY)
+    pruner = make_store(store_url, clock=clock)
+    pruned: list[int] = []
+    read_insert = submit._queued  # runs between ENQUEUE_JOBS (which found the key taken) and the read-back
+
+    def prune_meanwhile(*args: Any) -> Any:
+        if not pruned:  # the first insert only: the pruner's delete commits in between
+            pruned.append(pruner.prune(DAY))
+        return read_insert(*args)
+
+    monkeypatch.setattr(submit, "_queued", prune_meanwhile)
+    again = store.enqueue(new_job(idempotency_key="order-42", payload={"v": 2}))
+
+    assert pruned == [1]
+    assert again.id != first.id
+    assert db.count("jobs") == 1
+    assert db.job(again.id)["payload"] == {"v": 2}
 
 
 def test_idempotency_key_returns_the_existing_job_of_the_same_tenant(store, db: Database):
@@ -255,7 +314,7 @@ def test_a_used_idempotency_key_answers_the_tokens_tenants_job(store, db: Databa
     first = store.enqueue(new_job(idempotency_key="order-42", payload={"n": 1}), token_hash="hash-of-acme")
     theirs = store.enqueue(new_job(idempotency_key="order-42"), token_hash="hash-of-globex")
 
-    again = store.enqueue(new_job(idempotency_key="order-42", payload={"n": 2}), token_hash="hash-of-acme")
+    again = store.enqueue(new_job(idempotency_key="order-42", payload={"n": 1}), token_hash="hash-of-acme")
 
     assert again == first and again.tenant == "acme"
     assert theirs.id != first.id and theirs.tenant == "globex"

@@ -1,5 +1,5 @@
 """Submitting jobs to PostgreSQL: ENQUEUE_JOBS (one statement for a batch), COPY_JOBS (a
-large batch without idempotency keys) and the idempotency keys' read-back."""
+large batch without idempotency keys) and the idempotency keys' read-back and check."""
 
 from __future__ import annotations
 
@@ -16,12 +16,13 @@ from psycopg.adapt import Dumper
 from psycopg.pq import Format
 from psycopg.rows import dict_row
 
-from service.jobs import JobStatus, NewJob, new_job_ids, queued_statuses, stored_max_attempts
+from service.jobs import JSON, JobStatus, NewJob, new_job_ids, queued_statuses, stored_max_attempts
 from service.payloads import dump_batch, dump_values, validate_new_jobs
 from service.store import checks
 from service.store.postgres.caller import caller_connection
 from service.store.postgres.connection import Connected, status
 from service.store.postgres.errors import translate_errors
+from service.store.postgres.queries import GET_PAYLOAD
 from service.store.sqlfiles import statements
 
 _SQL = statements("postgres")
@@ -111,44 +112,81 @@ class Submitting(Connected):
         caller: psycopg.Connection[Any] | None,
         token_hash: str | None,
     ) -> list[JobStatus]:
-        """ENQUEUE_JOBS, then READ_BY_IDEMPOTENCY_KEYS if a key was taken."""
+        """ENQUEUE_JOBS; with idempotency keys, in a transaction with the read-back of the keys taken."""
+        if not keyed:
+            # One statement inserts and wakes the workers (autocommit, or at the caller's commit);
+            # without keys nothing conflicts, so there is nothing to read back.
+            params = self._enqueue_params(jobs, ids, False, token_hash)
+            if caller is None:
+                row = self._fetchall(ENQUEUE_JOBS, params)[0]  # an aggregate answers one row
+            else:
+                with translate_errors(), caller.cursor(row_factory=dict_row) as cursor:
+                    row = cursor.execute(ENQUEUE_JOBS, params).fetchall()[0]
+            return _queued(row, jobs, ids, token_hash)[1]
+
+        # A key may be taken, and then its job must be this very request (checks.keyed_job): the
+        # insert, the read-back and the comparison share one transaction, so a refused batch
+        # writes nothing (a savepoint in the caller's transaction, which goes on). Pipelined,
+        # BEGIN rides with the insert: a batch whose keys are all new costs two round trips.
+        def run(conn: psycopg.Connection[Any]) -> list[JobStatus]:
+            with conn.pipeline(), conn.transaction(), conn.cursor(row_factory=dict_row) as cursor:
+                return self._insert_keyed(cursor, jobs, ids, token_hash)
+
+        if caller is None:
+
+            def pooled() -> list[JobStatus]:
+                with self._connection() as conn:
+                    return run(conn)
+
+            return self._retrying(pooled)
+        with translate_errors():
+            return run(caller)
+
+    def _insert_keyed(
+        self,
+        cursor: psycopg.Cursor[dict[str, Any]],
+        jobs: Sequence[NewJob],
+        ids: list[uuid.UUID],
+        token_hash: str | None,
+    ) -> list[JobStatus]:
+        """ENQUEUE_JOBS; for each key already taken, READ_BY_IDEMPOTENCY_KEYS's job, which must be
+        this very request (its payload read with GET_PAYLOAD, on the same transaction). The read
+        sees that job: the insert waited for any transaction that held the key, and one inserted
+        earlier in this transaction (the caller's, or the same batch) is its own."""
+        row = cursor.execute(ENQUEUE_JOBS, self._enqueue_params(jobs, ids, True, token_hash)).fetchall()[0]
+        jobs, statuses = _queued(row, jobs, ids, token_hash)
+        if row["inserted"] == len(jobs):
+            return statuses
+        inserted = set(row["ids"] or ())
+        taken = [i for i, job_id in enumerate(ids) if job_id not in inserted]
+        cursor.execute(
+            READ_BY_IDEMPOTENCY_KEYS,
+            self._params(tenants=[jobs[i].tenant for i in taken], keys=[jobs[i].idempotency_key for i in taken]),
+        )
+        existing = {(r["tenant"], r["idempotency_key"]): status(r) for r in cursor.fetchall()}
+        found = [i for i in taken if (jobs[i].tenant, jobs[i].idempotency_key) in existing]
+        stored = [existing[(jobs[i].tenant, jobs[i].idempotency_key)] for i in found]
+        for i, job, payload in zip(found, stored, _payloads(cursor, stored), strict=True):
+            statuses[i] = checks.keyed_job(jobs[i], job, payload)
+        # A key's job deleted between the insert and the read (the pruner's, committed in between)
+        # left its key free: as a moment later, the job is inserted anew (its tenant is known now).
+        gone = [i for i in taken if (jobs[i].tenant, jobs[i].idempotency_key) not in existing]
+        if gone:
+            again = self._insert_keyed(cursor, [jobs[i] for i in gone], [ids[i] for i in gone], None)
+            for i, again_status in zip(gone, again, strict=True):
+                statuses[i] = again_status
+        return statuses
+
+    def _enqueue_params(
+        self, jobs: Sequence[NewJob], ids: list[uuid.UUID], keyed: bool, token_hash: str | None
+    ) -> dict[str, Any]:
         batch = checks.enqueue_rows(jobs, ids, payload=lambda value: value, time=datetime.isoformat)
-        params = self._params(
+        return self._params(
             batch=dump_batch(batch, [job.payload for job in jobs], "payload"),
             keyed=keyed,
             wake_queues=_wake_queues(jobs),
             token_hash=token_hash,
         )
-
-        def fetch(statement: str, values: Mapping[str, Any]) -> list[dict[str, Any]]:
-            if caller is None:
-                return self._fetchall(statement, values)
-            with translate_errors(), caller.cursor(row_factory=dict_row) as cursor:
-                cursor.execute(statement, values)
-                return cursor.fetchall()
-
-        # One statement inserts and wakes the workers (autocommit, or at the caller's commit).
-        # Only when an idempotency key was taken does a second one read the existing jobs
-        # (committed by then: the insert waited for any transaction that held the key).
-        row = fetch(ENQUEUE_JOBS, params)[0]  # an aggregate answers one row
-        if token_hash is not None:  # the jobs are the token's tenant's (nothing was written for no token)
-            tenant = checks.token_scope(row["token_tenant"])
-            jobs = [replace(job, tenant=tenant) for job in jobs]
-        created_at = row["created_at"]
-        later = dict(zip(row["later_ids"] or (), row["later_run_after"] or (), strict=True))
-        statuses = queued_statuses(jobs, ids, [later.get(job_id, created_at) for job_id in ids], created_at)
-        if row["inserted"] < len(jobs):
-            inserted = set(row["ids"] or ())
-            taken = [j for j in jobs if j.idempotency_key is not None]
-            rows = fetch(
-                READ_BY_IDEMPOTENCY_KEYS,
-                self._params(tenants=[j.tenant for j in taken], keys=[j.idempotency_key for j in taken]),
-            )
-            existing = {(r["tenant"], r["idempotency_key"]): status(r) for r in rows}
-            for i, (job_id, job) in enumerate(zip(ids, jobs, strict=True)):
-                if job_id not in inserted:
-                    statuses[i] = existing[(job.tenant, job.idempotency_key)]
-        return statuses
 
     def _copy(
         self, jobs: Sequence[NewJob], ids: list[uuid.UUID], caller: psycopg.Connection[Any] | None
@@ -186,6 +224,31 @@ class Submitting(Connected):
             with translate_errors(), own:
                 created_at, run_after = copy(caller)
         return queued_statuses(jobs, ids, run_after, created_at)
+
+
+def _queued(
+    row: Mapping[str, Any], jobs: Sequence[NewJob], ids: list[uuid.UUID], token_hash: str | None
+) -> tuple[Sequence[NewJob], list[JobStatus]]:
+    """The jobs as ENQUEUE_JOBS's summary row stored them (in the token's tenant, with a
+    ``token_hash``: nothing was written for no token), and their statuses as queued."""
+    if token_hash is not None:
+        tenant = checks.token_scope(row["token_tenant"])
+        jobs = [replace(job, tenant=tenant) for job in jobs]
+    created_at = row["created_at"]
+    later = dict(zip(row["later_ids"] or (), row["later_run_after"] or (), strict=True))
+    return jobs, queued_statuses(jobs, ids, [later.get(job_id, created_at) for job_id in ids], created_at)
+
+
+def _payloads(cursor: psycopg.Cursor[dict[str, Any]], stored: Sequence[JobStatus]) -> list[JSON]:
+    """The stored jobs' payloads, GET_PAYLOAD each, sent together (one round trip in a pipeline)."""
+    if not stored:
+        return []
+    cursor.executemany(GET_PAYLOAD, [{"job_id": job.id, "tenant": job.tenant} for job in stored], returning=True)
+    payloads = []
+    for job in stored:
+        payloads.append(checks.found(cursor.fetchone(), job.id)["payload"])
+        cursor.nextset()
+    return payloads
 
 
 def _wake_queues(jobs: Sequence[NewJob]) -> str:

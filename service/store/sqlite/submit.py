@@ -1,8 +1,9 @@
 """Submitting jobs to SQLite: ENQUEUE_JOBS per job in one write transaction, and the
-idempotency keys' read-back."""
+idempotency keys' read-back and check."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -12,7 +13,7 @@ from service.payloads import dump_json
 from service.store import checks
 from service.store.sqlfiles import statements
 from service.store.sqlite.connection import Connected, status
-from service.store.sqlite.queries import TENANT_FOR_TOKEN
+from service.store.sqlite.queries import GET_PAYLOAD, TENANT_FOR_TOKEN
 from service.store.sqlite.statements import TENANT_COUNTER
 from service.store.sqlite.timestamps import to_text
 
@@ -45,11 +46,16 @@ class Submitting(Connected):
                 tenant = checks.token_scope(token["tenant"] if token is not None else None)
                 rows = [{**row, "tenant": tenant} for row in rows]
                 jobs = [replace(job, tenant=tenant) for job in jobs]
-            for row in rows:
-                found = conn.execute(ENQUEUE_JOBS, {**row, "now": now}).fetchone()
-                if found is None:
-                    found = conn.execute(READ_BY_IDEMPOTENCY_KEYS, {**row, "now": now}).fetchone()
-                statuses.append(status(found))
+            for job, row in zip(jobs, rows, strict=True):
+                inserted = conn.execute(ENQUEUE_JOBS, {**row, "now": now}).fetchone()
+                if inserted is not None:
+                    statuses.append(status(inserted))
+                    continue
+                # The key is taken (no pruner can delete its job inside this write transaction):
+                # its job must be this very request, or the transaction rolls back, all or none.
+                stored = status(conn.execute(READ_BY_IDEMPOTENCY_KEYS, {**row, "now": now}).fetchone())
+                payload = conn.execute(GET_PAYLOAD, {"job_id": str(stored.id), "tenant": stored.tenant}).fetchone()
+                statuses.append(checks.keyed_job(job, stored, json.loads(checks.found(payload, stored.id)["payload"])))
             for tenant in sorted({job.tenant for job in jobs}):
                 conn.execute(TENANT_COUNTER, {"tenant": tenant})
         return statuses

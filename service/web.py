@@ -1,4 +1,9 @@
-"""When to poll again, and how a long poll learns that a job changed.
+"""What the API and the console share: the request dependencies, long polls, instants.
+
+Both are mounted on one app by :func:`service.app.create_app`, whose lifespan puts
+the settings, the store, the clock and the watcher on ``app.state``; the
+dependencies below read them from there (nothing is a module-level global). This
+module imports neither ``service.api`` nor ``service.console``: they import it.
 
 Poll hint (the brief's "every second for the first ten seconds, then every
 five"): a job younger than ``FAST_PHASE_SECONDS`` by its ``created_at`` (the
@@ -6,10 +11,10 @@ database clock) gets 1 s, an older one 5 s, a terminal one none. The API
 compares ``created_at`` with its clock, injectable so tests pin time; hosts
 whose clocks drift a little only move the switch-over a little.
 
-Long poll (``GET /v1/jobs/{id}?wait=S``): the request registers interest in the
-job with a :class:`Watcher`, reads it, and sleeps until the watcher says the
-job may have changed, then reads it again, until its state or progress differs
-from where it started or S runs out.
+Long poll (``GET /v1/jobs/{id}?wait=S``, and the console's job page): the request
+registers interest in the job with a :class:`Watcher`, reads it, and sleeps until
+the watcher says the job may have changed, then reads it again, until its state
+or progress differs from where it started or S runs out (:func:`wait_for_change`).
 
 - :class:`NotifyWatcher` (PostgreSQL): ONE listener thread per API process, on
   one dedicated connection, LISTENs on ``JOB_CHANGED`` and wakes only the
@@ -25,15 +30,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import threading
+import time
+import uuid
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
-from typing import Protocol
+from typing import Annotated, Any, Protocol, TypeVar
 
+from fastapi import Depends, Request
+from starlette.concurrency import run_in_threadpool
+
+from service.config import Settings
 from service.jobs import JobStatus, Notification
-from service.store.base import JOB_CHANGED, Listener, Store
+from service.store import Store
+from service.store.base import JOB_CHANGED, Listener
+
+T = TypeVar("T")
 
 log = logging.getLogger("jobq.api")
 
@@ -42,6 +57,9 @@ FAST_POLL_SECONDS = 1
 SLOW_POLL_SECONDS = 5
 MAX_WAIT_SECONDS = 30.0
 POLL_INTERVAL_SECONDS = 0.2
+MAX_TAG_LENGTH = 200
+"""The longest change tag a client may send back (If-None-Match, the console's ``tag``):
+:func:`change_tag` makes far shorter ones; a longer one is a 422 (or the route's, from a fast path)."""
 
 
 def poll_after_seconds(status: JobStatus, now: datetime) -> int | None:
@@ -83,6 +101,61 @@ class Watcher(Protocol):
     def stop(self) -> None: ...
 
     def watch(self, job_id: str) -> AbstractContextManager[Waiter]: ...
+
+
+# -- the request dependencies -------------------------------------------------------------
+# These four only read app.state, so they are ``async def``: FastAPI runs a plain ``def``
+# dependency in its thread pool, and four thread hand-offs cost a status poll more than its query.
+async def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+async def get_store(request: Request) -> Store:
+    store: Store = request.app.state.store
+    return store
+
+
+async def get_watcher(request: Request) -> Watcher:
+    watcher: Watcher = request.app.state.watcher
+    return watcher
+
+
+async def get_now(request: Request) -> datetime:
+    """This request's "now", from the app's clock (pinned in tests)."""
+    clock: Callable[[], datetime] = request.app.state.clock
+    return clock()
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+StoreDep = Annotated[Store, Depends(get_store)]
+WatcherDep = Annotated[Watcher, Depends(get_watcher)]
+NowDep = Annotated[datetime, Depends(get_now)]
+
+
+async def blocking(function: Callable[..., T], *args: object) -> T:
+    """Run a store call (synchronous, may wait on the database) off the event loop."""
+    return await run_in_threadpool(function, *args)
+
+
+# -- long polls ---------------------------------------------------------------------------
+async def wait_for_change(
+    job_id: uuid.UUID, tenant: str | None, store: Store, watcher: Watcher, wait: float, known: str | None
+) -> JobStatus:
+    """The job's status once its state or progress differs from ``known`` (or from its first read),
+    or after ``wait`` seconds. ``tenant`` None: any tenant's job (the operator console)."""
+    deadline = time.monotonic() + wait
+    # Watch before the first read: a change between the two is then never missed.
+    with watcher.watch(str(job_id)) as waiter:
+        status = await blocking(store.get, job_id, tenant)
+        baseline = known or change_tag(status)
+        while not status.state.terminal and change_tag(status) == baseline:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            if await waiter.wait(remaining):
+                status = await blocking(store.get, job_id, tenant)
+    return status
 
 
 class _EventWaiter:
@@ -195,3 +268,26 @@ class PollingWatcher:
     @contextmanager
     def watch(self, job_id: str) -> Iterator[Waiter]:
         yield _SleepingWaiter(self.interval)
+
+
+def uses_notifications(settings: Settings) -> bool:
+    """Long polls listen for changes on PostgreSQL with NOTIFY on; otherwise they re-read."""
+    return settings.notify and settings.database_url.startswith(("postgresql://", "postgres://"))
+
+
+# -- instants in query parameters ---------------------------------------------------------
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def iso_datetime(value: Any) -> Any:
+    """An ISO 8601 / RFC 3339 date-time, not a Unix timestamp (pydantic would take "0.5" as one)."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip().upper()
+    if not _ISO_DATE.match(text):
+        raise ValueError("must be an ISO 8601 date-time, such as 2030-01-01T12:00:00Z")
+    text = re.sub(r"(T\d{2}:\d{2}):60", r"\1:59", text)  # RFC 3339 allows a leap second
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError("must be an ISO 8601 date-time, such as 2030-01-01T12:00:00Z") from None
