@@ -6,6 +6,8 @@ starts and pass the result down, so tests build their own.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -25,6 +27,12 @@ class Settings(BaseSettings):
         default=True,
         description="Send LISTEN/NOTIFY wake-ups on PostgreSQL. Turn off behind "
         "PgBouncer in transaction mode; workers then rely on polling alone.",
+    )
+    prepare: Literal["on", "off", "auto"] = Field(
+        default="auto",
+        description="Named prepared statements on PostgreSQL. `off` behind a transaction pooler that "
+        "does not keep them (PgBouncer before 1.21, or max_prepared_statements = 0); `auto` prepares "
+        "until such a pooler's first error, then stops and says so once; `on` always.",
     )
     pool_size: int = Field(default=2, ge=1, le=64, description="Database connections per process (PostgreSQL).")
     lease_seconds: float = Field(default=60.0, gt=0, le=MAX_LEASE_SECONDS)
