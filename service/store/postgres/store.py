@@ -65,7 +65,7 @@ class PostgresStore(Submitting, Operations, Limits, Items, Maintenance, Schedule
         self,
         database_url: str,
         *,
-        pool_size: int = 2,
+        pool_size: int = 1,
         notify: bool = True,
         prepare: PrepareMode = "auto",
         clock: Clock | None = None,

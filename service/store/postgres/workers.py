@@ -11,6 +11,7 @@ from service.store.postgres.connection import READ, Connected
 from service.store.postgres.listener import PostgresListener
 from service.store.postgres.queries import LIST_WORKERS
 from service.store.rows import worker_info
+from service.store.sqlite.listener import SilentListener
 
 # -- workers --
 REGISTER_WORKER = """
@@ -33,6 +34,10 @@ class Workers(Connected):
     """The registry of live workers, and the listener that wakes them."""
 
     def listen(self, channels: Sequence[str]) -> Listener:
+        if not self.notify:
+            # JOBQ_NOTIFY=false: nothing sends wake-ups, and behind a transaction pooler a LISTEN
+            # would stay on a shared server connection. Waiting callers poll, as on SQLite.
+            return SilentListener()
         return PostgresListener(self.database_url, channels)
 
     def register_worker(self, worker: WorkerInfo) -> None:
