@@ -6,6 +6,8 @@ starts and pass the result down, so tests build their own.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -26,7 +28,20 @@ class Settings(BaseSettings):
         description="Send LISTEN/NOTIFY wake-ups on PostgreSQL. Turn off behind "
         "PgBouncer in transaction mode; workers then rely on polling alone.",
     )
-    pool_size: int = Field(default=2, ge=1, le=64, description="Database connections per process (PostgreSQL).")
+    prepare: Literal["on", "off", "auto"] = Field(
+        default="auto",
+        description="Named prepared statements on PostgreSQL. `off` behind a transaction pooler that "
+        "does not keep them (PgBouncer before 1.21, or max_prepared_statements = 0); `auto` prepares "
+        "until such a pooler's first error, then stops and says so once; `on` always.",
+    )
+    pool_size: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Database connections per process (PostgreSQL) for statements, besides a worker's "
+        "listener: every thread takes one for one statement at a time. One serves a worker at any "
+        "--concurrency; raise it for a program that enqueues from many threads at once.",
+    )
     lease_seconds: float = Field(default=60.0, gt=0, le=MAX_LEASE_SECONDS)
     retry_base_seconds: float = Field(default=2.0, ge=0)
     retry_cap_seconds: float = Field(default=600.0, ge=0)

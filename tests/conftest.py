@@ -25,6 +25,10 @@ Fixtures (usable from any package under tests/):
 - ``db``            a :class:`Database` on the test's ``store_url``, to assert on rows the
                     same way on both stores (``db.scalar("SELECT count(*) FROM job_attempts")``).
 - ``postgres_server`` the session's :class:`PostgresServer` (create or drop databases).
+- ``pgbouncer``     ``pgbouncer(pool_size=10)``: a real PgBouncer of the test's own in transaction
+                    mode in front of the test server (tests/pgbouncer.py), stopped after the test;
+                    ``.url(pg_url)`` is that database through it. Skipped without the binary,
+                    failed then under ``JOBQ_REQUIRE_POSTGRES=1`` (CI installs it).
 
 Mark a test ``@pytest.mark.postgres_only(reason=…)``: its ``sqlite`` variant is
 skipped with that reason.
@@ -59,6 +63,7 @@ from sqlalchemy.engine import make_url
 from service.config import Settings
 from service.store import Store, open_store
 from service.store.migrate import upgrade
+from tests.pgbouncer import PgBouncer, pgbouncer_binary
 
 T = TypeVar("T")
 DATABASE_URL_ENV = "JOBQ_TEST_DATABASE_URL"
@@ -400,6 +405,24 @@ def pg_url(postgres_server: PostgresServer, pg_template: str) -> Iterator[str]:
     name, url = postgres_server.copy_of(pg_template)
     yield url
     postgres_server.drop_database(name)
+
+
+@pytest.fixture
+def pgbouncer(postgres_server: PostgresServer) -> Iterator[Callable[..., PgBouncer]]:
+    """``pgbouncer(pool_size=10, max_client_conn=500)``: a running PgBouncer in transaction mode
+    in front of the test server, stopped when the test ends (before its databases are dropped)."""
+    if pgbouncer_binary() is None:
+        _unavailable("pgbouncer is not installed (apt-get install pgbouncer; .ci/run installs it)")
+    started: list[PgBouncer] = []
+
+    def start(**settings: Any) -> PgBouncer:
+        bouncer = PgBouncer.start(postgres_server.admin_url, **settings)
+        started.append(bouncer)
+        return bouncer
+
+    yield start
+    for bouncer in started:
+        bouncer.close()
 
 
 # -- SQLite: a migrated template file, copied per test ----------------------------------------

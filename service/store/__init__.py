@@ -13,7 +13,9 @@ def open_store(settings: Settings, *, clock: Clock | None = None) -> Store:
     if url.startswith(("postgresql://", "postgres://")):
         from service.store.postgres import PostgresStore
 
-        return PostgresStore(url, pool_size=settings.pool_size, notify=settings.notify, clock=clock)
+        return PostgresStore(
+            url, pool_size=settings.pool_size, notify=settings.notify, prepare=settings.prepare, clock=clock
+        )
     if url.startswith("sqlite:///"):
         from service.store.sqlite import SqliteStore
 

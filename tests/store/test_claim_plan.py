@@ -241,3 +241,53 @@ def _assert_claimed_reading_at_most(plan: Any, *, claimed: int, rows: int) -> No
         if node.get("Relation Name") == "jobs" and "Scan" in node["Node Type"]:
             read = node["Actual Rows"] * node["Actual Loops"]
             assert read <= rows, f"{node['Node Type']} on {node.get('Index Name')} read {read} rows\n{shown}"
+
+
+@pytest.mark.parametrize("limited", [False, True], ids=["no limits", "a tenant limit"])
+def test_the_claim_planned_at_every_run_reads_no_more_of_a_line_than_it_takes(
+    make_store, store_url, db: Database, limited: bool
+):
+    """Unprepared (JOBQ_PREPARE=off, or a pooler found), the claim is planned at every run for
+    its values, under CLAIM_PLANNER in its transaction: the same plan shape as the generic one
+    above, a tenant's line of 3,000 read 10 rows to take 10, and one row of a queue beside a long
+    history read to take one. Then the store claims the same way, prepared nothing."""
+    fill(store_url, jobs=20_000, days=42, end=db.one("SELECT now() AS now")["now"])
+    store = make_store(store_url, prepare="off")
+    if limited:
+        store.set_limit(Limit("tenant:t1", concurrency=50))
+    store.enqueue_many([new_job(tenant="t1") for _ in range(3_000)])
+    store.enqueue_many([new_job(queue="bench") for _ in range(1_000)])
+    db.execute("ANALYZE")
+
+    plan = _planned_per_run(db, _claim_values())
+    _assert_claimed_reading_at_most(plan, claimed=10, rows=20)
+    nodes = plan_nodes(plan[0]["Plan"])
+    shown = json.dumps(plan, indent=1)
+    assert not [
+        n for n in nodes if n["Node Type"] == "Seq Scan" and n.get("Relation Name") in ("jobs", "scope_counters")
+    ], shown
+    [update] = [n for n in nodes if n.get("Operation") == "Update" and n.get("Relation Name") == "jobs"]
+    found = [n for n in plan_nodes(update) if n.get("Relation Name") == "jobs" and n is not update]
+    assert [n.get("Index Name") for n in found] == ["pk_jobs"], f"the claimed rows are not found by key\n{shown}"
+
+    beside_history = _planned_per_run(db, {**_claim_values(), "queues": "ARRAY['bench']", "limit": "1"})
+    _assert_claimed_reading_at_most(beside_history, claimed=1, rows=3)
+
+    assert len(store.claim("w", ["default"], 10, 30)) == 10
+    assert db.count("pg_prepared_statements") == 0  # this session's; the store's prepare none either
+
+
+def _planned_per_run(db: Database, values: dict[str, str]) -> Any:
+    """EXPLAIN ANALYZE of the claim planned for ``values`` at this run, as an unprepared
+    statement is, after CLAIM_PLANNER in its transaction (rolled back: nothing is claimed)."""
+    positional, arguments = _prepared(CLAIM_JOBS, values)
+    db.execute("BEGIN")
+    try:
+        db.execute(CLAIM_PLANNER)
+        db.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+        db.execute(f"PREPARE once AS {positional}")
+        [row] = db.rows(f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE once({arguments})")
+    finally:
+        db.execute("ROLLBACK")
+        db.execute("DEALLOCATE once")  # a prepared statement outlives its transaction
+    return explained(row)

@@ -1,4 +1,4 @@
-"""LISTEN/NOTIFY wake-ups on a dedicated connection, and the TCP settings every connection uses."""
+"""LISTEN/NOTIFY wake-ups on a dedicated connection."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
 
 from service.jobs import Notification
+from service.store.postgres.connection import JobqConnection, connection_defaults
 
 
 class PostgresListener:
@@ -39,7 +39,7 @@ class PostgresListener:
             self._conn = None  # the first wait() retries and then answers "*"
 
     def _connect(self) -> None:
-        conn = psycopg.connect(self._url, autocommit=True, **connection_defaults(self._url))
+        conn = JobqConnection.connect(self._url, autocommit=True, **connection_defaults(self._url))
         for channel in self._channels:
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
         self._conn = conn
@@ -94,26 +94,3 @@ class PostgresListener:
         self._closed.set()
         with self._lock:
             self._drop()
-
-
-def connection_defaults(database_url: str) -> dict[str, Any]:
-    """TCP settings that notice a dead link in seconds, not the kernel's ~15 minutes, and no JIT.
-
-    Without them a statement sent into a cut network hangs until TCP gives up,
-    and the worker cannot even learn that its lease is gone. Values in the URL win.
-
-    JIT off: the fair claim's estimated cost over a deep queue passes jit_above_cost,
-    and compiling its expressions took ~230 ms per claim (1 M queued rows) for a
-    statement that runs in ~2 ms. Every jobq statement is short; none gains from JIT.
-    """
-    defaults: dict[str, Any] = {
-        "connect_timeout": 10,
-        "keepalives": 1,
-        "keepalives_idle": 10,
-        "keepalives_interval": 5,
-        "keepalives_count": 3,
-        "tcp_user_timeout": 30_000,  # milliseconds unacknowledged data may wait
-        "options": "-c jit=off",
-    }
-    given = conninfo_to_dict(database_url)
-    return {key: value for key, value in defaults.items() if key not in given}

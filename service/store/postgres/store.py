@@ -13,9 +13,6 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from psycopg.rows import dict_row
-from psycopg_pool import ConnectionPool
-
 from service.errors import LeaseLost
 from service.jobs import (
     JSON,
@@ -36,12 +33,11 @@ from service.store import checks
 from service.store.base import Clock
 from service.store.fairness import advance_cursor, tenants_to_visit
 from service.store.postgres.connection import READ as _READ
-from service.store.postgres.connection import Connected, fence
+from service.store.postgres.connection import Connected, Preparation, PrepareMode, fence, open_pool
 from service.store.postgres.errors import LockWaitTooLong
 from service.store.postgres.items import Items, item_batch
 from service.store.postgres.leadership import Leadership
 from service.store.postgres.limits import Limits
-from service.store.postgres.listener import connection_defaults
 from service.store.postgres.maintenance import Maintenance
 from service.store.postgres.ops import Operations
 from service.store.postgres.reads import Reads
@@ -73,8 +69,9 @@ class PostgresStore(
         self,
         database_url: str,
         *,
-        pool_size: int = 2,
+        pool_size: int = 1,
         notify: bool = True,
+        prepare: PrepareMode = "auto",
         clock: Clock | None = None,
         pool_timeout: float = 10.0,
     ) -> None:
@@ -82,15 +79,8 @@ class PostgresStore(
         self.notify = notify
         self._clock = clock
         self._claim_cursor = ""  # the fair claim's place among tenants (service.store.fairness)
-        self._pool = ConnectionPool(
-            database_url,
-            min_size=1,
-            max_size=pool_size,
-            kwargs={"autocommit": True, "row_factory": dict_row, **connection_defaults(database_url)},
-            timeout=pool_timeout,
-            open=True,
-            name="jobq",
-        )
+        self._preparation = Preparation(prepare)
+        self._pool = open_pool(database_url, pool_size, self._preparation, pool_timeout)
 
     # -- the worker's hot path ------------------------------------------------------
     # Statements that must share a transaction are sent in one pipeline, with no BEGIN

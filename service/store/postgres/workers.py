@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from service.jobs import WorkerInfo
 from service.store import checks
 from service.store.base import Listener
+from service.store.listener import SilentListener
 from service.store.postgres.connection import READ, Connected
 from service.store.postgres.listener import PostgresListener
 from service.store.postgres.queries import LIST_WORKERS
@@ -24,6 +25,10 @@ class Workers(Connected):
     """The registry of live workers, and the listener that wakes them."""
 
     def listen(self, channels: Sequence[str]) -> Listener:
+        if not self.notify:
+            # JOBQ_NOTIFY=false: nothing sends wake-ups, and behind a transaction pooler a LISTEN
+            # would stay on a shared server connection. Waiting callers poll, as on SQLite.
+            return SilentListener()
         return PostgresListener(self.database_url, channels)
 
     def register_worker(self, worker: WorkerInfo) -> None:

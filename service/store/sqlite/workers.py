@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from service.jobs import WorkerInfo
 from service.store import checks
 from service.store.base import Listener
+from service.store.listener import SilentListener
 from service.store.rows import worker_info
 from service.store.sqlfiles import statements
 from service.store.sqlite.connection import READ, Connected
-from service.store.sqlite.listener import SilentListener
 from service.store.sqlite.queries import LIST_WORKERS
 
 _SQL = statements("sqlite")

@@ -237,9 +237,13 @@ j.state = 'queued' AND j.queue = q.queue AND j.tenant = {tenant}
 -- every read of jobs walks ix_jobs_claimable in claim order and stops at the share, and
 -- every set it joins (at most its limit of rows) is joined by a nested loop of key
 -- lookups. So that is the only plan left while it is planned, whatever the tables' size
--- or statistics: no sequential or bitmap scans, no hash or merge joins.
+-- or statistics: no sequential or bitmap scans, no hash or merge joins. And no JIT: the
+-- connection asks for jit=off, but a pooler refuses that option (connection.py), and over a
+-- deep queue the claim's cost estimate passes jit_above_cost (~230 ms of compiling a claim
+-- that runs in ~2 ms, 1 M queued rows).
 SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
-       set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)
+       set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),
+       set_config('jit', 'off', true)
 
 
 -- name: has_claimable

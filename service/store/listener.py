@@ -1,4 +1,5 @@
-"""SQLite's stand-in for LISTEN: it has no notifications, so callers poll."""
+"""The stand-in for LISTEN where no notification comes (SQLite, or PostgreSQL with
+JOBQ_NOTIFY=false): waiting callers poll."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from service.jobs import Notification
 
 
 class SilentListener:
-    """SQLite has no notifications: ``wait`` only sleeps, so callers fall back to polling."""
+    """No notifications: ``wait`` only sleeps, so callers fall back to polling."""
 
     def __init__(self) -> None:
         self._closed = threading.Event()
