@@ -99,7 +99,6 @@ def test_cost_does_not_grow_with_delayed_jobs(pg_url: str, make_store: Callable[
         )
         conn.execute("VACUUM ANALYZE jobs")
     after = explain_buffers(pg_url)
-    print("BUF", before, after)
     assert slots_needed(pg_url, ["default"], ["a"]) == 20
     assert after < 40, f"{after} buffers with 100,000 delayed jobs (before them: {before})"
 
