@@ -119,9 +119,7 @@ def scaler_login(owner_url: str) -> Iterator[psycopg.Connection[Any]]:
             admin.execute(f"DROP ROLE IF EXISTS {name}")  # type: ignore[arg-type]
 
 
-def test_the_scaler_role_calls_the_function_and_reads_no_table(
-    pg_url: str, make_store: Callable[..., Store]
-) -> None:
+def test_the_scaler_role_calls_the_function_and_reads_no_table(pg_url: str, make_store: Callable[..., Store]) -> None:
     store = make_store(pg_url)
     store.enqueue_many([NewJob(kind="a") for _ in range(5)])
     with scaler_login(pg_url) as keda:
