@@ -35,9 +35,16 @@ def entrypoint() -> list[str]:
     return list(json.loads(value))
 
 
+def entrypoint_command() -> list[str]:
+    """What the image's PID 1 (tini) runs: the entry point after ``tini --``."""
+    init = ["/usr/bin/tini", "--"]
+    assert entrypoint()[: len(init)] == init, "tini is PID 1"
+    return entrypoint()[len(init) :]
+
+
 @cache
 def _help(arguments: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
-    command = [str(BIN / entrypoint()[0]), *arguments, "--help"]
+    command = [str(BIN / entrypoint_command()[0]), *arguments, "--help"]
     return subprocess.run(command, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
 
 

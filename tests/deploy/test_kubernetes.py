@@ -19,7 +19,7 @@ from tests.deploy.manifests import (
     DEPLOY,
     by_kind,
     compose,
-    entrypoint,
+    entrypoint_command,
     jobq_help,
     jobq_settings,
     keda_query,
@@ -168,7 +168,7 @@ def test_keda_query_divides_by_the_workers_concurrency() -> None:
 def test_container_arguments_are_real_jobq_commands(kind: str, name: str) -> None:
     obj = by_kind(kustomize(), kind, name)
     (container,) = containers(obj)
-    assert "command" not in container and entrypoint() == ["jobq"], "the image's entry point runs the arguments"
+    assert "command" not in container and entrypoint_command() == ["jobq"], "the image's entry point runs them"
     checked = jobq_help(container["args"])
     assert checked.returncode == 0, f"`jobq {' '.join(container['args'])}`: {checked.stderr}"
     pod = obj["spec"]["template"]["spec"]
