@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from alembic import context
-from sqlalchemy import create_engine, pool
+from sqlalchemy import Connection, create_engine, pool
 
 from service.config import load_settings
 from service.store.migrate import sqlalchemy_url
@@ -20,16 +20,29 @@ def run_migrations_offline() -> None:
 
 
 def run_migrations_online() -> None:
+    # `jobq migrate` passes its own connection: it holds the migrate lock and its lock_timeout
+    # (service/store/migrate.py). `alembic` by hand and the drift check get one of their own.
+    given: Connection | None = config.attributes.get("connection")
+    if given is not None:
+        run_migrations_on(given)
+        return
     engine = create_engine(sqlalchemy_url(url), poolclass=pool.NullPool)
     with engine.connect() as connection:
-        context.configure(
-            connection=connection,
-            target_metadata=metadata,
-            render_as_batch=connection.dialect.name == "sqlite",
-        )
-        with context.begin_transaction():
-            context.run_migrations()
+        run_migrations_on(connection)
     engine.dispose()
+
+
+def run_migrations_on(connection: Connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=metadata,
+        render_as_batch=connection.dialect.name == "sqlite",
+        # One transaction per revision: a step that gave up on a lock rolls back its revision only,
+        # and a retry resumes from there.
+        transaction_per_migration=True,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
 
 
 if context.is_offline_mode():

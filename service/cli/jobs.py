@@ -59,12 +59,41 @@ def format_status(fields: dict[str, Any]) -> str:
 
 
 @app.command()
-def migrate(ctx: typer.Context) -> None:
-    """Create or upgrade the database schema to the newest migration."""
+def migrate(
+    ctx: typer.Context,
+    wait_for_database: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            metavar="SECONDS",
+            help="Wait at most this long for the database to answer (retried with backoff, a line every 5 s "
+            "at most), then exit 3.",
+        ),
+    ] = 0.0,
+    lock_timeout: Annotated[
+        float | None,
+        typer.Option(
+            min=0.01,
+            metavar="SECONDS",
+            help="A step waits at most this long for a table lock (a long transaction may hold one; claims "
+            "would queue behind the waiting step), then rolls back and is retried with backoff. (default: 5)",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Create or upgrade the database schema to the newest migration.
+
+    One at a time: a second `jobq migrate` waits for the first (PostgreSQL advisory lock), then finds
+    nothing to do."""
     from service.store import migrate as migrations
 
     url = cli_state(ctx).settings().database_url
-    migrations.upgrade(url)
+    migrations.upgrade(
+        url,
+        wait_seconds=wait_for_database,
+        lock_timeout_seconds=lock_timeout,
+        report=lambda line: print(f"jobq migrate: {line}", file=sys.stderr, flush=True),
+    )
     print(f"jobq: schema is at the newest migration ({redact(url)})", file=sys.stderr)
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -11,11 +12,22 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine, pool
+from sqlalchemy import Connection, create_engine, pool, text
 
 from service.errors import StoreUnavailable
 
 CONNECT_TIMEOUT_SECONDS = 10
+LOCK_TIMEOUT_SECONDS = 5.0
+"""How long one migration step may wait for a table lock before it gives up and is retried."""
+LOCK_RETRIES = 12
+"""Retries of a step that gave up on a lock (with backoff: about two minutes in all) before migrate fails."""
+REPORT_SECONDS = 5.0
+"""At most one line per this many seconds while migrate waits (for the database, a lock, another migrate)."""
+MIGRATE_LOCK_KEY = 0x6A6F6271_6D696772  # "jobqmigr": the advisory lock only `jobq migrate` takes
+"""One migration at a time: the PostgreSQL session-level advisory lock every migrate holds while it runs."""
+LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE when lock_timeout ran out
+
+Report = Callable[[str], None]
 
 
 def migrations_folder() -> Path:
@@ -49,14 +61,130 @@ def alembic_config(database_url: str) -> Config:
     return config
 
 
-def upgrade(database_url: str, revision: str = "head") -> None:
-    with _translate():
-        command.upgrade(alembic_config(database_url), revision)
+def upgrade(
+    database_url: str,
+    revision: str = "head",
+    *,
+    wait_seconds: float = 0.0,
+    lock_timeout_seconds: float | None = None,
+    report: Report | None = None,
+) -> None:
+    """Migrate up to ``revision``: see :func:`_migrate` for the waits and locks."""
+    _migrate(database_url, lambda config: command.upgrade(config, revision), wait_seconds, lock_timeout_seconds, report)
 
 
-def downgrade(database_url: str, revision: str = "base") -> None:
-    with _translate():
-        command.downgrade(alembic_config(database_url), revision)
+def downgrade(
+    database_url: str,
+    revision: str = "base",
+    *,
+    lock_timeout_seconds: float | None = None,
+    report: Report | None = None,
+) -> None:
+    _migrate(database_url, lambda config: command.downgrade(config, revision), 0.0, lock_timeout_seconds, report)
+
+
+def _migrate(
+    database_url: str,
+    run: Callable[[Config], None],
+    wait_seconds: float,
+    lock_timeout_seconds: float | None,
+    report: Report | None,
+) -> None:
+    """Run Alembic on one connection of our own (env.py uses it), so that on PostgreSQL:
+
+    - the database is waited for, up to ``wait_seconds`` (a fleet and its database start together);
+    - only one migrate runs at a time: the session holds :data:`MIGRATE_LOCK_KEY`, an advisory lock
+      no other part of jobq takes (a second migrate waits, then finds nothing to do);
+    - every DDL step waits at most ``lock_timeout_seconds`` (None: :data:`LOCK_TIMEOUT_SECONDS`) for a table lock. A step queued behind a
+      long transaction would otherwise queue every claim and heartbeat behind itself; instead it
+      gives up, its revision rolls back (one transaction per revision, env.py), and it is retried
+      with backoff, :data:`LOCK_RETRIES` times.
+    """
+    say = report or (lambda line: None)
+    lock_timeout_seconds = lock_timeout_seconds or LOCK_TIMEOUT_SECONDS
+    url = sqlalchemy_url(database_url)
+    postgres = url.startswith("postgresql")
+    connect_args = {"connect_timeout": CONNECT_TIMEOUT_SECONDS} if postgres else {}
+    engine = create_engine(url, poolclass=pool.NullPool, connect_args=connect_args)
+    config = alembic_config(database_url)
+    try:
+        with _translate(), _connect(engine, wait_seconds, say) as connection:
+            config.attributes["connection"] = connection
+            if not postgres:
+                run(config)
+                return
+            connection.execute(
+                text("SELECT set_config('lock_timeout', :ms, false)"), {"ms": f"{round(lock_timeout_seconds * 1000)}ms"}
+            )
+            connection.commit()
+            with _one_migration_at_a_time(connection, say):
+                _retry_on_lock_timeout(lambda: run(config), connection, lock_timeout_seconds, say)
+    finally:
+        engine.dispose()
+
+
+@contextmanager
+def _connect(engine: sqlalchemy.Engine, wait_seconds: float, say: Report) -> Iterator[Connection]:
+    """A connection, retried with backoff for up to ``wait_seconds`` while the database does not answer."""
+    started = time.monotonic()
+    pause, next_report = 0.5, started
+    while True:
+        try:
+            connection = engine.connect()
+            break
+        except sqlalchemy.exc.OperationalError as exc:
+            waited = time.monotonic() - started
+            if waited >= wait_seconds:
+                raise
+            if time.monotonic() >= next_report:
+                say(f"waiting for the database ({waited:.0f} s of {wait_seconds:g} s): {_first_line(exc)}")
+                next_report = time.monotonic() + REPORT_SECONDS
+            time.sleep(min(pause, max(0.0, wait_seconds - waited)))
+            pause = min(pause * 2, REPORT_SECONDS)
+    with connection:
+        yield connection
+
+
+@contextmanager
+def _one_migration_at_a_time(connection: Connection, say: Report) -> Iterator[None]:
+    """Hold the migrate advisory lock (session-level: it outlives the revisions' commits)."""
+    reported = 0.0
+    while not connection.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": MIGRATE_LOCK_KEY}).scalar():
+        connection.commit()
+        if time.monotonic() - reported >= REPORT_SECONDS:
+            say("another jobq migrate is running: waiting for it to finish")
+            reported = time.monotonic()
+        time.sleep(0.5)
+    connection.commit()
+    try:
+        yield
+    finally:
+        connection.rollback()  # a failed step may leave its transaction open
+        connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATE_LOCK_KEY})
+        connection.commit()
+
+
+def _retry_on_lock_timeout(run: Callable[[], None], connection: Connection, timeout: float, say: Report) -> None:
+    pause = 1.0
+    for attempt in range(LOCK_RETRIES + 1):
+        try:
+            run()
+            return
+        except sqlalchemy.exc.DBAPIError as exc:
+            if getattr(exc.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE or attempt == LOCK_RETRIES:
+                raise
+            connection.rollback()
+            say(
+                f"a migration step waited {timeout:g} s for a lock another transaction holds, and gave up "
+                f"(claims are not kept waiting behind it); retry {attempt + 1} of {LOCK_RETRIES} in {pause:g} s"
+            )
+            time.sleep(pause)
+            pause = min(pause * 2, 10.0)
+
+
+def _first_line(exc: sqlalchemy.exc.DBAPIError) -> str:
+    message = str(exc.orig or exc).strip()
+    return message.splitlines()[0] if message else type(exc).__name__
 
 
 @contextmanager
@@ -65,8 +193,7 @@ def _translate(failed: str = "cannot migrate") -> Iterator[None]:
     try:
         yield
     except sqlalchemy.exc.DBAPIError as exc:
-        first_line = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
-        raise StoreUnavailable(f"{failed}: {first_line}") from exc
+        raise StoreUnavailable(f"{failed}: {_first_line(exc)}") from exc
 
 
 def is_at_head(database_url: str) -> bool:

@@ -110,6 +110,15 @@ jobs = sa.Table(
         postgresql_where=sa.text("state = 'running'"),
         sqlite_where=sa.text("state = 'running'"),
     ),
+    # The autoscaler's count (jobq_slots_needed, migration 0010): due queued rows of given queues
+    # and kinds, read without visiting delayed ones. PostgreSQL only: SQLite has no scaler.
+    sa.Index(
+        "ix_jobs_due",
+        "queue",
+        "kind",
+        "run_after",
+        postgresql_where=sa.text("state = 'queued'"),
+    ).ddl_if(dialect="postgresql"),
     # A tenant's jobs newest first (ids are time-ordered UUIDv7).
     sa.Index("ix_jobs_tenant_id", "tenant", sa.text("id DESC")),
     # The same idempotency key names the same job, per tenant.

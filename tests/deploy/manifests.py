@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -33,9 +35,16 @@ def entrypoint() -> list[str]:
     return list(json.loads(value))
 
 
+def entrypoint_command() -> list[str]:
+    """What the image's PID 1 (tini) runs: the entry point after ``tini --``."""
+    init = ["/usr/bin/tini", "--"]
+    assert entrypoint()[: len(init)] == init, "tini is PID 1"
+    return entrypoint()[len(init) :]
+
+
 @cache
 def _help(arguments: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
-    command = [str(BIN / entrypoint()[0]), *arguments, "--help"]
+    command = [str(BIN / entrypoint_command()[0]), *arguments, "--help"]
     return subprocess.run(command, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
 
 
@@ -64,9 +73,21 @@ def kustomize(directory: str = "k8s") -> tuple[dict[str, Any], ...]:
         pytest.skip("KUBECTL IS MISSING: deploy/k8s was not rendered nor validated (install kubectl)")
     rendered = subprocess.run(
         [kubectl, "kustomize", str(DEPLOY / directory)], capture_output=True, text=True, timeout=60
-    )
+    )  # an absolute directory (a test's overlay) stays as it is
     assert rendered.returncode == 0, rendered.stderr
     return tuple(doc for doc in yaml.safe_load_all(rendered.stdout) if doc)
+
+
+@cache
+def kustomize_with_components(*components: str) -> tuple[dict[str, Any], ...]:
+    """deploy/k8s with optional components of deploy/k8s/components, as an operator's overlay adds them."""
+    with tempfile.TemporaryDirectory() as overlay:
+        base = os.path.relpath(DEPLOY / "k8s", overlay)
+        used = [os.path.relpath(DEPLOY / "k8s" / "components" / name, overlay) for name in components]
+        kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+                         "resources": [base], "components": used}  # fmt: skip
+        (Path(overlay) / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+        return kustomize(overlay)
 
 
 def by_kind(objects: tuple[dict[str, Any], ...], kind: str, name: str) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from tests.deploy.manifests import (
     compose,
     compose_seconds,
     dockerfile_instruction,
-    entrypoint,
+    entrypoint_command,
     jobq_help,
     jobq_settings,
     option,
@@ -61,7 +61,7 @@ def test_dockerfile_one_image_for_every_role() -> None:
     assert "--no-index" in final and "from=build" in final, "the final stage installs only the built wheels"
     (user,) = dockerfile_instruction("USER")
     assert user.split(":")[0].isdigit() and int(user.split(":")[0]) > 0, "a numeric non-root user"
-    assert entrypoint() == ["jobq"]
+    assert entrypoint_command() == ["jobq"]
     assert dockerfile_instruction("STOPSIGNAL") == ["SIGTERM"]
     (healthcheck,) = dockerfile_instruction("HEALTHCHECK")
     (cmd,) = dockerfile_instruction("CMD")

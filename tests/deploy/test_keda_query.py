@@ -1,5 +1,6 @@
 """The KEDA ScaledObject's query, taken from deploy/k8s as kustomize renders it, run on a real
-migrated PostgreSQL with a known backlog: it answers the workers that queue's work needs."""
+migrated PostgreSQL with a known backlog: it answers the workers that the work of the worker's
+queues and kinds needs (tests/deploy/test_scaler.py proves the function's rules one by one)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ def run_keda_query(url: str) -> list[tuple[object, ...]]:
 
 def start(store: Store, queue: str, count: int) -> None:
     """``count`` running jobs in ``queue`` (enqueued at a priority above the rest, then claimed)."""
-    store.enqueue_many([NewJob(kind="k", queue=queue, priority=900) for _ in range(count)])
+    store.enqueue_many([NewJob(kind="sleep", queue=queue, priority=900) for _ in range(count)])
     assert len(store.claim("scaler-test", [queue], count, 300)) == count
 
 
@@ -29,14 +30,15 @@ def test_keda_query_answers_workers_needed(pg_url: str, make_store: Callable[...
     assert run_keda_query(pg_url) == [(0.0,)], "an empty queue needs no worker"
 
     # Finished work counts for nothing: 6 succeeded jobs.
-    store.enqueue_many([NewJob(kind="k", priority=1000) for _ in range(6)])
+    store.enqueue_many([NewJob(kind="classify", priority=1000) for _ in range(6)])
     for job in store.claim("scaler-test", ["default"], 6, 300):
         store.complete(job.lease, {"ok": True})
     start(store, "default", 3)  # running: their workers must not be scaled away
-    store.enqueue_many([NewJob(kind="k") for _ in range(10)])  # due
-    store.enqueue_many([NewJob(kind="k", delay_seconds=3600) for _ in range(4)])  # not due for an hour
+    store.enqueue_many([NewJob(kind="classify") for _ in range(10)])  # due
+    store.enqueue_many([NewJob(kind="classify", delay_seconds=3600) for _ in range(4)])  # not due for an hour
+    store.enqueue_many([NewJob(kind="resize") for _ in range(8)])  # service.examples has no such handler
     start(store, "other", 2)  # another queue's work is not this ScaledObject's
-    store.enqueue_many([NewJob(kind="k", queue="other") for _ in range(5)])
+    store.enqueue_many([NewJob(kind="classify", queue="other") for _ in range(5)])
 
     rows = run_keda_query(pg_url)
     assert len(rows) == 1 and len(rows[0]) == 1, "KEDA reads one number"
