@@ -24,6 +24,9 @@ down_revision = "0008"
 branch_labels = None
 depends_on = None
 
+# A new table only: release 0008's statements stay valid on this schema (rollbacks, 0011).
+compatible_with_previous = True
+
 Timestamp = sa.DateTime(timezone=True).with_variant(sa.String(23), "sqlite")
 
 

@@ -35,7 +35,6 @@ from service.api.schemas import (
 )
 from service.errors import (
     InvalidInput,
-    StoreUnavailable,
     Unauthorized,
 )
 from service.jobs import (
@@ -309,15 +308,18 @@ async def healthz() -> HealthOut:
 @health.get(
     "/readyz",
     response_model=HealthOut,
-    summary="The database is reachable and its schema is current",
+    summary="The database is reachable and its schema is one this release runs on",
     responses=problem_responses(503),
 )
 async def readyz(settings: SettingsDep) -> HealthOut:
+    """Ready on a schema at this release's newest migration, or ahead of it with the newer migrations
+    marked compatible (a rollback). A schema behind, or ahead and not compatible, is a 503
+    ``schema-mismatch`` problem that says which and what to do; an unreachable database a 503 ``unavailable``."""
     from service.store import migrate  # SQLAlchemy and Alembic: loaded only when asked
 
-    current = await blocking(migrate.is_at_head, settings.database_url)  # StoreUnavailable: a 503
-    if not current:
-        raise StoreUnavailable("the database schema is not at the newest migration: run `jobq migrate`")
+    status = await blocking(migrate.schema_status, settings.database_url)  # StoreUnavailable: a 503
+    if not status.usable:
+        raise status.mismatch()
     return HealthOut(status="ready")
 
 

@@ -401,3 +401,12 @@ leaders = sa.Table(
     sa.Column("expires_at", Timestamp, nullable=False),
     sa.CheckConstraint("term >= 1", name="term_positive"),
 )
+
+# The releases this schema serves, by their newest revision (migration 0011): written after every
+# migration from the ``compatible_with_previous`` markers of the revisions (service.store.migrate),
+# read by a release that finds the schema ahead of it, to tell a safe rollback from an unsafe one.
+schema_compatibility = sa.Table(
+    "schema_compatibility",
+    metadata,
+    sa.Column("revision", sa.Text, primary_key=True),
+)

@@ -67,11 +67,14 @@ def test_gives_up_waiting_with_one_line_and_exit_3(missing_database: tuple[str, 
     assert "Traceback" not in stderr and stderr.strip().splitlines()[-1].startswith("error: cannot migrate:")
 
 
+INDEXING_REVISION = "0010"  # its upgrade creates an index on jobs (ix_jobs_due): a SHARE lock on jobs
+
+
 def previous_revision(url: str) -> str:
-    scripts = ScriptDirectory.from_config(alembic_config(url))
-    head = scripts.get_revision(scripts.get_current_head())
-    assert head is not None and isinstance(head.down_revision, str)
-    return head.down_revision
+    """The revision before INDEXING_REVISION: upgrading from there takes the SHARE lock."""
+    script = ScriptDirectory.from_config(alembic_config(url)).get_revision(INDEXING_REVISION)
+    assert script is not None and isinstance(script.down_revision, str)
+    return script.down_revision
 
 
 def timed_write(url: str) -> float:
@@ -83,7 +86,7 @@ def timed_write(url: str) -> float:
 
 
 def test_a_step_behind_a_long_transaction_gives_up_and_is_retried(pg_url: str) -> None:
-    """The newest revision takes a SHARE lock on jobs (CREATE INDEX); a transaction that wrote to jobs
+    """Revision 0010 takes a SHARE lock on jobs (CREATE INDEX); a transaction that wrote to jobs
     and stays open blocks it. Claims must not queue behind the waiting step for longer than the lock
     timeout; the step is retried and succeeds once the transaction ends."""
     downgrade(pg_url, previous_revision(pg_url))
