@@ -55,6 +55,7 @@ from service.web import (
     MAX_WAIT_SECONDS,
     NowDep,
     SettingsDep,
+    StoppingDep,
     StoreDep,
     WatcherDep,
     blocking,
@@ -167,6 +168,7 @@ async def get_job(
     store: StoreDep,
     watcher: WatcherDep,
     now: NowDep,
+    stopping: StoppingDep,
     wait: Annotated[
         float | None,
         Query(
@@ -187,7 +189,7 @@ async def get_job(
 ) -> Response:
     """One indexed read of the job; never its payload or result."""
     if poller.tenant is not None and wait:
-        status = await wait_for_change(job_id, poller.tenant, store, watcher, wait, if_none_match)
+        status = await wait_for_change(job_id, poller.tenant, store, watcher, wait, if_none_match, stopping)
     else:  # a plain poll: with a token, the token and the job in one query (as the fast path reads it)
         try:
             status = await blocking(store.get, job_id, poller.tenant, poller.token_hash)

@@ -209,8 +209,35 @@ def serve(
 
     from service.app import create_app
 
-    log_config = _uvicorn_log_config(log_format, log_level)
-    uvicorn.run(create_app(cli_state(ctx).settings()), host=host, port=port, log_level=log_level, log_config=log_config)
+    app = create_app(cli_state(ctx).settings())
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        log_config=_uvicorn_log_config(log_format, log_level),
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
+    )
+    _stopping_server(config, app).run()
+
+
+SHUTDOWN_GRACE_SECONDS = 8
+"""How long the API waits for requests in flight once told to stop, before it closes them. With
+long polls answered at once (service.web.Stopping) a request in flight is one store call; the
+bound keeps the whole stop (this, then closing the listener and the pool) under compose's 15 s
+stop_grace_period and Kubernetes' 30 s terminationGracePeriodSeconds (minus the 5 s preStop)."""
+
+
+def _stopping_server(config: Any, app: Any) -> Any:
+    """uvicorn's server, which on SIGTERM/SIGINT first tells the app (long polls answer at once)."""
+    import uvicorn
+
+    class StoppingServer(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            app.state.stopping.begin()
+            super().handle_exit(sig, frame)
+
+    return StoppingServer(config)
 
 
 @app.command()
@@ -237,8 +264,9 @@ def dev(
         port=port,
         log_level="warning",
         log_config=_uvicorn_log_config("json", "warning"),
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
     )
-    server = uvicorn.Server(config)
+    server = _stopping_server(config, config.app)
     worker = _start_dev_worker(settings.database_url)
     threading.Thread(target=_dev_announce, args=(server, worker, settings), daemon=True).start()
     previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)  # uvicorn re-raises it when done
