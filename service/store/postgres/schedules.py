@@ -38,7 +38,7 @@ class Schedules(Fenced):
     """The schedule operations of the Store protocol, on PostgreSQL."""
 
     def database_now(self) -> datetime:
-        now: datetime = self._fetchall(CLOCK, self._params())[0]["now"]
+        now: datetime = self._fetchall(CLOCK, self._params(), replay=True)[0]["now"]
         return now
 
     def save_schedule(self, spec: ScheduleSpec, next_run_at: datetime) -> Schedule:
@@ -46,7 +46,7 @@ class Schedules(Fenced):
         return schedule_row(row, _READ)
 
     def list_schedules(self) -> list[Schedule]:
-        return [schedule_row(row, _READ) for row in self._fetchall(LIST_SCHEDULES, {})]
+        return [schedule_row(row, _READ) for row in self._fetchall(LIST_SCHEDULES, {}, replay=True)]
 
     def due_schedules(self, limit: int = DUE_SCHEDULES_BATCH) -> tuple[datetime, list[Schedule]]:
         rows = self._fetchall(DUE_SCHEDULES, self._params(limit=limit))
