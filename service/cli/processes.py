@@ -117,6 +117,21 @@ def worker(
             show_default=False,
         ),
     ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=65535,
+            metavar="PORT",
+            help="Serve this worker's own Prometheus metrics on http://HOST:PORT/metrics (jobs started and "
+            "finished by outcome, run times, heartbeats, leadership, whether the database answers). "
+            "(default: off)",
+            show_default=False,
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str, typer.Option(metavar="HOST", help="Address the --metrics-port server listens on.")
+    ] = "0.0.0.0",  # noqa: S104  # a container's port; the NetworkPolicy says who reaches it
     show_traceback: Annotated[
         bool, typer.Option("--traceback", help="If importing --app fails, print the whole traceback.")
     ] = False,
@@ -181,9 +196,21 @@ def worker(
         return
     try:
         policy = RetryPolicy(settings.retry_base_seconds, settings.retry_cap_seconds)
-        Worker(store, handlers, config, retry_policy=policy).run()
+        worker = Worker(store, handlers, config, retry_policy=policy)
+        if metrics_port is not None:
+            _serve_worker_metrics(worker, metrics_host, metrics_port)
+        worker.run()
     finally:
         store.close()
+
+
+def _serve_worker_metrics(worker: Any, host: str, port: int) -> None:
+    from service.worker.metrics import start_worker_metrics
+
+    try:
+        start_worker_metrics(worker, port, host)
+    except OSError as exc:  # the port is taken, or the address is not this host's
+        raise InvalidInput(f"--metrics-port {port}: cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
 
 
 # -- operations: failures, replay, alerts, stats, retention (README: Operations) ---------------
