@@ -19,7 +19,7 @@ from tests.worker.harness import ROOT, WorkerProcess, wait_until
 
 OPTIONS = ["--app", "--queues", "--concurrency", "--lease-seconds", "--grace-seconds", "--poll-seconds",
            "--max-poll-seconds", "--retention",
-           "--log-level", "--wait-for-database", "--traceback"]
+           "--log-level", "--wait-for-database", "--metrics-port", "--metrics-host", "--traceback"]
 
 
 def jobq(*args: str) -> subprocess.CompletedProcess[str]:
