@@ -91,28 +91,28 @@ def worker_events(worker: WorkerProcess, name: str) -> list[dict[str, object]]:
 
 
 def test_release_n_runs_on_a_schema_ahead_when_the_newer_revision_is_marked_compatible(
-    pg_url: str,
+    store_url: str,
     tmp_path: Path,
     start_api: Callable[..., LiveApi],
     start_worker: Callable[..., WorkerProcess],
 ) -> None:
-    migrate_as_next_release(pg_url, tmp_path / "next_versions", compatible=True)
-    assert schema_status(pg_url).state == "ahead, compatible"
+    migrate_as_next_release(store_url, tmp_path / "next_versions", compatible=True)
+    assert schema_status(store_url).state == "ahead, compatible"
 
     # The migration Job of release N (a rollback re-runs it) passes, with one line that says so.
-    migrated = jobq(pg_url, "migrate")
+    migrated = jobq(store_url, "migrate")
     assert migrated.returncode == 0, migrated.stderr
     assert "Traceback" not in migrated.stderr and len(migrated.stderr.strip().splitlines()) == 1
     assert "ahead of this jobq" in migrated.stderr and "compatible" in migrated.stderr
-    assert schema_status(pg_url).state == "ahead, compatible"  # nothing was undone
+    assert schema_status(store_url).state == "ahead, compatible"  # nothing was undone
 
-    api = start_api(pg_url)
+    api = start_api(store_url)
     assert api.http().get("/readyz").json() == {"status": "ready"}
     http = api.http(api.token())
     submitted = http.post("/v1/jobs", json={"kind": "sleep", "payload": {"seconds": 0}})
     assert submitted.status_code == 202, submitted.text
 
-    worker = start_worker(pg_url, "--poll-seconds", "0.2")
+    worker = start_worker(store_url, "--poll-seconds", "0.2")
     job = submitted.json()["job_id"]
     wait_for(lambda: http.get(f"/v1/jobs/{job}").json()["state"] == "succeeded", 60, "the job to succeed")
     assert worker_events(worker, "worker.schema_ahead_compatible"), worker.output()
@@ -120,26 +120,26 @@ def test_release_n_runs_on_a_schema_ahead_when_the_newer_revision_is_marked_comp
 
 
 def test_release_n_refuses_a_schema_ahead_that_is_not_marked_compatible_and_says_ahead(
-    pg_url: str,
+    store_url: str,
     tmp_path: Path,
     start_api: Callable[..., LiveApi],
     start_worker: Callable[..., WorkerProcess],
 ) -> None:
-    migrate_as_next_release(pg_url, tmp_path / "next_versions", compatible=False)
+    migrate_as_next_release(store_url, tmp_path / "next_versions", compatible=False)
 
-    migrated = jobq(pg_url, "migrate")
+    migrated = jobq(store_url, "migrate")
     assert migrated.returncode == 3, migrated.stderr
     lines = migrated.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), migrated.stderr
     assert f"(revision {NEXT_REVISION}) is ahead of this jobq" in lines[0] and "behind" not in lines[0]
 
-    api = start_api(pg_url)
+    api = start_api(store_url)
     response = api.http().get("/readyz")
     problem = assert_problem(response, 503, "schema-mismatch")
     assert problem["schema"] == "ahead" and "ahead of this jobq" in problem["detail"], problem
     assert "behind" not in problem["detail"] and "run `jobq migrate`" not in problem["detail"]
 
-    worker = start_worker(pg_url, "--wait-for-database", "2")
+    worker = start_worker(store_url, "--wait-for-database", "2")
     assert worker.process.wait(timeout=60) != 0
     waiting = worker_events(worker, "worker.waiting_for_database")
     assert waiting, worker.output()
@@ -148,18 +148,18 @@ def test_release_n_refuses_a_schema_ahead_that_is_not_marked_compatible_and_says
 
 
 def test_a_schema_behind_is_called_behind_everywhere(
-    pg_url: str, start_api: Callable[..., LiveApi], start_worker: Callable[..., WorkerProcess]
+    store_url: str, start_api: Callable[..., LiveApi], start_worker: Callable[..., WorkerProcess]
 ) -> None:
-    scripts = ScriptDirectory.from_config(alembic_config(pg_url))
+    scripts = ScriptDirectory.from_config(alembic_config(store_url))
     head = scripts.get_revision(scripts.get_current_head())
     assert head is not None and isinstance(head.down_revision, str)
-    downgrade(pg_url, head.down_revision)
+    downgrade(store_url, head.down_revision)
 
-    problem = assert_problem(start_api(pg_url).http().get("/readyz"), 503, "schema-mismatch")
+    problem = assert_problem(start_api(store_url).http().get("/readyz"), 503, "schema-mismatch")
     assert problem["schema"] == "behind" and "run `jobq migrate`" in problem["detail"], problem
-    worker = start_worker(pg_url, "--wait-for-database", "1")
+    worker = start_worker(store_url, "--wait-for-database", "1")
     assert worker.process.wait(timeout=60) != 0
     waiting = worker_events(worker, "worker.waiting_for_database")
     assert waiting and "behind this jobq" in str(waiting[0]["error"]), worker.output()
-    assert jobq(pg_url, "migrate").returncode == 0
-    assert schema_status(pg_url).state == "current"
+    assert jobq(store_url, "migrate").returncode == 0
+    assert schema_status(store_url).state == "current"
