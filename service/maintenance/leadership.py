@@ -159,8 +159,9 @@ class Leadership:
         self._log_lost(lease, "a write found another term")
 
     def resign(self) -> None:
-        """Give the leadership up now (a graceful shutdown), so another worker takes over at once
-        instead of after the lease. A store error leaves the lease to run out."""
+        """Give the leadership up now (a graceful shutdown): the lease ends now, so the next
+        candidate to ask takes it, not only one asking after its expiry. A store error leaves
+        the lease to run out."""
         with self._lock:
             lease, self._lease, self._until = self._lease, None, 0.0
         if lease is None:
