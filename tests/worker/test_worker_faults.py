@@ -139,9 +139,9 @@ def test_database_restart(fleet: Fleet, pg_url: str, make_store: Callable[..., S
         for _ in range(3):
             enqueued_at = time.time()
             stamp = store.enqueue(NewJob(kind="stamp", payload={"markers": str(tmp_path)}))
-            started = wait_until(lambda: markers(tmp_path, stamp.id, "start"), 10, interval=0.01, what="pickup")
+            started = wait_until(lambda s=stamp: markers(tmp_path, s.id, "start"), 10, interval=0.01, what="pickup")
             pickups.append(started[0]["at"] - enqueued_at)
-            wait_until(lambda: pg.job(stamp.id)["state"] == "succeeded", 10, what="the stamp job to finish")
+            wait_until(lambda s=stamp: pg.job(s.id)["state"] == "succeeded", 10, what="the stamp job to finish")
         assert max(pickups) < 1.0, f"pickups after the restart: {pickups}"
     finally:
         pg.close()
