@@ -89,7 +89,7 @@ def test_one_worker_at_a_time_runs_the_fleet_duties_and_a_killed_leader_is_repla
     store.enqueue_many([NewJob(kind="probe", payload={"seconds": 600, "markers": str(fleet.log_dir)})
                         for _ in workers])  # fmt: skip
     wait_until(lambda: pg.count("jobs", "state = 'running'") == len(workers), 30, what="every worker to run a job")
-    time.sleep(25)  # the fleet as it runs: one leader, duties due all the time
+    time.sleep(12)  # the fleet as it runs: one leader, duties due all the time
 
     old = by_id(workers, first["owner"])
     held = pg.scalar("SELECT id FROM jobs WHERE lease_owner = %(owner)s AND state = 'running'", owner=old.worker_id)
@@ -108,7 +108,7 @@ def test_one_worker_at_a_time_runs_the_fleet_duties_and_a_killed_leader_is_repla
         lambda: pg.scalar("SELECT min(created_at) FROM jobs WHERE queue = 'ticks' AND created_at > %(t)s", t=killed_at),
         LEADER_LEASE + SLACK, interval=0.1, what="the next tick to be fired",
     )  # fmt: skip
-    time.sleep(25)  # and the new leader leads on
+    time.sleep(10)  # and the new leader leads on
     for worker in fleet.alive():
         worker.terminate()
     for worker in workers:
