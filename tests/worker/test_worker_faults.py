@@ -54,6 +54,8 @@ def test_chaos_kill(fleet: Fleet, pg_url: str, make_store: Callable[..., Store],
     env = {"JOBQ_SIDE_EFFECT_URL": pg_url}
     for _ in range(4):
         fleet.start(*args, env=env)
+    # The chaos starts once the fleet works (starting four processes takes seconds on a busy machine).
+    wait_until(lambda: pg.count("jobs", "state = 'succeeded'") > 0, 60, interval=0.2, what="the first job done")
 
     rng = random.Random(20301)
     killed: list[WorkerProcess] = []
