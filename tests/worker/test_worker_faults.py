@@ -50,7 +50,7 @@ def test_chaos_kill(fleet: Fleet, pg_url: str, make_store: Callable[..., Store],
     pg.execute("CREATE TABLE side_effect_runs (job_id uuid NOT NULL, worker text NOT NULL, attempt int NOT NULL)")
     store = make_store(pg_url)
     store.enqueue_many([NewJob(kind="side_effect", payload={"sleep": 0.2}, max_attempts=10) for _ in range(jobs)])
-    args = ("--concurrency", "4", "--lease-seconds", "3", "--poll-seconds", "0.5")
+    args = ("--concurrency", "4", "--lease-seconds", "3", "--poll-seconds", "0.5", "--leader-lease-seconds", "3")
     env = {"JOBQ_SIDE_EFFECT_URL": pg_url}
     for _ in range(4):
         fleet.start(*args, env=env)
