@@ -18,13 +18,15 @@ Threads of one worker process:
 - the lease keeper (:mod:`service.worker.lease_keeper`): heartbeats and progress;
 - the listener (:mod:`service.worker.listener`): LISTEN on ``JOBS_QUEUED`` (PostgreSQL),
   wakes the claim loop;
-- maintenance (:mod:`service.maintenance.duties`): the reaper, the workers-table touch, the
-  rollup's fold, the schedules and, with a retention, the pruner, each at its own interval.
+- maintenance (:mod:`service.maintenance.duties`): the leadership lease and the workers-table
+  touch on every worker; the reaper, the rollup's fold, the schedules and, with a retention,
+  the pruner only on the fleet's leader, each at its own interval.
 
 Database connections: all threads share the store's pool (``JOBQ_POOL_SIZE``,
-default 2) and take a connection only for one statement; the listener holds one
-more of its own. So a PostgreSQL worker uses at most ``pool_size + 1`` = 3
-connections whatever its ``--concurrency``; a handler never holds one of them.
+default 1) and take a connection only for one statement; the listener holds one
+more of its own (none with ``JOBQ_NOTIFY=false``). So a PostgreSQL worker uses at
+most ``pool_size + 1`` = 2 connections whatever its ``--concurrency``, 1 behind a
+pooler; a handler never holds one of them.
 """
 
 from __future__ import annotations
