@@ -16,7 +16,6 @@ resigns (``expires_at`` set to now): the term only ever grows.
 from __future__ import annotations
 
 import sqlalchemy as sa
-
 from alembic import op
 
 revision = "0009"

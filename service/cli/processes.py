@@ -104,6 +104,17 @@ def worker(
     retention_every: Annotated[
         float | None, typer.Option(min=0.01, hidden=True, help="Seconds between retention turns (tests).")
     ] = None,
+    leader_lease_seconds: Annotated[
+        float | None,
+        typer.Option(
+            min=0.5,
+            metavar="SECONDS",
+            help="The maintenance leadership's lease: one worker of the fleet at a time reaps, fires "
+            "schedules, folds the rollup and prunes; when it dies or is cut off, another takes over "
+            "within this (plus a tenth). Give every worker of a fleet the same. (default: 15)",
+            show_default=False,
+        ),
+    ] = None,
     log_level: Annotated[
         str, typer.Option(metavar="LEVEL", help="debug, info, warning or error. Logs are JSON lines on stderr.")
     ] = "info",
@@ -147,6 +158,7 @@ def worker(
     import traceback
 
     from service.maintenance.duties import RETENTION_EVERY
+    from service.maintenance.leadership import LEASE_SECONDS as LEADER_LEASE_SECONDS
     from service.maintenance.pruner import check_retention
     from service.retry import RetryPolicy
     from service.worker import Worker, WorkerConfig, load_app
@@ -170,6 +182,7 @@ def worker(
         listen=settings.notify,
         retention_seconds=retention_seconds,
         retention_every=retention_every if retention_every is not None else RETENTION_EVERY,
+        leader_lease_seconds=leader_lease_seconds if leader_lease_seconds is not None else LEADER_LEASE_SECONDS,
     )
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # `--app myhandlers` finds ./myhandlers.py, as uvicorn does

@@ -1,4 +1,4 @@
-"""What every worker runs besides its jobs, on PostgreSQL: the reaper of expired leases
+"""What the fleet's leading worker runs besides its jobs, on PostgreSQL: the reaper of expired leases
 (REAP_EXPIRED), the pruner (retention), the daily rollup's fold (its SQL in rollup.py),
 and the database's health figures."""
 

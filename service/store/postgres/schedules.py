@@ -1,10 +1,10 @@
 """Periodic schedules on PostgreSQL (service.schedules): the statements and the store's methods,
 mixed into :class:`~service.store.postgres.store.PostgresStore`.
 
-Firing is leaderless: every worker reads the due schedules and moves each one's
-``next_run_at`` on with a compare-and-set (ADVANCE_SCHEDULE), after enqueueing the
-tick's job under the tick's idempotency key. Two workers that fire the same tick
-insert one job (the key's unique index) and one of them advances the row.
+Firing is the fleet leader's: it reads the due schedules and moves each one's
+``next_run_at`` on with a compare-and-set (ADVANCE_SCHEDULE, fenced with its token),
+after enqueueing the tick's job under the tick's idempotency key. A deposed leader
+firing the same tick inserts no second job (the key's unique index) and cannot advance the row.
 """
 
 from __future__ import annotations
