@@ -19,7 +19,6 @@ other release whose revisions are all older is "behind"; a release that knows no
 from __future__ import annotations
 
 import sqlalchemy as sa
-
 from alembic import op
 
 revision = "0011"
