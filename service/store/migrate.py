@@ -21,6 +21,11 @@ from service.errors import SchemaMismatch, StoreUnavailable
 from service.store.schema import schema_compatibility
 
 CONNECT_TIMEOUT_SECONDS = 10
+# On PostgreSQL: give up on a silent host after CONNECT_TIMEOUT_SECONDS, and prepare nothing:
+# psycopg prepares a statement on its fifth run on a connection (migrate reads alembic_version
+# several times), and a transaction pooler that does not track prepared statements (PgBouncer
+# before 1.21) then answers "prepared statement "_pg3_0" already exists".
+POSTGRES_CONNECT_ARGS = {"connect_timeout": CONNECT_TIMEOUT_SECONDS, "prepare_threshold": None}
 LOCK_TIMEOUT_SECONDS = 5.0
 """How long one migration step may wait for a table lock before it gives up and is retried."""
 LOCK_RETRIES = 12
@@ -168,7 +173,7 @@ def _migrate(
     lock_timeout_seconds = lock_timeout_seconds or LOCK_TIMEOUT_SECONDS
     url = sqlalchemy_url(database_url)
     postgres = url.startswith("postgresql")
-    connect_args = {"connect_timeout": CONNECT_TIMEOUT_SECONDS} if postgres else {}
+    connect_args = POSTGRES_CONNECT_ARGS if postgres else {}
     engine = create_engine(url, poolclass=pool.NullPool, connect_args=connect_args)
     config = alembic_config(database_url)
     try:
@@ -271,7 +276,7 @@ def schema_status(database_url: str) -> SchemaStatus:
     url = sqlalchemy_url(database_url)
     # A host that drops packets would otherwise hold a readiness check or the worker's
     # start-up wait for the kernel's TCP timeout (minutes): give up as the listener does.
-    connect_args = {"connect_timeout": CONNECT_TIMEOUT_SECONDS} if url.startswith("postgresql") else {}
+    connect_args = POSTGRES_CONNECT_ARGS if url.startswith("postgresql") else {}
     engine = create_engine(url, poolclass=pool.NullPool, connect_args=connect_args)
     try:
         with _translate("cannot read the schema version"), engine.connect() as connection:
