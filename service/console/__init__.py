@@ -8,11 +8,18 @@ console works without internet and needs no front-end build. Access: session.py.
 
 from __future__ import annotations
 
-from fastapi import FastAPI
-from fastapi.staticfiles import StaticFiles
+from collections.abc import Awaitable, Callable
 
-from service.console.routes import console, csrf_refused, login_required
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from service.console.routes import console, csrf_refused, error_page, login_required
 from service.console.session import CsrfRefused, LoginRequired
+from service.errors import JobqError
+
+Handler = Callable[[Request, Exception], Awaitable[Response] | Response]
 
 
 def mount_console(app: FastAPI) -> None:
@@ -20,3 +27,18 @@ def mount_console(app: FastAPI) -> None:
     app.mount("/ui/static", StaticFiles(packages=[("service.console", "static")]), name="console-static")
     app.add_exception_handler(LoginRequired, login_required)
     app.add_exception_handler(CsrfRefused, csrf_refused)
+    for exception_class in (JobqError, RequestValidationError, StarletteHTTPException, Exception):
+        app.add_exception_handler(exception_class, console_errors(app.exception_handlers.get(exception_class)))
+
+
+def console_errors(elsewhere: Handler | None) -> Handler:
+    """Errors under /ui are console pages; the rest go to the handler mounted before (the API's
+    problem+json): one app, two audiences."""
+
+    async def handle(request: Request, exc: Exception) -> Response:
+        if request.url.path == "/ui" or request.url.path.startswith("/ui/") or elsewhere is None:
+            return error_page(request, exc)
+        answer = elsewhere(request, exc)
+        return await answer if not isinstance(answer, Response) else answer
+
+    return handle

@@ -11,23 +11,47 @@ and write is a store call, the same ones ``jobq stats``, ``jobq failures`` and
 from __future__ import annotations
 
 import functools
+import logging
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 from urllib.parse import parse_qs, urlencode
 
 from fastapi import APIRouter, Depends, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.console import session
 from service.console.session import Operator
-from service.console.views import BUCKETS, WINDOW_SECONDS, duration, percent, queue_rows
+from service.console.views import (
+    BUCKETS,
+    WINDOW_SECONDS,
+    duration,
+    error_block,
+    history,
+    id_text,
+    percent,
+    plain_times,
+    queue_rows,
+    time_tag,
+    unserved,
+)
 from service.durations import parse_duration
-from service.errors import InvalidInput, InvalidTransition, JobNotFound
+from service.errors import InvalidInput, InvalidTransition, JobNotFound, StoreUnavailable
 from service.explain import explain
-from service.jobs import WORKER_ALIVE_SECONDS, JobQuery, JobState, JobStatus, ReplayFilter
+from service.jobs import (
+    WORKER_ALIVE_SECONDS,
+    ItemQuery,
+    ItemState,
+    JobQuery,
+    JobState,
+    JobStatus,
+    ReplayFilter,
+    id_prefix_range,
+)
 from service.web import (
     MAX_TAG_LENGTH,
     MAX_WAIT_SECONDS,
@@ -42,18 +66,24 @@ from service.web import (
 )
 
 console = APIRouter(prefix="/ui", include_in_schema=False)
+log = logging.getLogger("jobq.console")
 
 PAGE_SIZE = 50
+ITEMS_PAGE_SIZE = 50
+PREFIX_MATCHES = 20  # an ambiguous prefix lists this many of its jobs
+# What a change leaves for the next page (session.set_flash): the server's words, with its count.
 NOTICES = {
     "cancelled": "The job is cancelled.",
     "cancel-requested": "Cancel requested: the job ends cancelled when its worker sees it (within a heartbeat).",
     "replayed": "The job is queued again (attempts 0); the replay is recorded.",
     "not-replayed": "Nothing was replayed: only a failed or cancelled job can be.",
     "finished": "The job had already finished: nothing to cancel.",
+    "group-replayed": "Replayed {count} job(s): queued again, attempts 0, recorded in job_replays.",
 }
+STATES = [s.value for s in JobState]
 
 _env = Environment(loader=PackageLoader("service.console", "templates"), autoescape=select_autoescape())
-_env.globals.update(duration=duration, percent=percent, states=[s.value for s in JobState])
+_env.globals.update(duration=duration, percent=percent, states=STATES, error_block=error_block, id_text=id_text)
 templates = Jinja2Templates(env=_env)
 
 
@@ -65,13 +95,41 @@ OperatorDep = Annotated[Operator, Depends(operator)]
 
 
 def render(request: Request, name: str, operator: Operator | None, status_code: int = 200, **context: Any) -> Response:
+    now: datetime = request.app.state.clock()
+    flashed = session.take_flash(request)
+    notice = NOTICES[flashed[0]].format(count=flashed[1]) if flashed and flashed[0] in NOTICES else None
+    if flashed and flashed[0] == "cancel-requested" and context.get("terminal"):
+        notice = None  # the page reloaded because the job ended: the request is history
     response = templates.TemplateResponse(
         request,
         name,
-        {"operator": operator, "csrf": session.csrf_token(request), "path": request.url.path, **context},
+        {
+            "operator": operator,
+            "csrf": session.csrf_token(request),
+            "path": request.url.path,
+            "now": now,
+            "notice": notice,
+            "at": functools.partial(time_tag, now=now),
+            "ago": functools.partial(time_tag, now=now, show="ago"),
+            **context,
+        },
         status_code=status_code,
     )
     session.set_cookies(request, response)
+    session.clear_flash(request, response)
+    return response
+
+
+def problem_page(
+    request: Request, operator: Operator | None, status_code: int, title: str, detail: str, **context: Any
+) -> Response:
+    """Every console error is a console page: what went wrong, in words, and where to go."""
+    return render(request, "problem.html", operator, status_code=status_code, title=title, detail=detail, **context)
+
+
+def flash_redirect(request: Request, url: str, notice: str, count: int = 0) -> Response:
+    response = redirect(url)
+    session.set_flash(request, response, notice, count)
     return response
 
 
@@ -140,7 +198,15 @@ async def overview(request: Request, who: OperatorDep, store: StoreDep) -> Respo
         for name in ("queued", "due", "waiting", "running", "succeeded", "failed")
     }
     return render(
-        request, "overview.html", who, rows=rows, totals=totals, workers_alive=len(workers), limits=limits, usage=usage
+        request,
+        "overview.html",
+        who,
+        rows=rows,
+        totals=totals,
+        workers_alive=len(workers),
+        limits=limits,
+        usage=usage,
+        unserved=unserved(rows),
     )
 
 
@@ -160,22 +226,12 @@ async def jobs(
     created_after: str = "",
     after: str = "",
 ) -> Response:
-    if job_id.strip():  # the header's search box: open the job
-        try:
-            return redirect(f"/ui/jobs/{uuid.UUID(job_id.strip())}")
-        except ValueError:
-            return render(
-                request,
-                "jobs.html",
-                who,
-                status_code=422,
-                error=f"not a job id: {job_id.strip()!r}",
-                filters={},
-                page=None,
-                next_url=None,
-            )
+    if job_id.strip():  # the header's search box: open the job, by its id or the start of it
+        return await _open_by_prefix(request, who, store, job_id)
     filters = {"state": state, "kind": kind, "queue": queue, "tenant": tenant, "created_after": created_after}
     try:
+        if state and state not in STATES:
+            raise InvalidInput(f"no state {state!r}: one of {', '.join(STATES)}")
         query = JobQuery(
             tenant=tenant.strip() or None,
             state=JobState(state) if state else None,
@@ -183,7 +239,7 @@ async def jobs(
             queue=queue.strip() or None,
             created_after=_instant(created_after),
             limit=PAGE_SIZE,
-            after_id=uuid.UUID(after) if after else None,
+            after_id=_page_id(after),
         )
     except ValueError as exc:
         return render(
@@ -203,39 +259,106 @@ async def jobs(
 def _instant(text: str) -> datetime | None:
     if not text.strip():
         return None
-    moment: datetime = iso_datetime(text)
+    try:
+        moment: datetime = iso_datetime(text)
+    except ValueError as exc:
+        raise InvalidInput(f"created after: {exc}") from None
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
+def _page_id(after: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(after) if after else None
+    except ValueError:
+        raise InvalidInput(f"not a page of this list (after={after[:40]!r}): start from the first page") from None
+
+
+async def _open_by_prefix(request: Request, who: Operator, store: StoreDep, text: str) -> Response:
+    """A job by its id or any unique start of it; an ambiguous start lists what it matches."""
+    text = text.strip()
+    try:
+        low, high = id_prefix_range(text)
+    except InvalidInput as exc:
+        return problem_page(request, who, 422, "Not a job id", str(exc))
+    found = await blocking(store.job_ids_in_range, low, high, PREFIX_MATCHES + 1)
+    if len(found) == 1:
+        return redirect(f"/ui/jobs/{found[0]}")
+    if not found:
+        return render(request, "missing.html", who, status_code=404, job_id=text)
+    return render(
+        request,
+        "ambiguous.html",
+        who,
+        status_code=300,  # Multiple Choices: the page lists them
+        prefix=text,
+        job_ids=found[:PREFIX_MATCHES],
+        more=len(found) > PREFIX_MATCHES,
+    )
+
+
 @console.get("/jobs/{job_id}")
-async def job(request: Request, job_id: str, who: OperatorDep, store: StoreDep, notice: str = "") -> Response:
-    status = await _find(store, job_id)
+async def job(
+    request: Request,
+    job_id: str,
+    who: OperatorDep,
+    store: StoreDep,
+    items: str = "",
+    items_after: str = "",
+) -> Response:
+    try:
+        wanted = uuid.UUID(job_id)
+    except ValueError:
+        return await _open_by_prefix(request, who, store, job_id)
+    status = await _find(store, wanted)
     if status is None:
         return render(request, "missing.html", who, status_code=404, job_id=job_id)
+    if items not in ("", "failed") or (items_after and not items_after.isdigit()):
+        return problem_page(
+            request, who, 422, "Not a page of items", "items is '' or 'failed', items_after an item's index"
+        )
     attempts = await blocking(store.job_attempts, status.id)
+    replays = await blocking(store.job_replays, status.id)
     payload = await blocking(store.get_payload, status.id)
     facts = await blocking(functools.partial(store.explain_facts, status.id, workers_seen_within=WORKER_ALIVE_SECONDS))
-    reasons = [reason.message for reason in explain(facts).reasons]  # the words of `jobq explain`
-    if notice == "cancel-requested" and status.state.terminal:
-        notice = ""  # the page reloaded because the job ended: the request is history
+    reasons = [plain_times(reason.message) for reason in explain(facts).reasons]  # the words of `jobq explain`
+    item_page = None
+    if status.items_ok or status.items_failed:
+        item_page = await blocking(
+            store.list_items,
+            ItemQuery(
+                job_id=status.id,
+                state=ItemState.FAILED if items == "failed" else None,
+                after_index=int(items_after) if items_after else None,
+                limit=ITEMS_PAGE_SIZE,
+            ),
+        )
+    next_items = None
+    if item_page is not None and item_page.next_after_index is not None:
+        next_items = f"/ui/jobs/{status.id}?" + urlencode(
+            {**({"items": items} if items else {}), "items_after": item_page.next_after_index}
+        )
     return render(
         request,
         "job.html",
         who,
         job=status,
-        attempts=attempts,
+        terminal=status.state.terminal,
+        history=history(attempts, replays),
         payload=payload,
         reasons=reasons,
         tag=change_tag(status),
-        notice=NOTICES.get(notice),
         max_wait=MAX_WAIT_SECONDS,
+        item_page=item_page,
+        items_filter=items,
+        items_after=items_after,
+        next_items=next_items,
     )
 
 
-async def _find(store: StoreDep, job_id: str) -> JobStatus | None:
+async def _find(store: StoreDep, job_id: uuid.UUID) -> JobStatus | None:
     try:
-        return await blocking(store.get, uuid.UUID(job_id))
-    except (ValueError, JobNotFound):
+        return await blocking(store.get, job_id)
+    except JobNotFound:
         return None
 
 
@@ -274,16 +397,16 @@ async def cancel(request: Request, job_id: uuid.UUID, who: OperatorDep, store: S
     try:
         status = await blocking(store.cancel, job_id)
     except InvalidTransition:
-        return redirect(f"/ui/jobs/{job_id}?notice=finished")
+        return flash_redirect(request, f"/ui/jobs/{job_id}", "finished")
     notice = "cancelled" if status.state is JobState.CANCELLED else "cancel-requested"
-    return redirect(f"/ui/jobs/{job_id}?notice={notice}")
+    return flash_redirect(request, f"/ui/jobs/{job_id}", notice)
 
 
 @console.post("/jobs/{job_id}/replay")
 async def replay_job(request: Request, job_id: uuid.UUID, who: OperatorDep, store: StoreDep) -> Response:
     await form_of(request)
     replayed = await blocking(store.replay, ReplayFilter(ids=(job_id,)), who.replayed_by)
-    return redirect(f"/ui/jobs/{job_id}?notice={'replayed' if replayed else 'not-replayed'}")
+    return flash_redirect(request, f"/ui/jobs/{job_id}", "replayed" if replayed else "not-replayed")
 
 
 # -- failures -------------------------------------------------------------------------------
@@ -297,24 +420,13 @@ async def failures(
     now: NowDep,
     since: str = "24h",
     kind: str = "",
-    replayed: int | None = None,
 ) -> Response:
     try:
         start = now - timedelta(seconds=parse_duration(since, name="since"))
     except InvalidInput as exc:
-        return render(
-            request,
-            "failures.html",
-            who,
-            status_code=422,
-            error=str(exc),
-            groups=[],
-            since=since,
-            kind=kind,
-            replayed=None,
-        )
+        return render(request, "failures.html", who, status_code=422, error=str(exc), groups=[], since=since, kind=kind)
     groups = await blocking(store.failure_groups, start, kind.strip() or None)
-    return render(request, "failures.html", who, groups=groups, since=since, kind=kind, error=None, replayed=replayed)
+    return render(request, "failures.html", who, groups=groups, since=since, kind=kind, error=None)
 
 
 def _group_filter(now: datetime, kind: str, group: str, since: str) -> ReplayFilter:
@@ -330,6 +442,10 @@ async def replay_group_dry_run(
     request: Request, who: OperatorDep, store: StoreDep, now: NowDep, kind: str, group: str, since: str = "24h"
 ) -> Response:
     """The dry run: how many jobs "replay this group" will queue again, before it does."""
+    try:
+        _group_filter(now, kind, group, since)
+    except InvalidInput as exc:
+        return problem_page(request, who, 422, "Not a failure group", str(exc))
     job_ids = await blocking(store.replay, _group_filter(now, kind, group, since), who.replayed_by, True)
     return render(request, "replay.html", who, kind=kind, group=group, since=since, job_ids=job_ids)
 
@@ -339,7 +455,8 @@ async def replay_group(request: Request, who: OperatorDep, store: StoreDep, now:
     fields = await form_of(request)
     which = _group_filter(now, fields.get("kind", ""), fields.get("group", ""), fields.get("since", "24h"))
     replayed = await blocking(store.replay, which, who.replayed_by)
-    return redirect("/ui/failures?" + urlencode({"since": fields.get("since", "24h"), "replayed": len(replayed)}))
+    url = "/ui/failures?" + urlencode({"since": fields.get("since", "24h")})
+    return flash_redirect(request, url, "group-replayed", len(replayed))
 
 
 # -- workers --------------------------------------------------------------------------------
@@ -388,3 +505,45 @@ async def login_required(request: Request, exc: Exception) -> Response:
 
 async def csrf_refused(request: Request, exc: Exception) -> Response:
     return render(request, "refused.html", None, status_code=403)
+
+
+# Why a console URL failed, in words, for the errors FastAPI and the store raise (the API
+# answers the same errors as application/problem+json: see console_errors in __init__.py).
+_TITLES = {
+    400: "Bad request",
+    404: "Not found",
+    405: "Not allowed",
+    409: "Conflict",
+    422: "Not a valid request",
+    429: "Too many requests",
+    503: "The database is unavailable",
+}
+
+
+def error_page(request: Request, exc: Exception) -> Response:
+    """The console's page for an error of the framework, the store or the console itself."""
+    if isinstance(exc, RequestValidationError):
+        detail = "; ".join(_validation_text(error) for error in exc.errors())
+        return problem_page(request, None, 422, _TITLES[422], detail)
+    if isinstance(exc, StarletteHTTPException):
+        code = exc.status_code
+        detail = "There is no such page in the console." if code == 404 else str(exc.detail)
+        return problem_page(request, None, code, _TITLES.get(code, f"Error {code}"), detail)
+    if isinstance(exc, InvalidInput):
+        return problem_page(request, None, 422, _TITLES[422], str(exc))
+    if isinstance(exc, JobNotFound):
+        return problem_page(request, None, 404, "No such job", str(exc))
+    if isinstance(exc, StoreUnavailable):
+        detail = "The console cannot reach its database right now; reload in a few seconds."
+        response = problem_page(request, None, 503, _TITLES[503], detail)
+        response.headers["Retry-After"] = "5"
+        return response
+    log.error("console error on %s", request.url.path, exc_info=exc)
+    return problem_page(
+        request, None, 500, "Something went wrong", "The console could not show this page; its log says why."
+    )
+
+
+def _validation_text(error: Any) -> str:
+    where = ".".join(str(part) for part in error.get("loc", ())[1:]) or "the request"
+    return f"{where}: {error.get('msg', 'not valid')}"

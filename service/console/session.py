@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from service.store import Store
 from service.tokens import hash_token, plausible
 
 SESSION_COOKIE = "jobq_session"
+FLASH_COOKIE = "jobq_flash"
 CSRF_COOKIE = "jobq_csrf"
 CSRF_FIELD = "csrf"
 COOKIE_PATH = "/ui"
@@ -119,3 +121,47 @@ def start_session(request: Request, response: Response, token: str) -> None:
 
 def end_session(request: Request, response: Response) -> None:
     response.delete_cookie(SESSION_COOKIE, path=COOKIE_PATH, httponly=True, samesite="strict", secure=_secure(request))
+
+
+# -- flash: the notice a change leaves for the next page ------------------------------------------
+#
+# "Replayed 3 jobs" comes from the server that did it, never from the URL (a link with
+# ?replayed=999999 would make the console say what never happened). The POST that made the
+# change sets a short-lived cookie naming the notice and its count, signed with the browser's
+# CSRF value (a secret no other site and no link knows); the next page shows it once.
+
+
+def _flash_signature(request: Request, text: str) -> str:
+    key = request.cookies.get(CSRF_COOKIE, "")
+    return hmac.new(key.encode(), text.encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def set_flash(request: Request, response: Response, notice: str, count: int = 0) -> None:
+    text = f"{notice}.{count}"
+    response.set_cookie(
+        FLASH_COOKIE,
+        f"{text}.{_flash_signature(request, text)}",
+        max_age=60,
+        path=COOKIE_PATH,
+        httponly=True,
+        samesite="strict",
+        secure=_secure(request),
+    )
+
+
+def take_flash(request: Request) -> tuple[str, int] | None:
+    """The notice left for this page, if its signature holds (see set_flash and clear_flash)."""
+    notice, _, rest = request.cookies.get(FLASH_COOKIE, "").partition(".")
+    count, _, signature = rest.partition(".")
+    if not notice or not count.isdigit() or not signature or not request.cookies.get(CSRF_COOKIE):
+        return None
+    if not hmac.compare_digest(signature, _flash_signature(request, f"{notice}.{count}")):
+        return None
+    return notice, int(count)
+
+
+def clear_flash(request: Request, response: Response) -> None:
+    if FLASH_COOKIE in request.cookies:
+        response.delete_cookie(
+            FLASH_COOKIE, path=COOKIE_PATH, httponly=True, samesite="strict", secure=_secure(request)
+        )

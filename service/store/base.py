@@ -41,6 +41,7 @@ from service.jobs import (
     Notification,
     QueueStats,
     ReapResult,
+    Replay,
     ReplayFilter,
     StatusRead,
     Throughput,
@@ -483,5 +484,16 @@ class Store(Protocol):
         ...
 
     def list_tokens(self, tenant: str | None = None) -> list[ApiToken]: ...
+
+    # -- the console's own reads ----------------------------------------------------------
+
+    def job_ids_in_range(self, low: uuid.UUID, high: uuid.UUID, limit: int = 2) -> list[uuid.UUID]:
+        """Job ids from ``low`` to ``high`` (both included), lowest first, at most ``limit``:
+        the jobs whose id starts with a prefix (service.jobs.id_prefix_range), any tenant's."""
+        ...
+
+    def job_replays(self, job_id: uuid.UUID) -> list[Replay]:
+        """A job's replays (job_replays), oldest first; none for an unknown job."""
+        ...
 
     def close(self) -> None: ...

@@ -26,6 +26,7 @@ from service.jobs import (
     JobState,
     JobStatus,
     Lease,
+    Replay,
     WorkerInfo,
 )
 from service.limits import Limit, ScopeUsage
@@ -205,4 +206,14 @@ def job_facts(
         live_workers=tuple(workers),
         lease_worker=next((w for w in workers if w.id == status.lease_owner), None),
         ahead_in_tenant=int(facts["ahead"]),
+    )
+
+
+def replay(row: Mapping[str, Any], read: Readers) -> Replay:
+    return Replay(
+        replayed_at=read.time(row["replayed_at"]),
+        replayed_by=row["replayed_by"],
+        previous_state=row["previous_state"],
+        previous_error=row["previous_error"],
+        previous_attempts=row["previous_attempts"],
     )

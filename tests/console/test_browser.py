@@ -398,3 +398,27 @@ def test_the_api_docs_load_every_asset_from_jobq_and_nothing_from_elsewhere(
     assert elsewhere == [], f"{page} asked another host for {elsewhere}"
     assert world.console_errors() == []
     world.screenshot(tmp_path, page.strip("/"))
+
+
+def test_a_job_opens_by_the_start_of_its_id_and_shows_its_failed_items(ui: World, tmp_path: Path) -> None:
+    from service.jobs import ItemOutcome, ItemState
+
+    store = ui.api.store
+    job = _park(ui, kind="items", total=12)
+    [claimed] = store.claim("seeder", [PARKED], 1, 30, kinds=["items"])
+    outcomes = [ItemOutcome(i, ItemState.FAILED, error=f"ValueError: row {i}") if i == 5 else ItemOutcome(i, ItemState.OK)
+                for i in range(12)]
+    store.heartbeat(claimed.lease, 30, done=12, items=outcomes)
+    store.complete(claimed.lease, None)
+    ui.open("/ui")
+    box = ui.driver.find_element(By.CSS_SELECTOR, "form.search input")
+    box.send_keys(str(job.id)[:-6] + "\n")  # unique: nothing else was made in this microsecond window
+    until(lambda: ui.driver.current_url.endswith(f"/ui/jobs/{job.id}"), what="the job page")
+    assert ui.text("h1 .id") == str(job.id)
+    assert "11 ok" in ui.text("#items h2") and "1 failed" in ui.text("#items h2")
+    assert "Error" not in [h.text for h in ui.driver.find_elements(By.CSS_SELECTOR, "h2")]
+    ui.driver.find_element(By.ID, "failed-items").click()
+    until(lambda: "items=failed" in ui.driver.current_url, what="the failed items")
+    rows = ui.driver.find_elements(By.CSS_SELECTOR, "tr.item-row")
+    assert [r.get_attribute("data-item") for r in rows] == ["5"] and "ValueError: row 5" in rows[0].text
+    ui.screenshot(tmp_path, "failed-items")

@@ -50,6 +50,12 @@ function followJob(section) {
   poll();
 }
 
+// The bar's width is set here, not in a style attribute: the Content-Security-Policy allows
+// no inline style.
+for (const bar of document.querySelectorAll("[data-percent]")) {
+  bar.style.width = `${Number(bar.dataset.percent) || 0}%`;
+}
+
 const job = document.getElementById("job");
 if (job && job.dataset.terminal === "false") {
   followJob(job);
