@@ -15,8 +15,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from service.console.headers import ConsoleHeaders, is_console_path
 from service.console.routes import console, csrf_refused, error_page, login_required
-from service.console.session import CsrfRefused, LoginRequired
+from service.console.session import CsrfRefused, LoginLimiter, LoginRequired
 from service.errors import JobqError
 
 Handler = Callable[[Request, Exception], Awaitable[Response] | Response]
@@ -25,6 +26,8 @@ Handler = Callable[[Request, Exception], Awaitable[Response] | Response]
 def mount_console(app: FastAPI) -> None:
     app.include_router(console)
     app.mount("/ui/static", StaticFiles(packages=[("service.console", "static")]), name="console-static")
+    app.state.login_limiter = LoginLimiter()
+    app.add_middleware(ConsoleHeaders)
     app.add_exception_handler(LoginRequired, login_required)
     app.add_exception_handler(CsrfRefused, csrf_refused)
     for exception_class in (JobqError, RequestValidationError, StarletteHTTPException, Exception):
@@ -36,7 +39,7 @@ def console_errors(elsewhere: Handler | None) -> Handler:
     problem+json): one app, two audiences."""
 
     async def handle(request: Request, exc: Exception) -> Response:
-        if request.url.path == "/ui" or request.url.path.startswith("/ui/") or elsewhere is None:
+        if is_console_path(request.url.path) or elsewhere is None:
             return error_page(request, exc)
         answer = elsewhere(request, exc)
         return await answer if not isinstance(answer, Response) else answer

@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, urlencode
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -161,19 +161,34 @@ async def login(request: Request, store: StoreDep, settings: SettingsDep) -> Res
     target = _local(fields.get("next", "/ui"))
     if not settings.auth:
         return redirect(target)
-    token = fields.get("token", "")
-    if not await session.check_admin_token(store, token):
+    limiter: session.LoginLimiter = request.app.state.login_limiter
+    client = session.client_of(request)
+    wait = limiter.wait_seconds(client)
+    if wait > 0:
+        response = problem_page(
+            request,
+            None,
+            429,
+            "Too many login attempts",
+            f"This client was refused {limiter.attempts} times within {limiter.window:.0f} s: "
+            f"try again in {wait:.0f} s.",
+        )
+        response.headers["Retry-After"] = str(max(1, round(wait)))
+        return response
+    token = await session.admin_token_of(store, fields.get("token", ""))
+    if token is None:
+        limiter.refused(client)
         return render(request, "login.html", None, status_code=401, next=target, refused=True)
     response = redirect(target)
-    session.start_session(request, response, token)
+    await session.start_session(request, response, store, token)
     return response
 
 
 @console.post("/logout")
-async def logout(request: Request) -> Response:
+async def logout(request: Request, store: StoreDep) -> Response:
     await form_of(request)
     response = redirect("/ui/login")
-    session.end_session(request, response)
+    await session.end_session(request, response, store)
     return response
 
 
@@ -497,10 +512,18 @@ async def schedules(request: Request, who: OperatorDep, store: StoreDep, now: No
 
 
 async def login_required(request: Request, exc: Exception) -> Response:
+    here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    login_url = "/ui/login?" + urlencode({"next": here})
+    if "application/json" in request.headers.get("accept", ""):
+        # A page's script (live refresh, a job's long poll): it says on the page that the
+        # session ended and offers the login, instead of polling on silently.
+        referer = request.headers.get("x-jobq-page", "")
+        return JSONResponse({"login": "/ui/login?" + urlencode({"next": _local(referer)})}, status_code=401)
     if request.method == "GET":
-        here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        return redirect("/ui/login?" + urlencode({"next": here}))
-    return HTMLResponse("<h1>401</h1><p>Log in at <a href='/ui/login'>/ui/login</a> with an admin token.</p>", 401)
+        return redirect(login_url)
+    return problem_page(
+        request, None, 401, "Your session has ended", "Log in again, then repeat what you were doing.", login=True
+    )
 
 
 async def csrf_refused(request: Request, exc: Exception) -> Response:

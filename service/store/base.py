@@ -496,4 +496,21 @@ class Store(Protocol):
         """A job's replays (job_replays), oldest first; none for an unknown job."""
         ...
 
+    def start_console_session(
+        self, session_hash: str, token_id: uuid.UUID, lifetime_seconds: float, idle_seconds: float
+    ) -> None:
+        """A console login: a session (by its id's hash) of the admin token ``token_id``, ending
+        ``lifetime_seconds`` from now at the latest; sessions that ended are deleted first."""
+        ...
+
+    def console_session(self, session_hash: str, idle_seconds: float, touch_after_seconds: float) -> ApiToken | None:
+        """The admin token of a live session: not ended, not idle ``idle_seconds``, its token not
+        revoked; None otherwise. Restarts the idle time when it was last used over
+        ``touch_after_seconds`` ago (most requests only read)."""
+        ...
+
+    def end_console_session(self, session_hash: str) -> None:
+        """Logout: the session ends, whoever holds a copy of its cookie."""
+        ...
+
     def close(self) -> None: ...

@@ -268,6 +268,20 @@ api_tokens = sa.Table(
     sa.Column("admin", sa.Boolean, nullable=False, server_default=sa.false()),
 )
 
+# The console's sessions (service.console.session): the SHA-256 of a random session id, the
+# admin token it came from (revoked: the session ends), last use (the idle timeout), its end.
+console_sessions = sa.Table(
+    "console_sessions",
+    metadata,
+    sa.Column("id_hash", sa.Text, primary_key=True),
+    sa.Column("token_id", Id, sa.ForeignKey("api_tokens.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("last_seen_at", Timestamp, nullable=False),
+    sa.Column("expires_at", Timestamp, nullable=False),
+    sa.Index("ix_console_sessions_token_id", "token_id"),
+    sa.Index("ix_console_sessions_expires_at", "expires_at"),
+)
+
 # Fleet-wide limits (service.limits): what operators set, one row per scope.
 limits = sa.Table(
     "limits",

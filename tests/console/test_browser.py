@@ -422,3 +422,24 @@ def test_a_job_opens_by_the_start_of_its_id_and_shows_its_failed_items(ui: World
     rows = ui.driver.find_elements(By.CSS_SELECTOR, "tr.item-row")
     assert [r.get_attribute("data-item") for r in rows] == ["5"] and "ValueError: row 5" in rows[0].text
     ui.screenshot(tmp_path, "failed-items")
+
+
+def test_a_page_whose_session_ended_says_so_and_offers_the_login(ui: World, tmp_path: Path) -> None:
+    job = _park(ui, kind="watched")
+    ui.open(f"/ui/jobs/{job.id}")
+    until(lambda: ui.driver.execute_script("return document.readyState") == "complete", what="the page")
+    ui.db.execute("DELETE FROM console_sessions")  # as a logout elsewhere or a revoked token would
+    ui.api.store.claim("seeder", [PARKED], 1, 60, kinds=["watched"])  # the long poll answers; the next finds no session
+    banner = until(lambda: ui.text("#session-lost"), 20, "the page to notice the lost session")
+    assert "Your session has ended" in banner
+    link = ui.driver.find_element(By.CSS_SELECTOR, "#session-lost a")
+    assert link.get_attribute("href").endswith("/ui/login?next=" + f"%2Fui%2Fjobs%2F{job.id}")
+    ui.screenshot(tmp_path, "session-lost")
+    ui.console_errors()  # the 401 the browser was given: expected, drained
+    link.click()
+    until(lambda: ui.driver.find_elements(By.ID, "token"), what="the login form")
+    ui.driver.find_element(By.ID, "token").send_keys(ui.token)
+    ui.driver.find_element(By.CSS_SELECTOR, "form.login button").click()
+    until(lambda: ui.driver.current_url.endswith(f"/ui/jobs/{job.id}"), what="the job page again")
+    assert ui.text("#state") == "running"
+    ui.api.store.cancel(job.id)

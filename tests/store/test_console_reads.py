@@ -182,3 +182,32 @@ def test_job_replays_are_who_replayed_a_job_and_when_oldest_first(store, clock: 
     assert replays[0].previous_error == "RuntimeError: disk full"
     assert replays[1].replayed_at - replays[0].replayed_at == timedelta(seconds=60)
     assert store.job_replays(uuid.uuid4()) == []
+
+
+def test_a_console_session_lives_until_logout_revocation_idleness_or_its_end(store, clock: FakeClock, db):
+    token = store.create_token("", "h" * 64, "alice", admin=True)
+    store.start_console_session("s1", token.id, lifetime_seconds=3600, idle_seconds=600)
+    assert store.console_session("s1", 600, 60).name == "alice"
+    assert store.console_session("unknown", 600, 60) is None
+
+    clock.advance(500)
+    assert store.console_session("s1", 600, 60) is not None  # used: the idle time starts again
+    clock.advance(500)
+    assert store.console_session("s1", 600, 60) is not None
+    clock.advance(601)
+    assert store.console_session("s1", 600, 60) is None  # idle too long
+
+    store.start_console_session("s2", token.id, lifetime_seconds=3600, idle_seconds=600)
+    assert db.count("console_sessions") == 1  # the idle one was deleted at this login
+    for _ in range(6):
+        clock.advance(590)
+        assert store.console_session("s2", 600, 60) is not None
+    clock.advance(590)  # 3,540 + 590 s after the login: past its end, however busy
+    assert store.console_session("s2", 600, 60) is None
+
+    store.start_console_session("s3", token.id, lifetime_seconds=3600, idle_seconds=600)
+    store.start_console_session("s4", token.id, lifetime_seconds=3600, idle_seconds=600)
+    store.end_console_session("s3")
+    assert store.console_session("s3", 600, 60) is None and store.console_session("s4", 600, 60) is not None
+    store.revoke_token(token.id)
+    assert store.console_session("s4", 600, 60) is None

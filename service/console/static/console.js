@@ -9,6 +9,31 @@ document.addEventListener("submit", (event) => {
   }
 });
 
+// What every script request of a page sends: JSON wanted, and the page it is for (so that a
+// lost session's login comes back here).
+function consoleFetch(url) {
+  return fetch(url, {credentials: "same-origin",
+                     headers: {Accept: "application/json", "X-Jobq-Page": location.pathname + location.search}});
+}
+
+// The session ended (logout elsewhere, a revoked token, the idle timeout): say so, offer the
+// login, and stop refreshing what can no longer be read.
+function sessionLost(loginUrl) {
+  if (document.getElementById("session-lost")) {
+    return;
+  }
+  const banner = document.createElement("div");
+  banner.id = "session-lost";
+  banner.className = "banner";
+  banner.setAttribute("role", "alert");
+  banner.append("Your session has ended: what this page shows is no longer updated. ");
+  const link = document.createElement("a");
+  link.href = loginUrl;
+  link.textContent = "Log in again";
+  banner.append(link);
+  document.body.prepend(banner);
+}
+
 // A job page long-polls its job (the API's ?wait= machinery) and moves the bar without a
 // reload; once the job ends, the page reloads once to show its attempts and result.
 function followJob(section) {
@@ -21,8 +46,11 @@ function followJob(section) {
   const poll = async () => {
     let answer;
     try {
-      const response = await fetch(`/ui/jobs/${section.dataset.job}/status?wait=${wait}&tag=${encodeURIComponent(tag)}`,
-                                   {credentials: "same-origin", headers: {Accept: "application/json"}});
+      const response = await consoleFetch(`/ui/jobs/${section.dataset.job}/status?wait=${wait}&tag=${encodeURIComponent(tag)}`);
+      if (response.status === 401) {
+        sessionLost((await response.json()).login);
+        return;
+      }
       if (!response.ok) {
         setTimeout(poll, 5000);
         return;

@@ -1,18 +1,24 @@
-"""What only the operator console reads on PostgreSQL: jobs by the start of their id, a job's replays."""
+"""What only the operator console reads and writes on PostgreSQL: jobs by the start of their id, a job's
+replays, the operators' sessions."""
 
 from __future__ import annotations
 
 import uuid
 
-from service.jobs import Replay
+from service.jobs import ApiToken, Replay
 from service.store.postgres.connection import READ, Connected
-from service.store.rows import replay
+from service.store.rows import api_token, replay
 from service.store.sqlfiles import statements
 
 _SQL = statements("postgres")
 
 JOB_IDS_IN_RANGE = _SQL["job_ids_in_range"]
 JOB_REPLAYS = _SQL["job_replays"]
+INSERT_CONSOLE_SESSION = _SQL["insert_console_session"]
+CONSOLE_SESSION = _SQL["console_session"]
+TOUCH_CONSOLE_SESSION = _SQL["touch_console_session"]
+END_CONSOLE_SESSION = _SQL["end_console_session"]
+PRUNE_CONSOLE_SESSIONS = _SQL["prune_console_sessions"]
 
 
 class Console(Connected):
@@ -24,3 +30,22 @@ class Console(Connected):
 
     def job_replays(self, job_id: uuid.UUID) -> list[Replay]:
         return [replay(row, READ) for row in self._fetchall(JOB_REPLAYS, self._params(job_id=job_id))]
+
+    def start_console_session(
+        self, session_hash: str, token_id: uuid.UUID, lifetime_seconds: float, idle_seconds: float
+    ) -> None:
+        self._fetchall(PRUNE_CONSOLE_SESSIONS, self._params(idle=idle_seconds))
+        params = self._params(id_hash=session_hash, token_id=token_id, lifetime=lifetime_seconds)
+        self._fetchall(INSERT_CONSOLE_SESSION, params)
+
+    def console_session(self, session_hash: str, idle_seconds: float, touch_after_seconds: float) -> ApiToken | None:
+        params = self._params(id_hash=session_hash, idle=idle_seconds, touch_after=touch_after_seconds)
+        row = self._fetchone(CONSOLE_SESSION, params)
+        if row is None:
+            return None
+        if row["touch"]:
+            self._fetchall(TOUCH_CONSOLE_SESSION, self._params(id_hash=session_hash))
+        return api_token(row, READ)
+
+    def end_console_session(self, session_hash: str) -> None:
+        self._fetchall(END_CONSOLE_SESSION, self._params(id_hash=session_hash))

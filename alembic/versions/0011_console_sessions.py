@@ -1,0 +1,49 @@
+"""Console sessions: one row per operator's login, so a session can end before its cookie does.
+
+Revision ID: 0011
+Revises: 0010
+Create Date: 2026-12-03
+
+The console's cookie held the admin token itself: logout could not end a copied session, and
+whoever read the cookie held a permanent admin credential. A login now makes a random session
+id; the cookie holds it, the table holds only its SHA-256 (a copy of the table opens nothing),
+the token it came from (a revoked token ends its sessions: every request joins it), when it was
+last used (the idle timeout) and when it ends whatever happens (``expires_at``). Logout deletes
+the row. Deleting a token deletes its sessions (ON DELETE CASCADE).
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0011"
+down_revision = "0010"
+branch_labels = None
+depends_on = None
+
+Id = sa.Uuid(as_uuid=True).with_variant(sa.String(36), "sqlite")
+Timestamp = sa.DateTime(timezone=True).with_variant(sa.String(23), "sqlite")
+
+
+def upgrade() -> None:
+    op.create_table(
+        "console_sessions",
+        sa.Column("id_hash", sa.Text(), nullable=False),
+        sa.Column("token_id", Id, nullable=False),
+        sa.Column("created_at", Timestamp, nullable=False),
+        sa.Column("last_seen_at", Timestamp, nullable=False),
+        sa.Column("expires_at", Timestamp, nullable=False),
+        sa.ForeignKeyConstraint(
+            ["token_id"], ["api_tokens.id"], name=op.f("fk_console_sessions_token_id_api_tokens"), ondelete="CASCADE"
+        ),
+        sa.PrimaryKeyConstraint("id_hash", name=op.f("pk_console_sessions")),
+    )
+    op.create_index("ix_console_sessions_token_id", "console_sessions", ["token_id"])
+    op.create_index("ix_console_sessions_expires_at", "console_sessions", ["expires_at"])
+
+
+def downgrade() -> None:
+    op.drop_index("ix_console_sessions_expires_at", table_name="console_sessions")
+    op.drop_index("ix_console_sessions_token_id", table_name="console_sessions")
+    op.drop_table("console_sessions")
