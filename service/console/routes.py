@@ -70,6 +70,7 @@ log = logging.getLogger("jobq.console")
 
 PAGE_SIZE = 50
 ITEMS_PAGE_SIZE = 50
+LIVE_SECONDS = 5  # how often a live page (data-live parts) reads itself again
 PREFIX_MATCHES = 20  # an ambiguous prefix lists this many of its jobs
 # What a change leaves for the next page (session.set_flash): the server's words, with its count.
 NOTICES = {
@@ -111,6 +112,7 @@ def render(request: Request, name: str, operator: Operator | None, status_code: 
             "notice": notice,
             "at": functools.partial(time_tag, now=now),
             "ago": functools.partial(time_tag, now=now, show="ago"),
+            "live_seconds": LIVE_SECONDS,
             **context,
         },
         status_code=status_code,
@@ -514,7 +516,7 @@ async def schedules(request: Request, who: OperatorDep, store: StoreDep, now: No
 async def login_required(request: Request, exc: Exception) -> Response:
     here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     login_url = "/ui/login?" + urlencode({"next": here})
-    if "application/json" in request.headers.get("accept", ""):
+    if "x-jobq-page" in request.headers:
         # A page's script (live refresh, a job's long poll): it says on the page that the
         # session ended and offers the login, instead of polling on silently.
         referer = request.headers.get("x-jobq-page", "")
