@@ -513,3 +513,45 @@ def test_a_page_whose_session_ended_says_so_and_offers_the_login(ui: World, tmp_
     until(lambda: ui.driver.current_url.endswith(f"/ui/jobs/{job.id}"), what="the job page again")
     assert ui.text("#state") == "running"
     ui.api.store.cancel(job.id)
+
+
+def test_lists_refresh_themselves_without_a_reload_keeping_their_filters(ui: World, tmp_path: Path) -> None:
+    store = ui.api.store
+    job = _park(ui, kind="live-list")
+    _park(ui, kind="live-other")
+    ui.driver.execute_script("localStorage.setItem('jobq-live', 'on')")
+    ui.open(f"/ui/jobs?kind=live-list&queue={PARKED}")
+    ui.driver.execute_script("window.__sameDocument = true;")  # gone if the page reloads
+    assert ui.driver.find_element(By.ID, "live-toggle").is_selected()
+
+    def state_shown() -> str:
+        return ui.text(f'tr.job-row a[href="/ui/jobs/{job.id}"]') and ui.text("tr.job-row .state")
+
+    assert state_shown() == "queued"
+    [claimed] = store.claim("elsewhere", [PARKED], 1, 30, kinds=["live-list"])  # another host runs it
+    store.complete(claimed.lease, {"done": True})
+    until(lambda: state_shown() == "succeeded", 20, "the finished job to appear")
+    assert ui.driver.execute_script("return window.__sameDocument === true"), "the page reloaded"
+    assert ui.driver.find_element(By.NAME, "kind").get_attribute("value") == "live-list"  # the filters kept
+    assert "live-other" not in ui.text("table.jobs")
+    ui.screenshot(tmp_path, "jobs-live")
+
+    # The overview too: a job finishing elsewhere moves its counts.
+    ui.open("/ui")
+    ui.driver.execute_script("window.__sameDocument = true;")
+    before = int(ui.text("#total-succeeded"))
+    _park(ui, kind="live-count")
+    [claimed] = store.claim("elsewhere", [PARKED], 1, 30, kinds=["live-count"])
+    store.complete(claimed.lease, None)
+    until(lambda: ui.text("#total-succeeded") == str(before + 1), 20, "the overview's count to move")
+    assert ui.driver.execute_script("return window.__sameDocument === true"), "the page reloaded"
+
+    # Off with the toggle: nothing moves any more.
+    ui.driver.find_element(By.ID, "live-toggle").click()
+    assert ui.driver.execute_script("return localStorage.getItem('jobq-live')") == "off"
+    _park(ui, kind="live-count")
+    [claimed] = store.claim("elsewhere", [PARKED], 1, 30, kinds=["live-count"])
+    store.complete(claimed.lease, None)
+    time.sleep(7)  # longer than a refresh's interval
+    assert ui.text("#total-succeeded") == str(before + 1)
+    ui.driver.execute_script("localStorage.setItem('jobq-live', 'off')")

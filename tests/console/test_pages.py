@@ -201,3 +201,20 @@ def test_every_console_error_is_a_console_page(api: LiveApi) -> None:
     assert "no state &#39;bogus&#39;: one of queued" in bogus
     # The API's errors stay problem+json.
     assert http.get("/v1/nowhere").headers["content-type"] == "application/problem+json"
+
+
+def test_the_overview_lists_failures_workers_and_schedules_have_live_parts(api: LiveApi) -> None:
+    http = operator(api)
+    for page, part in (
+        ("/ui", "overview-live"),
+        ("/ui/jobs", "jobs-live"),
+        ("/ui/failures", "failures-live"),
+        ("/ui/workers", "workers-live"),
+        ("/ui/schedules", "schedules-live"),
+    ):
+        text = http.get(page).text
+        assert re.search(rf'id="{part}"[^>]* data-live', text), page
+        assert 'id="live-toggle"' in text and 'data-live-seconds="5"' in text
+        # The filters' form is outside the live part: a refresh never resets what is being typed.
+        live = text[text.index(f'id="{part}"') :]
+        assert '<form class="filters"' not in live, page

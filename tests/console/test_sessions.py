@@ -47,6 +47,8 @@ def test_logout_ends_a_copied_session(api: LiveApi) -> None:
     lost = copy.get("/ui/jobs/00000000-0000-0000-0000-000000000000/status", headers=SCRIPT)
     assert lost.status_code == 401
     assert lost.json() == {"login": "/ui/login?next=%2Fui%2Fjobs%3Fstate%3Dfailed"}
+    refresh = copy.get("/ui/jobs?state=failed", headers={"X-Jobq-Page": "/ui/jobs?state=failed"})  # a live page
+    assert refresh.status_code == 401 and refresh.json()["login"].startswith("/ui/login?next=")
 
 
 def test_revoking_the_token_ends_its_sessions(api: LiveApi) -> None:
