@@ -545,6 +545,7 @@ class ApiToken:
     created_at: datetime
     revoked_at: datetime | None
     admin: bool = False  # an operator's token: opens the console, never a tenant's /v1
+    read_only: bool = False  # an operator who may look at the console and change nothing
 
 
 ADMIN_TENANT = "*"
@@ -615,6 +616,19 @@ def id_prefix_range(prefix: str) -> tuple[uuid.UUID, uuid.UUID]:
     if not digits or len(digits) > 32 or any(c not in "0123456789abcdef" for c in digits):
         raise InvalidInput(f"not a job id or the start of one: {prefix.strip()[:40]!r}")
     return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One change made from the console, as ``console_audit`` keeps it."""
+
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    target: str
+    detail: str
+    jobs: int
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Console sessions: one row per operator's login, so a session can end before its cookie does.
+"""Console sessions (one row per operator's login), the console's audit trail, read-only operators.
 
 Revision ID: 0011
 Revises: 0010
@@ -10,6 +10,12 @@ id; the cookie holds it, the table holds only its SHA-256 (a copy of the table o
 the token it came from (a revoked token ends its sessions: every request joins it), when it was
 last used (the idle timeout) and when it ends whatever happens (``expires_at``). Logout deletes
 the row. Deleting a token deletes its sessions (ON DELETE CASCADE).
+
+``console_audit``: every change made from the console (cancel, replay, bulk actions, pauses,
+a schedule's run now): who (the token's name), when (the database clock), what, on what, how
+many jobs it touched. Read newest first (the primary key) and by target (a job's page).
+
+``api_tokens.read_only``: an operator's token that may look at the console but change nothing.
 """
 
 from __future__ import annotations
@@ -41,9 +47,27 @@ def upgrade() -> None:
     )
     op.create_index("ix_console_sessions_token_id", "console_sessions", ["token_id"])
     op.create_index("ix_console_sessions_expires_at", "console_sessions", ["expires_at"])
+    op.create_table(
+        "console_audit",
+        sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), autoincrement=True, nullable=False),
+        sa.Column("at", Timestamp, nullable=False),
+        sa.Column("actor", sa.Text(), nullable=False),
+        sa.Column("action", sa.Text(), nullable=False),
+        sa.Column("target", sa.Text(), nullable=False),
+        sa.Column("detail", sa.Text(), nullable=False),
+        sa.Column("jobs", sa.Integer(), nullable=False),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_console_audit")),
+    )
+    op.create_index("ix_console_audit_target", "console_audit", ["target", "id"])
+    with op.batch_alter_table("api_tokens") as batch:
+        batch.add_column(sa.Column("read_only", sa.Boolean(), server_default=sa.false(), nullable=False))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("api_tokens") as batch:
+        batch.drop_column("read_only")
+    op.drop_index("ix_console_audit_target", table_name="console_audit")
+    op.drop_table("console_audit")
     op.drop_index("ix_console_sessions_expires_at", table_name="console_sessions")
     op.drop_index("ix_console_sessions_token_id", table_name="console_sessions")
     op.drop_table("console_sessions")

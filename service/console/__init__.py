@@ -16,8 +16,8 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.console.headers import ConsoleHeaders, is_console_path
-from service.console.routes import console, csrf_refused, error_page, login_required
-from service.console.session import CsrfRefused, LoginLimiter, LoginRequired
+from service.console.routes import console, csrf_refused, error_page, login_required, read_only_refused
+from service.console.session import CsrfRefused, LoginLimiter, LoginRequired, ReadOnlyRefused
 from service.errors import JobqError
 
 Handler = Callable[[Request, Exception], Awaitable[Response] | Response]
@@ -30,6 +30,7 @@ def mount_console(app: FastAPI) -> None:
     app.add_middleware(ConsoleHeaders)
     app.add_exception_handler(LoginRequired, login_required)
     app.add_exception_handler(CsrfRefused, csrf_refused)
+    app.add_exception_handler(ReadOnlyRefused, read_only_refused)
     for exception_class in (JobqError, RequestValidationError, StarletteHTTPException, Exception):
         app.add_exception_handler(exception_class, console_errors(app.exception_handlers.get(exception_class)))
 

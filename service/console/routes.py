@@ -10,7 +10,9 @@ and write is a store call, the same ones ``jobq stats``, ``jobq failures`` and
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 import logging
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -52,6 +54,8 @@ from service.jobs import (
     ReplayFilter,
     id_prefix_range,
 )
+from service.limits import Limit, check_scope
+from service.schedules import job_for
 from service.web import (
     MAX_TAG_LENGTH,
     MAX_WAIT_SECONDS,
@@ -80,7 +84,16 @@ NOTICES = {
     "not-replayed": "Nothing was replayed: only a failed or cancelled job can be.",
     "finished": "The job had already finished: nothing to cancel.",
     "group-replayed": "Replayed {count} job(s): queued again, attempts 0, recorded in job_replays.",
+    "bulk-cancel": "Cancelled {count} job(s) (running ones end when their worker sees it).",
+    "bulk-replay": "Replayed {count} job(s): queued again, attempts 0, recorded in job_replays.",
+    "run-now": "The schedule's job is queued now.",
+    "schedule-pause": "The schedule is paused.",
+    "schedule-resume": "The schedule runs again.",
+    "scope-pause": "Paused: no new job of it starts (concurrency 0); running ones finish.",
+    "scope-resume": "Resumed: its jobs start again.",
 }
+BULK_LIMIT = 1_000  # jobs one bulk action touches at most (the dry run says when a filter matches more)
+BULK_STATES = {"cancel": (JobState.QUEUED, JobState.RUNNING), "replay": (JobState.FAILED, JobState.CANCELLED)}
 STATES = [s.value for s in JobState]
 
 _env = Environment(loader=PackageLoader("service.console", "templates"), autoescape=select_autoescape())
@@ -133,6 +146,11 @@ def flash_redirect(request: Request, url: str, notice: str, count: int = 0) -> R
     response = redirect(url)
     session.set_flash(request, response, notice, count)
     return response
+
+
+async def act(store: StoreDep, who: Operator, action: str, target: str, jobs: int, **detail: Any) -> None:
+    """The audit trail: a change made from the console, recorded after it was made."""
+    await blocking(store.record_action, who.name, action, target, json.dumps(detail, sort_keys=True), jobs)
 
 
 async def form_of(request: Request) -> dict[str, str]:
@@ -222,6 +240,7 @@ async def overview(request: Request, who: OperatorDep, store: StoreDep) -> Respo
         totals=totals,
         workers_alive=len(workers),
         limits=limits,
+        paused_scopes={limit.scope: True for limit in limits if limit.concurrency == 0},
         usage=usage,
         unserved=unserved(rows),
     )
@@ -335,6 +354,7 @@ async def job(
         )
     attempts = await blocking(store.job_attempts, status.id)
     replays = await blocking(store.job_replays, status.id)
+    audit = await blocking(store.list_actions, 20, None, str(status.id))
     payload = await blocking(store.get_payload, status.id)
     facts = await blocking(functools.partial(store.explain_facts, status.id, workers_seen_within=WORKER_ALIVE_SECONDS))
     reasons = [plain_times(reason.message) for reason in explain(facts).reasons]  # the words of `jobq explain`
@@ -361,6 +381,7 @@ async def job(
         job=status,
         terminal=status.state.terminal,
         history=history(attempts, replays),
+        audit=audit,
         payload=payload,
         reasons=reasons,
         tag=change_tag(status),
@@ -411,18 +432,23 @@ async def job_result(job_id: uuid.UUID, who: OperatorDep, store: StoreDep) -> JS
 @console.post("/jobs/{job_id}/cancel")
 async def cancel(request: Request, job_id: uuid.UUID, who: OperatorDep, store: StoreDep) -> Response:
     await form_of(request)
+    who.require_act()
     try:
         status = await blocking(store.cancel, job_id)
     except InvalidTransition:
         return flash_redirect(request, f"/ui/jobs/{job_id}", "finished")
     notice = "cancelled" if status.state is JobState.CANCELLED else "cancel-requested"
+    await act(store, who, "cancel", str(job_id), 1, state=status.state.value)
     return flash_redirect(request, f"/ui/jobs/{job_id}", notice)
 
 
 @console.post("/jobs/{job_id}/replay")
 async def replay_job(request: Request, job_id: uuid.UUID, who: OperatorDep, store: StoreDep) -> Response:
     await form_of(request)
+    who.require_act()
     replayed = await blocking(store.replay, ReplayFilter(ids=(job_id,)), who.replayed_by)
+    if replayed:
+        await act(store, who, "replay", str(job_id), 1)
     return flash_redirect(request, f"/ui/jobs/{job_id}", "replayed" if replayed else "not-replayed")
 
 
@@ -470,8 +496,18 @@ async def replay_group_dry_run(
 @console.post("/failures/replay")
 async def replay_group(request: Request, who: OperatorDep, store: StoreDep, now: NowDep) -> Response:
     fields = await form_of(request)
+    who.require_act()
     which = _group_filter(now, fields.get("kind", ""), fields.get("group", ""), fields.get("since", "24h"))
     replayed = await blocking(store.replay, which, who.replayed_by)
+    await act(
+        store,
+        who,
+        "replay-group",
+        f"kind:{which.kind}",
+        len(replayed),
+        group=which.error_group,
+        since=fields.get("since"),
+    )
     url = "/ui/failures?" + urlencode({"since": fields.get("since", "24h")})
     return flash_redirect(request, url, "group-replayed", len(replayed))
 
@@ -532,6 +568,16 @@ async def csrf_refused(request: Request, exc: Exception) -> Response:
     return render(request, "refused.html", None, status_code=403)
 
 
+async def read_only_refused(request: Request, exc: Exception) -> Response:
+    return problem_page(
+        request,
+        None,
+        403,
+        "Read-only",
+        "Your token may look at the console but not change anything: nothing was changed.",
+    )
+
+
 # Why a console URL failed, in words, for the errors FastAPI and the store raise (the API
 # answers the same errors as application/problem+json: see console_errors in __init__.py).
 _TITLES = {
@@ -572,3 +618,151 @@ def error_page(request: Request, exc: Exception) -> Response:
 def _validation_text(error: Any) -> str:
     where = ".".join(str(part) for part in error.get("loc", ())[1:]) or "the request"
     return f"{where}: {error.get('msg', 'not valid')}"
+
+
+# -- bulk actions: every job matching a filter ---------------------------------------------------
+
+
+def _bulk_query(fields: dict[str, str]) -> tuple[str, JobQuery, dict[str, str]]:
+    """The action and the jobs list's filter of a bulk request (the dry run's URL, the form)."""
+    action = fields.get("action", "")
+    if action not in BULK_STATES:
+        raise InvalidInput("action is cancel or replay")
+    state = fields.get("state", "")
+    if state and state not in STATES:
+        raise InvalidInput(f"no state {state!r}: one of {', '.join(STATES)}")
+    kept = {name: fields.get(name, "") for name in ("state", "kind", "queue", "tenant", "created_after")}
+    query = JobQuery(
+        tenant=kept["tenant"].strip() or None,
+        state=JobState(state) if state else None,
+        kind=kept["kind"].strip() or None,
+        queue=kept["queue"].strip() or None,
+        created_after=_instant(kept["created_after"]),
+        limit=PAGE_SIZE,
+    )
+    return action, query, {name: value for name, value in kept.items() if value}
+
+
+async def _matching(store: StoreDep, action: str, query: JobQuery) -> tuple[list[uuid.UUID], bool]:
+    """The ids of the jobs an action would touch (the filter's, in the states it applies to),
+    newest first, at most BULK_LIMIT; and whether the filter matches more."""
+    found: list[uuid.UUID] = []
+    for state in BULK_STATES[action]:
+        if query.state is not None and query.state is not state:
+            continue
+        after: uuid.UUID | None = None
+        while len(found) <= BULK_LIMIT:
+            page = await blocking(store.list_jobs, dataclasses.replace(query, state=state, after_id=after))
+            found += [job.id for job in page.items]
+            if page.next_after_id is None:
+                break
+            after = page.next_after_id
+    return found[:BULK_LIMIT], len(found) > BULK_LIMIT
+
+
+@console.get("/bulk")
+async def bulk_dry_run(request: Request, who: OperatorDep, store: StoreDep) -> Response:
+    """The dry run of a bulk action: how many jobs it touches, which, before anything changes."""
+    action, query, kept = _bulk_query(dict(request.query_params))
+    job_ids, more = await _matching(store, action, query)
+    return render(
+        request,
+        "bulk.html",
+        who,
+        action=action,
+        kept=kept,
+        job_ids=job_ids,
+        more=more,
+        limit=BULK_LIMIT,
+        states=[s.value for s in BULK_STATES[action]],
+    )
+
+
+@console.post("/bulk")
+async def bulk(request: Request, who: OperatorDep, store: StoreDep) -> Response:
+    fields = await form_of(request)
+    who.require_act()
+    action, query, kept = _bulk_query(fields)
+    job_ids, _more = await _matching(store, action, query)
+    if action == "replay":
+        touched = len(await blocking(store.replay, ReplayFilter(ids=tuple(job_ids)), who.replayed_by)) if job_ids else 0
+    else:
+        touched = 0
+        for job_id in job_ids:
+            try:
+                await blocking(store.cancel, job_id)
+                touched += 1
+            except InvalidTransition:
+                pass  # it finished between the dry run and now
+    await act(store, who, f"bulk-{action}", "jobs?" + urlencode(kept), touched, filter=kept)
+    return flash_redirect(request, "/ui/jobs?" + urlencode(kept), f"bulk-{action}", touched)
+
+
+# -- schedules: run now, pause, resume ----------------------------------------------------------
+
+
+@console.post("/schedules/{name}/{what}")
+async def schedule_action(request: Request, name: str, what: str, who: OperatorDep, store: StoreDep) -> Response:
+    await form_of(request)
+    who.require_act()
+    schedule = next((s for s in await blocking(store.list_schedules) if s.name == name), None)
+    if schedule is None:
+        return problem_page(request, who, 404, "No such schedule", f"There is no schedule {name!r}.")
+    if what == "run-now":
+        now: datetime = request.app.state.clock()
+        job = await blocking(store.enqueue, job_for(schedule.spec, now))
+        await act(store, who, "schedule-run-now", f"schedule:{name}", 1, job_id=str(job.id))
+        return flash_redirect(request, f"/ui/jobs/{job.id}", "run-now")
+    if what not in ("pause", "resume"):
+        return problem_page(request, who, 404, "Not found", "A schedule can be run now, paused or resumed.")
+    await blocking(store.set_schedule_paused, name, what == "pause", None)
+    await act(store, who, f"schedule-{what}", f"schedule:{name}", 0)
+    return flash_redirect(request, "/ui/schedules", f"schedule-{what}")
+
+
+# -- a queue's or a kind's pause: a concurrency of 0 on its scope ---------------------------------
+
+
+@console.post("/scopes/{what}")
+async def scope_action(request: Request, what: str, who: OperatorDep, store: StoreDep) -> Response:
+    """Pause: the scope's concurrency becomes 0 (its rate and weight kept), so no new job of it
+    is claimed; the concurrency it had is kept in the audit record. Resume: that concurrency
+    comes back (or none, the limit removed when nothing else is set)."""
+    fields = await form_of(request)
+    who.require_act()
+    scope = check_scope(fields.get("scope", ""))
+    if not scope.startswith(("queue:", "kind:")) or what not in ("pause", "resume"):
+        raise InvalidInput("pause or resume a queue:NAME or a kind:NAME")
+    current = next((limit for limit in await blocking(store.list_limits) if limit.scope == scope), None)
+    if what == "pause":
+        previous = current.concurrency if current else None
+        kept = dataclasses.replace(current, concurrency=0) if current else Limit(scope, concurrency=0)
+        await blocking(store.set_limit, kept)
+        await act(store, who, "scope-pause", scope, 0, previous_concurrency=previous)
+    else:
+        pauses = [a for a in await blocking(store.list_actions, 50, None, scope) if a.action == "scope-pause"]
+        previous = json.loads(pauses[0].detail).get("previous_concurrency") if pauses else None
+        if current is not None:
+            if previous is None and current.rate is None and current.weight is None:
+                await blocking(store.delete_limit, scope)  # nothing was set before the pause
+            else:
+                await blocking(store.set_limit, dataclasses.replace(current, concurrency=previous))
+        await act(store, who, "scope-resume", scope, 0, concurrency=previous)
+    return flash_redirect(request, "/ui", f"scope-{what}")
+
+
+# -- the audit trail ----------------------------------------------------------------------------
+
+AUDIT_PAGE = 50
+
+
+@console.get("/audit")
+async def audit(request: Request, who: OperatorDep, store: StoreDep, before: str = "", target: str = "") -> Response:
+    if before and not before.isdigit():
+        raise InvalidInput("before is an entry's number")
+    entries = await blocking(store.list_actions, AUDIT_PAGE + 1, int(before) if before else None, target or None)
+    next_url = None
+    if len(entries) > AUDIT_PAGE:
+        entries = entries[:AUDIT_PAGE]
+        next_url = "/ui/audit?" + urlencode({**({"target": target} if target else {}), "before": entries[-1].id})
+    return render(request, "audit.html", who, entries=entries, next_url=next_url, target=target)

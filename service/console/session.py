@@ -58,6 +58,12 @@ class Operator:
 
     name: str
     open: bool = False  # JOBQ_AUTH=off: no login, a banner says so
+    read_only: bool = False  # a read-only operator's token (jobq token create --admin --read-only)
+
+    def require_act(self) -> None:
+        """Refuse a change to a read-only operator (403, nothing changed)."""
+        if self.read_only:
+            raise ReadOnlyRefused()
 
     @property
     def replayed_by(self) -> str:
@@ -67,6 +73,10 @@ class Operator:
 
 class LoginRequired(Exception):
     """No valid session: a page answers with the login form, a script's request and a POST with 401."""
+
+
+class ReadOnlyRefused(Exception):
+    """A read-only operator asked for a change: 403, nothing changed."""
 
 
 class CsrfRefused(Exception):
@@ -92,7 +102,7 @@ async def current_operator(request: Request, settings: Settings, store: Store) -
     )
     if record is None:
         raise LoginRequired()
-    return Operator(name=record.name or str(record.id))
+    return Operator(name=record.name or str(record.id), read_only=record.read_only)
 
 
 async def admin_token_of(store: Store, token: str) -> ApiToken | None:

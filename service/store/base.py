@@ -23,6 +23,7 @@ from service.jobs import (
     ActiveCount,
     ApiToken,
     Attempt,
+    AuditEntry,
     ClaimedJob,
     ClaimRequest,
     Completion,
@@ -467,7 +468,9 @@ class Store(Protocol):
         ...
 
     # -- API tokens (hashed by the caller; the store never sees a token) ------------
-    def create_token(self, tenant: str, token_hash: str, name: str | None = None, admin: bool = False) -> ApiToken:
+    def create_token(
+        self, tenant: str, token_hash: str, name: str | None = None, admin: bool = False, read_only: bool = False
+    ) -> ApiToken:
         """Store a token's hash; ``admin``: an operator's token (tenant ``ADMIN_TENANT``)."""
         ...
 
@@ -511,6 +514,14 @@ class Store(Protocol):
 
     def end_console_session(self, session_hash: str) -> None:
         """Logout: the session ends, whoever holds a copy of its cookie."""
+        ...
+
+    def record_action(self, actor: str, action: str, target: str, detail: str, jobs: int) -> None:
+        """The audit trail: a change made from the console (after it was made)."""
+        ...
+
+    def list_actions(self, limit: int, before_id: int | None = None, target: str | None = None) -> list[AuditEntry]:
+        """The audit trail, newest first, ids below ``before_id``; one target's only when given."""
         ...
 
     def close(self) -> None: ...

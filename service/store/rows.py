@@ -19,6 +19,7 @@ from service.jobs import (
     ApiToken,
     Attempt,
     AttemptOutcome,
+    AuditEntry,
     ClaimedJob,
     ItemPage,
     ItemState,
@@ -117,6 +118,7 @@ def api_token(row: Mapping[str, Any], read: Readers) -> ApiToken:
         created_at=read.time(row["created_at"]),
         revoked_at=_maybe(read.time, row["revoked_at"]),
         admin=bool(row["admin"]),
+        read_only=bool(row["read_only"]),
     )
 
 
@@ -216,4 +218,16 @@ def replay(row: Mapping[str, Any], read: Readers) -> Replay:
         previous_state=row["previous_state"],
         previous_error=row["previous_error"],
         previous_attempts=row["previous_attempts"],
+    )
+
+
+def audit_entry(row: Mapping[str, Any], read: Readers) -> AuditEntry:
+    return AuditEntry(
+        id=row["id"],
+        at=read.time(row["at"]),
+        actor=row["actor"],
+        action=row["action"],
+        target=row["target"],
+        detail=row["detail"],
+        jobs=row["jobs"],
     )

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import uuid
 
-from service.jobs import ApiToken, Replay
+from service.jobs import ApiToken, AuditEntry, Replay
 from service.store.postgres.connection import READ, Connected
-from service.store.rows import api_token, replay
+from service.store.rows import api_token, audit_entry, replay
 from service.store.sqlfiles import statements
 
 _SQL = statements("postgres")
@@ -19,6 +19,8 @@ CONSOLE_SESSION = _SQL["console_session"]
 TOUCH_CONSOLE_SESSION = _SQL["touch_console_session"]
 END_CONSOLE_SESSION = _SQL["end_console_session"]
 PRUNE_CONSOLE_SESSIONS = _SQL["prune_console_sessions"]
+RECORD_ACTION = _SQL["record_action"]
+LIST_ACTIONS = _SQL["list_actions"]
 
 
 class Console(Connected):
@@ -49,3 +51,11 @@ class Console(Connected):
 
     def end_console_session(self, session_hash: str) -> None:
         self._fetchall(END_CONSOLE_SESSION, self._params(id_hash=session_hash))
+
+    def record_action(self, actor: str, action: str, target: str, detail: str, jobs: int) -> None:
+        params = self._params(actor=actor, action=action, target=target, detail=detail, jobs=jobs)
+        self._fetchall(RECORD_ACTION, params)
+
+    def list_actions(self, limit: int, before_id: int | None = None, target: str | None = None) -> list[AuditEntry]:
+        params = self._params(limit=limit, before_id=before_id, target=target)
+        return [audit_entry(row, READ) for row in self._fetchall(LIST_ACTIONS, params)]

@@ -26,7 +26,7 @@ VALUES (:id_hash, :token_id, {{now}}, {{now}}, {{session_end}})
 -- not been idle for :idle seconds and its token is not revoked (revoking ends its sessions at
 -- once); and whether its last use is old enough (:touch_after seconds) to be written again,
 -- so that most requests only read.
-SELECT t.id, t.tenant, t.name, t.created_at, t.revoked_at, t.admin,
+SELECT t.id, t.tenant, t.name, t.created_at, t.revoked_at, t.admin, t.read_only,
        CASE WHEN {{idle_since(s.last_seen_at, touch_after)}} THEN 1 ELSE 0 END AS touch
 FROM console_sessions AS s
 JOIN api_tokens AS t ON t.id = s.token_id
@@ -46,3 +46,19 @@ DELETE FROM console_sessions WHERE id_hash = :id_hash
 -- holds the live sessions and a few more, through ix_console_sessions_expires_at.
 DELETE FROM console_sessions
 WHERE expires_at <= {{now}} OR {{idle_since(last_seen_at, idle)}}
+
+-- name: record_action
+-- A change made from the console, after it was made: who, when (the database clock), what, on
+-- what, how many jobs it touched (the audit trail of /ui/audit and of a job's page).
+INSERT INTO console_audit (at, actor, action, target, detail, jobs)
+VALUES ({{now}}, :actor, :action, :target, :detail, :jobs)
+
+-- name: list_actions
+-- The audit trail newest first, a page at a time (keyset on the primary key), all of it or
+-- one target's (through ix_console_audit_target).
+SELECT id, at, actor, action, target, detail, jobs
+FROM console_audit
+WHERE (CAST(:target AS text) IS NULL OR target = :target)
+  AND (CAST(:before_id AS bigint) IS NULL OR id < :before_id)
+ORDER BY id DESC
+LIMIT :limit

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import uuid
 
-from service.jobs import ApiToken, Replay
-from service.store.rows import api_token, replay
+from service.jobs import ApiToken, AuditEntry, Replay
+from service.store.rows import api_token, audit_entry, replay
 from service.store.sqlfiles import statements
 from service.store.sqlite.connection import READ, Connected
 
@@ -19,6 +19,8 @@ CONSOLE_SESSION = _SQL["console_session"]
 TOUCH_CONSOLE_SESSION = _SQL["touch_console_session"]
 END_CONSOLE_SESSION = _SQL["end_console_session"]
 PRUNE_CONSOLE_SESSIONS = _SQL["prune_console_sessions"]
+RECORD_ACTION = _SQL["record_action"]
+LIST_ACTIONS = _SQL["list_actions"]
 
 
 class Console(Connected):
@@ -59,3 +61,13 @@ class Console(Connected):
     def end_console_session(self, session_hash: str) -> None:
         with self._write() as (conn, _now):
             conn.execute(END_CONSOLE_SESSION, {"id_hash": session_hash})
+
+    def record_action(self, actor: str, action: str, target: str, detail: str, jobs: int) -> None:
+        with self._write() as (conn, now):
+            params = {"actor": actor, "action": action, "target": target, "detail": detail, "jobs": jobs, "now": now}
+            conn.execute(RECORD_ACTION, params)
+
+    def list_actions(self, limit: int, before_id: int | None = None, target: str | None = None) -> list[AuditEntry]:
+        with self._read() as (conn, _now):
+            rows = conn.execute(LIST_ACTIONS, {"limit": limit, "before_id": before_id, "target": target}).fetchall()
+        return [audit_entry(row, READ) for row in rows]
