@@ -555,3 +555,62 @@ def test_lists_refresh_themselves_without_a_reload_keeping_their_filters(ui: Wor
     time.sleep(7)  # longer than a refresh's interval
     assert ui.text("#total-succeeded") == str(before + 1)
     ui.driver.execute_script("localStorage.setItem('jobq-live', 'off')")
+
+
+def test_a_bulk_cancel_of_a_filtered_set_shows_its_dry_run_first_and_lands_in_the_audit(ui: World, tmp_path: Path) -> None:
+    doomed = [_park(ui, kind="bulk-browser").id for _ in range(3)]
+    kept = _park(ui, kind="bulk-kept").id
+    ui.open(f"/ui/jobs?kind=bulk-browser&queue={PARKED}")
+    ui.driver.find_element(By.ID, "bulk-cancel").click()
+    until(lambda: ui.text("#bulk-count") == "3", what="the dry run's count")
+    assert ui.db.count("jobs", "kind = 'bulk-browser' AND state = 'queued'") == 3  # nothing changed yet
+    ui.screenshot(tmp_path, "bulk-dry-run")
+    ui.driver.find_element(By.ID, "confirm-bulk").click()
+    assert "Cancel 3 job(s)?" in ui.accept_confirmation()
+    until(lambda: "Cancelled 3 job(s)" in ui.text("#notice"), what="the bulk cancel's notice")
+    assert "kind=bulk-browser" in ui.driver.current_url  # back on the filtered list
+    states = {r["state"] for r in ui.db.rows("SELECT state FROM jobs WHERE kind = 'bulk-browser'")}
+    assert states == {"cancelled"} and len(doomed) == 3
+    assert ui.db.one("SELECT state FROM jobs WHERE id = %(id)s", id=kept)["state"] == "queued"
+
+    ui.driver.find_element(By.LINK_TEXT, "Audit").click()
+    until(lambda: "/ui/audit" in ui.driver.current_url, what="the audit page")
+    row = ui.driver.find_element(By.CSS_SELECTOR, 'tr.audit-row[data-action="bulk-cancel"]')
+    assert "alice" in row.text and " 3 " in f" {row.text} " and "kind=bulk-browser" in row.text
+    ui.screenshot(tmp_path, "audit")
+
+
+def test_a_queue_paused_from_the_console_stops_its_claims_until_resumed(ui: World, tmp_path: Path) -> None:
+    ui.open("/ui")
+    row = ui.driver.find_element(By.CSS_SELECTOR, 'tr[data-queue="default"]')
+    row.find_element(By.CSS_SELECTOR, "button.pause").click()
+    assert "Pause queue default?" in ui.accept_confirmation()
+    try:
+        until(lambda: "Paused" in ui.text("#notice"), what="the pause's notice")
+        job = ui.api.store.enqueue(NewJob(kind="sleep", payload={"seconds": 0}))
+        time.sleep(4)  # the worker polls and claims within a second or two when it may
+        assert ui.db.one("SELECT state FROM jobs WHERE id = %(id)s", id=job.id)["state"] == "queued"
+        ui.screenshot(tmp_path, "queue-paused")
+    finally:
+        ui.open("/ui")
+        ui.driver.find_element(By.CSS_SELECTOR, 'tr[data-queue="default"] button.resume').click()
+        ui.accept_confirmation()
+        until(lambda: "Resumed" in ui.text("#notice"), what="the resume's notice")
+    until(lambda: ui.db.one("SELECT state FROM jobs WHERE id = %(id)s", id=job.id)["state"] == "succeeded", 20,
+          "the job to run once the queue is resumed")
+    actions = [r["action"] for r in ui.db.rows("SELECT action FROM console_audit WHERE target = 'queue:default' ORDER BY id")]
+    assert actions[-2:] == ["scope-pause", "scope-resume"]
+
+
+def test_a_schedule_run_now_queues_its_job_at_once(ui: World, tmp_path: Path) -> None:
+    ui.api.store.save_schedule(
+        ScheduleSpec(name="browser-run-now", cron="0 3 1 1 *", kind="sleep", payload={"seconds": 0}),
+        datetime(2031, 1, 1, 3, tzinfo=UTC),
+    )
+    ui.open("/ui/schedules")
+    ui.driver.find_element(By.CSS_SELECTOR, 'tr[data-schedule="browser-run-now"] button.run-now').click()
+    assert "Run schedule browser-run-now now" in ui.accept_confirmation()
+    until(lambda: "/ui/jobs/" in ui.driver.current_url, what="the new job's page")
+    assert "queued now" in ui.text("#notice")
+    until(lambda: ui.text("#state") == "succeeded", 20, "the schedule's job to run")
+    ui.screenshot(tmp_path, "schedule-run-now")
