@@ -87,6 +87,8 @@ NOTICES = {
     "bulk-cancel": "Cancelled {count} job(s) (running ones end when their worker sees it).",
     "bulk-replay": "Replayed {count} job(s): queued again, attempts 0, recorded in job_replays.",
     "run-now": "The schedule's job is queued now.",
+    "items-replayed": "Queued again for its failed items only (the ok ones are kept and skipped).",
+    "items-not-replayed": "Nothing was replayed: the job has no failed items, or it is not finished.",
     "schedule-pause": "The schedule is paused.",
     "schedule-resume": "The schedule runs again.",
     "scope-pause": "Paused: no new job of it starts (concurrency 0); running ones finish.",
@@ -450,6 +452,17 @@ async def replay_job(request: Request, job_id: uuid.UUID, who: OperatorDep, stor
     if replayed:
         await act(store, who, "replay", str(job_id), 1)
     return flash_redirect(request, f"/ui/jobs/{job_id}", "replayed" if replayed else "not-replayed")
+
+
+@console.post("/jobs/{job_id}/replay-items")
+async def replay_failed_items(request: Request, job_id: uuid.UUID, who: OperatorDep, store: StoreDep) -> Response:
+    """`jobq replay --failed-items` for one job: only its failed items run again."""
+    await form_of(request)
+    who.require_act()
+    replayed = await blocking(store.replay, ReplayFilter(ids=(job_id,), failed_items=True), who.replayed_by)
+    if replayed:
+        await act(store, who, "replay-failed-items", str(job_id), 1)
+    return flash_redirect(request, f"/ui/jobs/{job_id}", "items-replayed" if replayed else "items-not-replayed")
 
 
 # -- failures -------------------------------------------------------------------------------

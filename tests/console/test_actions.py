@@ -143,8 +143,32 @@ def test_every_change_is_in_the_audit_trail_and_a_jobs_page_shows_its_own(api: L
     assert http.get("/ui/audit?before=x").status_code == 422
 
 
+def test_a_jobs_failed_items_are_replayed_alone(api: LiveApi) -> None:
+    from service.jobs import ItemOutcome, ItemQuery, ItemState
+
+    http = operator(api)
+    store = api.store
+    job = store.enqueue(new_job(total=3))
+    claimed = claim_one(store)
+    items = [
+        ItemOutcome(0, ItemState.OK),
+        ItemOutcome(1, ItemState.FAILED, error="ValueError: bad"),
+        ItemOutcome(2, ItemState.OK),
+    ]
+    store.heartbeat(claimed.lease, 30, done=3, items=items)
+    store.complete(claimed.lease, None)
+    page = http.get(f"/ui/jobs/{job.id}").text
+    assert "Replay 1 failed item(s)" in page
+    answer = http.post(f"/ui/jobs/{job.id}/replay-items", data={"csrf": csrf_of(http, "/ui")})
+    assert "failed items only" in http.get(answer.headers["location"]).text
+    assert store.get(job.id).state == "queued"
+    assert [i.index for i in store.list_items(ItemQuery(job_id=job.id)).items] == [0, 2]  # the ok ones kept
+    assert [a.action for a in store.list_actions(5)] == ["replay-failed-items"]
+
+
 ACTIONS = [
     ("/ui/jobs/{job}/cancel", {}),
+    ("/ui/jobs/{job}/replay-items", {}),
     ("/ui/jobs/{job}/replay", {}),
     ("/ui/failures/replay", {"kind": "resize", "group": "x", "since": "1h"}),
     ("/ui/bulk", {"action": "cancel"}),
