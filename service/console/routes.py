@@ -87,6 +87,8 @@ NOTICES = {
     "bulk-cancel": "Cancelled {count} job(s) (running ones end when their worker sees it).",
     "bulk-replay": "Replayed {count} job(s): queued again, attempts 0, recorded in job_replays.",
     "run-now": "The schedule's job is queued now.",
+    "made-due": "The job is due now: the next free worker of its queue takes it.",
+    "not-waiting": "Nothing to run now: the job is not waiting (it runs, has ended or is due already).",
     "items-replayed": "Queued again for its failed items only (the ok ones are kept and skipped).",
     "items-not-replayed": "Nothing was replayed: the job has no failed items, or it is not finished.",
     "schedule-pause": "The schedule is paused.",
@@ -452,6 +454,19 @@ async def replay_job(request: Request, job_id: uuid.UUID, who: OperatorDep, stor
     if replayed:
         await act(store, who, "replay", str(job_id), 1)
     return flash_redirect(request, f"/ui/jobs/{job_id}", "replayed" if replayed else "not-replayed")
+
+
+@console.post("/jobs/{job_id}/run-now")
+async def run_now(request: Request, job_id: uuid.UUID, who: OperatorDep, store: StoreDep) -> Response:
+    """A delayed job (or one waiting for its retry) due at once."""
+    await form_of(request)
+    who.require_act()
+    try:
+        await blocking(store.make_due, job_id)
+    except InvalidTransition:
+        return flash_redirect(request, f"/ui/jobs/{job_id}", "not-waiting")
+    await act(store, who, "run-now", str(job_id), 1)
+    return flash_redirect(request, f"/ui/jobs/{job_id}", "made-due")
 
 
 @console.post("/jobs/{job_id}/replay-items")

@@ -248,6 +248,12 @@ class Store(Protocol):
         """Cancel a queued job now; ask a running job to stop. Raises InvalidTransition if terminal."""
         ...
 
+    def make_due(self, job_id: uuid.UUID) -> JobStatus:
+        """ "Run now": a queued job waiting for its delay or backoff is due at once (any tenant's,
+        an operator's command). Raises InvalidTransition when it runs, has ended or is due
+        already; JobNotFound."""
+        ...
+
     def replay(self, which: ReplayFilter, by: str, dry_run: bool = False) -> list[uuid.UUID]:
         """Put failed (and optionally cancelled) jobs back in the queue with attempts 0, recorded.
         With ``which.failed_items``: jobs with failed items (succeeded ones too), whose failed

@@ -166,8 +166,26 @@ def test_a_jobs_failed_items_are_replayed_alone(api: LiveApi) -> None:
     assert [a.action for a in store.list_actions(5)] == ["replay-failed-items"]
 
 
+def test_a_delayed_job_runs_now(api: LiveApi) -> None:
+    http = operator(api)
+    store = api.store
+    job = store.enqueue(new_job(queue="later", delay_seconds=3600))
+    assert store.claim("worker-a", ["later"], 1, 30) == []
+    page = http.get(f"/ui/jobs/{job.id}").text
+    assert 'id="run-now"' in page
+    csrf = csrf_of(http, "/ui")
+    answer = http.post(f"/ui/jobs/{job.id}/run-now", data={"csrf": csrf})
+    assert "The job is due now" in http.get(answer.headers["location"]).text
+    [claimed] = store.claim("worker-a", ["later"], 1, 30)
+    assert claimed.id == job.id
+    again = http.post(f"/ui/jobs/{job.id}/run-now", data={"csrf": csrf})  # running now: nothing to do
+    assert "Nothing to run now" in http.get(again.headers["location"]).text
+    assert [a.action for a in store.list_actions(5)] == ["run-now"]
+
+
 ACTIONS = [
     ("/ui/jobs/{job}/cancel", {}),
+    ("/ui/jobs/{job}/run-now", {}),
     ("/ui/jobs/{job}/replay-items", {}),
     ("/ui/jobs/{job}/replay", {}),
     ("/ui/failures/replay", {"kind": "resize", "group": "x", "since": "1h"}),
