@@ -6,7 +6,7 @@ from alembic import context
 from sqlalchemy import Connection, create_engine, pool
 
 from service.config import load_settings
-from service.store.migrate import sqlalchemy_url
+from service.store.migrate import record_compatibility, sqlalchemy_url
 from service.store.schema import metadata
 
 config = context.config
@@ -43,6 +43,10 @@ def run_migrations_on(connection: Connection) -> None:
     )
     with context.begin_transaction():
         context.run_migrations()
+    # The releases this schema now serves (migration 0011's table), from the revisions' markers: a
+    # rolled-back release reads them to know whether it may run on a schema ahead of it.
+    record_compatibility(connection, context.script)
+    connection.commit()
 
 
 if context.is_offline_mode():

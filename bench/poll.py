@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> Report:
                         ids = [str(r[0]) for r in conn.execute("SELECT id FROM jobs WHERE tenant = 'default'")]
                 requests = [request("GET", f"/v1/jobs/{job_id}", token=token if auth else None) for job_id in ids]
 
-                def pick(client: int, n: int) -> bytes:
+                def pick(client: int, n: int, requests: list[bytes] = requests) -> bytes:
                     return random.choice(requests)
 
                 asyncio.run(run_load(api.port, 4, min(1.0, args.seconds), pick))  # warm up

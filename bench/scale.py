@@ -158,7 +158,7 @@ def _churn(store: Any, total: int) -> None:
     left = total
     while left > 0:
         batch = min(10_000, left)
-        _patiently(lambda: store.enqueue_many([NewJob(kind="noop") for _ in range(batch)]))
+        _patiently(lambda batch=batch: store.enqueue_many([NewJob(kind="noop") for _ in range(batch)]))
         left -= batch
         while True:
             claimed = _patiently(lambda: store.claim("bench-churn", ["default"], 500, 60.0))

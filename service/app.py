@@ -11,6 +11,7 @@ the one long-poll listener. Nothing happens at import time.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -23,7 +24,7 @@ from service.config import Settings, load_settings
 from service.console import mount_console
 from service.store import open_store
 from service.store.base import Clock
-from service.web import NotifyWatcher, PollingWatcher, Watcher, uses_notifications
+from service.web import NotifyWatcher, PollingWatcher, Stopping, Watcher, uses_notifications
 
 
 def _utc_now() -> datetime:
@@ -46,6 +47,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             raise
         app.state.store = store
         app.state.watcher = watcher
+        app.state.stopping.loop = asyncio.get_running_loop()
         start_api(app.state, store, settings)
         try:
             yield
@@ -57,6 +59,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     app.state.settings = settings
     now: Callable[[], datetime] = clock or _utc_now
     app.state.clock = now
+    app.state.stopping = Stopping()  # set by the server's stop signal: long polls answer at once
     mount_api(app, settings)
     mount_console(app)
     return app

@@ -14,6 +14,7 @@
      ├── LeaseLost               the fencing token no longer holds the job: the write changed nothing
      ├── LeadershipLost          the leader's token no longer holds its leadership: the write changed nothing
      ├── StoreUnavailable        the database could not be reached or gave a transient error; safe to retry
+     │    └── SchemaMismatch     the schema is behind this release, or ahead of it and not marked compatible
      ├── PermanentError          raised by a handler: fail the job now, do not retry
  ├── TooManyItemFailures     more items failed than the kind's max_item_failures: the attempt fails, retryable
      ├── JobFailed               (client) the job ended failed; carries its status and error
@@ -96,6 +97,15 @@ class LeadershipLost(JobqError):
 
 class StoreUnavailable(JobqError):
     """The database is unreachable or answered with a transient error."""
+
+
+class SchemaMismatch(StoreUnavailable):
+    """The database's schema is one this release cannot run on: ``direction`` says "behind" (run
+    ``jobq migrate``) or "ahead" (a newer release migrated it, with revisions not marked compatible)."""
+
+    def __init__(self, message: str, direction: str) -> None:
+        super().__init__(message)
+        self.direction = direction
 
 
 class PermanentError(JobqError):

@@ -24,6 +24,11 @@ or progress differs from where it started or S runs out (:func:`wait_for_change`
 - :class:`PollingWatcher` (SQLite, or PostgreSQL with notifications off): no
   notifications exist, so a waiting request re-reads every
   ``POLL_INTERVAL_SECONDS``.
+
+Shutdown: a long poll would hold the server's shutdown for up to ``MAX_WAIT_SECONDS``
+(past compose's 15 s stop grace). :class:`Stopping` is set when the server is told to
+stop (``jobq serve``'s SIGTERM); every long poll then answers at once with the job as it
+stands (its Retry-After tells the client when to ask again, of another process).
 """
 
 from __future__ import annotations
@@ -121,6 +126,28 @@ async def get_watcher(request: Request) -> Watcher:
     return watcher
 
 
+class Stopping:
+    """Set once when the server begins to stop: long polls answer at once. Thread- and
+    signal-safe to set (:meth:`begin`); waited on from the event loop."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.loop: asyncio.AbstractEventLoop | None = None  # the app's, from its lifespan
+
+    def begin(self) -> None:
+        if self.loop is None or self.loop.is_closed():
+            return  # not serving (yet or any more): no poll to end
+        self.loop.call_soon_threadsafe(self.event.set)
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+
+async def get_stopping(request: Request) -> Stopping:
+    stopping: Stopping = request.app.state.stopping
+    return stopping
+
+
 async def get_now(request: Request) -> datetime:
     """This request's "now", from the app's clock (pinned in tests)."""
     clock: Callable[[], datetime] = request.app.state.clock
@@ -131,6 +158,7 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 StoreDep = Annotated[Store, Depends(get_store)]
 WatcherDep = Annotated[Watcher, Depends(get_watcher)]
 NowDep = Annotated[datetime, Depends(get_now)]
+StoppingDep = Annotated[Stopping, Depends(get_stopping)]
 
 
 async def blocking(function: Callable[..., T], *args: object) -> T:
@@ -140,10 +168,17 @@ async def blocking(function: Callable[..., T], *args: object) -> T:
 
 # -- long polls ---------------------------------------------------------------------------
 async def wait_for_change(
-    job_id: uuid.UUID, tenant: str | None, store: Store, watcher: Watcher, wait: float, known: str | None
+    job_id: uuid.UUID,
+    tenant: str | None,
+    store: Store,
+    watcher: Watcher,
+    wait: float,
+    known: str | None,
+    stopping: Stopping | None = None,
 ) -> JobStatus:
     """The job's status once its state or progress differs from ``known`` (or from its first read),
-    or after ``wait`` seconds. ``tenant`` None: any tenant's job (the operator console)."""
+    or after ``wait`` seconds, or as it stands once the server begins to stop (``stopping``).
+    ``tenant`` None: any tenant's job (the operator console)."""
     deadline = time.monotonic() + wait
     # Watch before the first read: a change between the two is then never missed.
     with watcher.watch(str(job_id)) as waiter:
@@ -151,11 +186,25 @@ async def wait_for_change(
         baseline = known or change_tag(status)
         while not status.state.terminal and change_tag(status) == baseline:
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 or (stopping is not None and stopping.is_set()):
                 break
-            if await waiter.wait(remaining):
+            if await _wait_unless_stopping(waiter, remaining, stopping):
                 status = await blocking(store.get, job_id, tenant)
     return status
+
+
+async def _wait_unless_stopping(waiter: Waiter, timeout: float, stopping: Stopping | None) -> bool:
+    """The waiter's answer, or False as soon as the server begins to stop."""
+    if stopping is None:
+        return await waiter.wait(timeout)
+    changed = asyncio.ensure_future(waiter.wait(timeout))
+    stopped = asyncio.ensure_future(stopping.event.wait())
+    try:
+        await asyncio.wait({changed, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (changed, stopped):
+            task.cancel()
+    return changed.done() and not changed.cancelled() and changed.result()
 
 
 class _EventWaiter:

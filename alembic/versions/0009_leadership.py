@@ -16,13 +16,15 @@ resigns (``expires_at`` set to now): the term only ever grows.
 from __future__ import annotations
 
 import sqlalchemy as sa
-
 from alembic import op
 
 revision = "0009"
 down_revision = "0008"
 branch_labels = None
 depends_on = None
+
+# A new table only: release 0008's statements stay valid on this schema (rollbacks, 0011).
+compatible_with_previous = True
 
 Timestamp = sa.DateTime(timezone=True).with_variant(sa.String(23), "sqlite")
 

@@ -39,6 +39,9 @@ down_revision = "0009"
 branch_labels = None
 depends_on = None
 
+# A new index and a new function only: release 0009's statements stay valid (rollbacks, 0011).
+compatible_with_previous = True
+
 UNLIMITED = 2147483647
 
 SLOTS_NEEDED = f"""

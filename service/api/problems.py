@@ -14,6 +14,7 @@ registers for all of them.
     NotFound (JobNotFound, …)        404     not-found
     InvalidTransition                409     invalid-state     (+ "state")
     IdempotencyConflict              409     idempotency-conflict
+    SchemaMismatch                   503     schema-mismatch   (+ "schema": "ahead" | "behind", Retry-After: 5)
     StoreUnavailable                 503     unavailable       (+ Retry-After: 1)
     an undecodable body (400)        422     invalid-request
     other HTTP errors (404, 405…)    as is   http-<status>
@@ -40,6 +41,7 @@ from service.errors import (
     JobqError,
     NotFound,
     PayloadTooLarge,
+    SchemaMismatch,
     StoreUnavailable,
     Unauthorized,
 )
@@ -91,6 +93,9 @@ def problem_for(exc: BaseException) -> tuple[Problem, dict[str, str]]:
             return _problem(409, "invalid-state", str(exc), state=exc.state), headers
         if isinstance(exc, IdempotencyConflict):
             return _problem(409, "idempotency-conflict", str(exc)), headers
+        if isinstance(exc, SchemaMismatch):
+            # Revisions and advice only (no host): the probe's reader is an operator.
+            return _problem(503, "schema-mismatch", str(exc), schema=exc.direction), {"Retry-After": "5"}
         if isinstance(exc, StoreUnavailable):
             # The store's message may name hosts; the log keeps it, the client gets advice.
             log.warning("database unavailable: %s", exc)

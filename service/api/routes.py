@@ -35,7 +35,6 @@ from service.api.schemas import (
 )
 from service.errors import (
     InvalidInput,
-    StoreUnavailable,
     Unauthorized,
 )
 from service.jobs import (
@@ -56,6 +55,7 @@ from service.web import (
     MAX_WAIT_SECONDS,
     NowDep,
     SettingsDep,
+    StoppingDep,
     StoreDep,
     WatcherDep,
     blocking,
@@ -168,6 +168,7 @@ async def get_job(
     store: StoreDep,
     watcher: WatcherDep,
     now: NowDep,
+    stopping: StoppingDep,
     wait: Annotated[
         float | None,
         Query(
@@ -188,7 +189,7 @@ async def get_job(
 ) -> Response:
     """One indexed read of the job; never its payload or result."""
     if poller.tenant is not None and wait:
-        status = await wait_for_change(job_id, poller.tenant, store, watcher, wait, if_none_match)
+        status = await wait_for_change(job_id, poller.tenant, store, watcher, wait, if_none_match, stopping)
     else:  # a plain poll: with a token, the token and the job in one query (as the fast path reads it)
         try:
             status = await blocking(store.get, job_id, poller.tenant, poller.token_hash)
@@ -309,15 +310,18 @@ async def healthz() -> HealthOut:
 @health.get(
     "/readyz",
     response_model=HealthOut,
-    summary="The database is reachable and its schema is current",
+    summary="The database is reachable and its schema is one this release runs on",
     responses=problem_responses(503),
 )
 async def readyz(settings: SettingsDep) -> HealthOut:
+    """Ready on a schema at this release's newest migration, or ahead of it with the newer migrations
+    marked compatible (a rollback). A schema behind, or ahead and not compatible, is a 503
+    ``schema-mismatch`` problem that says which and what to do; an unreachable database a 503 ``unavailable``."""
     from service.store import migrate  # SQLAlchemy and Alembic: loaded only when asked
 
-    current = await blocking(migrate.is_at_head, settings.database_url)  # StoreUnavailable: a 503
-    if not current:
-        raise StoreUnavailable("the database schema is not at the newest migration: run `jobq migrate`")
+    status = await blocking(migrate.schema_status, settings.database_url)  # StoreUnavailable: a 503
+    if not status.usable:
+        raise status.mismatch()
     return HealthOut(status="ready")
 
 

@@ -84,16 +84,20 @@ def migrate(
     """Create or upgrade the database schema to the newest migration.
 
     One at a time: a second `jobq migrate` waits for the first (PostgreSQL advisory lock), then finds
-    nothing to do."""
+    nothing to do. A schema ahead of this release (a rollback) is left alone: with its newer
+    migrations marked compatible this says so and succeeds; otherwise one line and exit 3."""
     from service.store import migrate as migrations
 
     url = cli_state(ctx).settings().database_url
-    migrations.upgrade(
+    found = migrations.upgrade(
         url,
         wait_seconds=wait_for_database,
         lock_timeout_seconds=lock_timeout,
         report=lambda line: print(f"jobq migrate: {line}", file=sys.stderr, flush=True),
     )
+    if found.state == "ahead, compatible":
+        print(f"jobq: {found.describe()}; nothing to do ({redact(url)})", file=sys.stderr)
+        return
     print(f"jobq: schema is at the newest migration ({redact(url)})", file=sys.stderr)
 
 

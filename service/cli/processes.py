@@ -104,6 +104,17 @@ def worker(
     retention_every: Annotated[
         float | None, typer.Option(min=0.01, hidden=True, help="Seconds between retention turns (tests).")
     ] = None,
+    leader_lease_seconds: Annotated[
+        float | None,
+        typer.Option(
+            min=0.5,
+            metavar="SECONDS",
+            help="The maintenance leadership's lease: one worker of the fleet at a time reaps, fires "
+            "schedules, folds the rollup and prunes; when it dies or is cut off, another takes over "
+            "within this (plus a tenth). Give every worker of a fleet the same. (default: 15)",
+            show_default=False,
+        ),
+    ] = None,
     log_level: Annotated[
         str, typer.Option(metavar="LEVEL", help="debug, info, warning or error. Logs are JSON lines on stderr.")
     ] = "info",
@@ -117,6 +128,21 @@ def worker(
             show_default=False,
         ),
     ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=65535,
+            metavar="PORT",
+            help="Serve this worker's own Prometheus metrics on http://HOST:PORT/metrics (jobs started and "
+            "finished by outcome, run times, heartbeats, leadership, whether the database answers). "
+            "(default: off)",
+            show_default=False,
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str, typer.Option(metavar="HOST", help="Address the --metrics-port server listens on.")
+    ] = "0.0.0.0",  # noqa: S104  # a container's port; the NetworkPolicy says who reaches it
     show_traceback: Annotated[
         bool, typer.Option("--traceback", help="If importing --app fails, print the whole traceback.")
     ] = False,
@@ -132,6 +158,7 @@ def worker(
     import traceback
 
     from service.maintenance.duties import RETENTION_EVERY
+    from service.maintenance.leadership import LEASE_SECONDS as LEADER_LEASE_SECONDS
     from service.maintenance.pruner import check_retention
     from service.retry import RetryPolicy
     from service.worker import Worker, WorkerConfig, load_app
@@ -155,6 +182,7 @@ def worker(
         listen=settings.notify,
         retention_seconds=retention_seconds,
         retention_every=retention_every if retention_every is not None else RETENTION_EVERY,
+        leader_lease_seconds=leader_lease_seconds if leader_lease_seconds is not None else LEADER_LEASE_SECONDS,
     )
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # `--app myhandlers` finds ./myhandlers.py, as uvicorn does
@@ -181,9 +209,21 @@ def worker(
         return
     try:
         policy = RetryPolicy(settings.retry_base_seconds, settings.retry_cap_seconds)
-        Worker(store, handlers, config, retry_policy=policy).run()
+        worker = Worker(store, handlers, config, retry_policy=policy)
+        if metrics_port is not None:
+            _serve_worker_metrics(worker, metrics_host, metrics_port)
+        worker.run()
     finally:
         store.close()
+
+
+def _serve_worker_metrics(worker: Any, host: str, port: int) -> None:
+    from service.worker.metrics import start_worker_metrics
+
+    try:
+        start_worker_metrics(worker, port, host)
+    except OSError as exc:  # the port is taken, or the address is not this host's
+        raise InvalidInput(f"--metrics-port {port}: cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
 
 
 # -- operations: failures, replay, alerts, stats, retention (README: Operations) ---------------
@@ -209,8 +249,35 @@ def serve(
 
     from service.app import create_app
 
-    log_config = _uvicorn_log_config(log_format, log_level)
-    uvicorn.run(create_app(cli_state(ctx).settings()), host=host, port=port, log_level=log_level, log_config=log_config)
+    app = create_app(cli_state(ctx).settings())
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        log_config=_uvicorn_log_config(log_format, log_level),
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
+    )
+    _stopping_server(config, app).run()
+
+
+SHUTDOWN_GRACE_SECONDS = 8
+"""How long the API waits for requests in flight once told to stop, before it closes them. With
+long polls answered at once (service.web.Stopping) a request in flight is one store call; the
+bound keeps the whole stop (this, then closing the listener and the pool) under compose's 15 s
+stop_grace_period and Kubernetes' 30 s terminationGracePeriodSeconds (minus the 5 s preStop)."""
+
+
+def _stopping_server(config: Any, app: Any) -> Any:
+    """uvicorn's server, which on SIGTERM/SIGINT first tells the app (long polls answer at once)."""
+    import uvicorn
+
+    class StoppingServer(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            app.state.stopping.begin()
+            super().handle_exit(sig, frame)
+
+    return StoppingServer(config)
 
 
 @app.command()
@@ -237,8 +304,9 @@ def dev(
         port=port,
         log_level="warning",
         log_config=_uvicorn_log_config("json", "warning"),
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
     )
-    server = uvicorn.Server(config)
+    server = _stopping_server(config, config.app)
     worker = _start_dev_worker(settings.database_url)
     threading.Thread(target=_dev_announce, args=(server, worker, settings), daemon=True).start()
     previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)  # uvicorn re-raises it when done

@@ -61,6 +61,7 @@ from service.web import (
     MAX_WAIT_SECONDS,
     NowDep,
     SettingsDep,
+    StoppingDep,
     StoreDep,
     WatcherDep,
     blocking,
@@ -410,11 +411,12 @@ async def job_status(
     who: OperatorDep,
     store: StoreDep,
     watcher: WatcherDep,
+    stopping: StoppingDep,
     wait: Annotated[float, Query(ge=0, le=MAX_WAIT_SECONDS)] = 0,
     tag: Annotated[str | None, Query(max_length=MAX_TAG_LENGTH)] = None,
 ) -> JSONResponse:
     """The job page's live part: answers when the state or progress changes (the API's long poll)."""
-    status = await wait_for_change(job_id, None, store, watcher, wait, tag)
+    status = await wait_for_change(job_id, None, store, watcher, wait, tag, stopping)
     return JSONResponse(
         {
             "state": status.state.value,

@@ -3,17 +3,18 @@
 Two kinds of duty:
 
 - **fleet duties** — the reaper, the scheduler, the rollup's fold, retention — are the
-  fleet's to do once, not each worker's. The loop runs them only while ``is_leader()``
-  says this worker leads. Until the leadership lease exists every worker leads
-  (:func:`always_leader`), as before; each duty is idempotent (its module says why), so
-  many workers doing it at once, or a leader and its successor overlapping, is harmless.
-  A duty skipped because this worker does not lead stays due: the tick after it gains
-  the lead, it runs (a new leader reaps at once, as a worker does at start);
-- **worker duties** — the workers-table touch, writing the app's declared schedules — are
-  this worker's own and run on every worker.
+  fleet's to do once, not each worker's. The loop runs them only while this worker holds
+  the leadership lease (:mod:`service.maintenance.leadership`), and each write they make
+  is fenced with the lease's token, so a deposed leader that has not noticed yet writes
+  nothing. A duty skipped because this worker does not lead stays due: the tick after it
+  gains the lead, it runs (a new leader reaps at once). A write refused for a lost lease
+  (LeadershipLost) makes this worker stop leading until it takes the lease again;
+- **worker duties** — taking or renewing the lease, the workers-table touch, writing the
+  app's declared schedules — are this worker's own and run on every worker.
 
 ``is_leader`` is asked at every tick for every due fleet duty, so it must not do I/O:
-it reads what the lease's own (worker) duty last learnt.
+it reads what the lease's own duty last learnt. The lease's duty is first in the list,
+so the tick that gains the lead runs the overdue fleet duties.
 
 Each duty's error is its own: a schedule that errs cannot hold back the reaper. A
 database outage is reported once through ``health`` (``failed``/``ok``), and only a
@@ -32,7 +33,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Protocol
 
-from service.errors import StoreUnavailable
+from service.errors import LeadershipLost, StoreUnavailable
+from service.maintenance.leadership import Leadership
 from service.maintenance.pruner import Pruner
 from service.maintenance.reaper import Reaper
 from service.maintenance.rollup import Rollup
@@ -68,17 +70,13 @@ class Health(Protocol):
     def ok(self) -> None: ...
 
 
-def always_leader() -> bool:
-    """Every worker leads: the fleet's duties run on each (no leadership lease yet)."""
-    return True
-
-
 @dataclass
 class Duty:
     """A maintenance task: ``run`` (which may raise StoreUnavailable) once ``due``, then again
     ``every`` seconds (+- ``spread``, a fraction, so a fleet's duties do not line up) after each
     run began. ``fleet``: only the leader runs it. ``once``: done for good when a run succeeds
-    (until then retried every ``every``)."""
+    (until then retried every ``every``). ``interval``: when given, the wait after each run
+    comes from it instead (the leadership's, which knows when the lease is next worth asking for)."""
 
     name: str
     run: Callable[[], object]
@@ -87,8 +85,11 @@ class Duty:
     spread: float = 0.5
     fleet: bool = True
     once: bool = False
+    interval: Callable[[], float] | None = None
 
     def next_due(self, now: float) -> float:
+        if self.interval is not None:
+            return now + self.interval()
         return now + random.uniform(self.every * (1 - self.spread), self.every * (1 + self.spread))
 
 
@@ -101,13 +102,16 @@ class Maintenance:
         health: Health,
         *,
         worker_id: str,
-        is_leader: Callable[[], bool] = always_leader,
+        is_leader: Callable[[], bool],
+        lost: Callable[[LeadershipLost], None] = lambda exc: None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``lost``: told when a fleet duty's write was refused for a lease this worker no longer holds."""
         self.duties = list(duties)
         self.health = health
         self.worker_id = worker_id
         self.is_leader = is_leader
+        self.lost = lost
         self.clock = clock
 
     def run_once(self) -> list[str]:
@@ -123,6 +127,9 @@ class Maintenance:
                 duty.run()
             except StoreUnavailable as exc:
                 self.health.failed(exc, f"maintenance.{duty.name}")
+            except LeadershipLost as exc:
+                # Nothing was written (the fence); the database answered, so no outage either.
+                self.lost(exc)
             except Exception:
                 logger.error(
                     "worker.maintenance_error",
@@ -135,6 +142,15 @@ class Maintenance:
                 self.health.ok()
                 if duty.once:
                     duty.due = math.inf
+            finally:
+                if duty.interval is not None:  # asked again after the run, which changed what it knows
+                    duty.due = duty.next_due(self.clock())
+                # Which worker ran what, when and for how long: the fleet tests read it to show that
+                # one worker at a time runs the fleet's duties.
+                logger.debug(
+                    "maintenance.ran",
+                    extra={"jobq_fields": {"worker": self.worker_id, "duty": duty.name, "s": self.clock() - now}},
+                )
         return ran
 
     def run(self, halt: threading.Event) -> None:
@@ -147,6 +163,7 @@ def worker_duties(
     store: Store,
     worker_id: str,
     *,
+    leadership: Leadership,
     reaper: Reaper,
     scheduler: Scheduler,
     pruner: Pruner | None,
@@ -164,9 +181,18 @@ def worker_duties(
         if reaper.run_once().requeued:
             jobs_requeued()  # jobs came back due (or soon): look
 
-    rollup = Rollup(store)
+    rollup = Rollup(store, leader=leadership.token)
     return [
-        # Reap once at start: a fleet restart finds its own orphans.
+        # First, so the tick that gains the lead runs the fleet's overdue duties.
+        Duty(
+            "leadership",
+            leadership.run_once,
+            leadership.renew_seconds,
+            due=now,
+            fleet=False,
+            interval=leadership.next_interval,
+        ),  # fmt: skip
+        # A new leader reaps at once: a fleet restart finds its own orphans.
         Duty("reap", reap, reap_every, due=now),
         Duty(
             "touch", partial(store.touch_worker, worker_id), touch_every, due=now + touch_every, spread=0.2, fleet=False

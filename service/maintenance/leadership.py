@@ -46,6 +46,11 @@ LEASE_SECONDS = 15.0
 """The leadership's lease unless told otherwise: a dead leader's duties resume within it
 (plus a tenth), and the leader renews three times in it."""
 
+RETRY_FRACTION = 1 / 15
+"""After a failed acquire or renewal (the database away), ``run_once`` is due again in this
+fraction of the lease (1 s of the default 15): a leader keeps trying well before its lease
+would run out, and a blip does not cost the fleet its leader."""
+
 RENEW_JITTER = 0.1
 """A renewal is due every third of the lease, +-10 %; a candidate comes back at the holder's
 expiry plus up to a tenth of the lease: takeover stays well inside one lease."""
@@ -88,6 +93,7 @@ class Leadership:
         self._lease: LeaderLease | None = None
         self._until = 0.0  # by the monotonic clock: this process acts as leader until then
         self._retry_in = 0.0  # a candidate's wait until the holder's lease ends
+        self._failed = False  # the last run_once met a store error
 
     @property
     def renew_seconds(self) -> float:
@@ -100,9 +106,11 @@ class Leadership:
         try:
             lease, free_in = self.store.acquire_leadership(self.name, self.owner, self.lease_seconds)
         except StoreUnavailable:
+            self._failed = True
             self._lapse_if_due(started)
             raise
         with self._lock:
+            self._failed = False
             previous, self._lease, self._until = self._lease, lease, started + self.lease_seconds
             self._retry_in = min(free_in, self.lease_seconds)
         if previous is not None and (lease is None or lease.term != previous.term):
@@ -113,9 +121,12 @@ class Leadership:
 
     def next_interval(self) -> float:
         """Seconds until ``run_once`` is due again: a jittered third of the lease while leading;
-        otherwise when the holder's lease ends, plus up to a tenth of the lease."""
+        otherwise when the holder's lease ends, plus up to a tenth of the lease; after a store
+        error, RETRY_FRACTION of the lease."""
         with self._lock:
-            leading, retry_in = self._lease is not None, self._retry_in
+            leading, retry_in, failed = self._lease is not None, self._retry_in, self._failed
+        if failed:
+            return self.lease_seconds * RETRY_FRACTION * self._rng.uniform(1 - RENEW_JITTER, 1 + RENEW_JITTER)
         if leading:
             return self.renew_seconds * self._rng.uniform(1 - RENEW_JITTER, 1 + RENEW_JITTER)
         return retry_in + self._rng.uniform(0.01, RENEW_JITTER) * self.lease_seconds
@@ -148,8 +159,9 @@ class Leadership:
         self._log_lost(lease, "a write found another term")
 
     def resign(self) -> None:
-        """Give the leadership up now (a graceful shutdown), so another worker takes over at once
-        instead of after the lease. A store error leaves the lease to run out."""
+        """Give the leadership up now (a graceful shutdown): the lease ends now, so the next
+        candidate to ask takes it, not only one asking after its expiry. A store error leaves
+        the lease to run out."""
         with self._lock:
             lease, self._lease, self._until = self._lease, None, 0.0
         if lease is None:

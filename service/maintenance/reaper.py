@@ -1,7 +1,8 @@
 """The reaper: running jobs whose lease expired go back to the queue (or fail).
 
-Leaderless and idempotent: every worker runs it. The store's reap statement
-skips rows another reaper holds (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, the
+Run by the fleet's leader (service.maintenance.leadership), its writes fenced with the
+leader's token; idempotent all the same, so a leader and its successor overlapping for a
+moment is harmless. The store's reap statement skips rows another reaper holds (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, the
 write lock on SQLite) and touches at most ``batch`` rows, so ``run_once`` repeats
 it while whole batches come back, up to ``max_batches``. Expiry is judged by the
 database clock, never this host's.

@@ -7,7 +7,7 @@ the jobs that finished that UTC day by outcome, with their run time in all and t
 histograms: run time (of succeeded jobs: their last attempt's run) and wait (the
 first attempt's pickup: due to started, as ``attempt_history.pickup_seconds``).
 
-Leaderless and idempotent, like the reaper: every worker runs ``run_once``. The store
+Run by the fleet's leader, like the reaper, and idempotent all the same. The store
 folds one batch of jobs in finish order past a watermark, and moves the watermark,
 in one transaction that holds the watermark's row (``FOR UPDATE SKIP LOCKED`` on
 PostgreSQL, the write lock on SQLite): two workers never fold the same job, and a

@@ -1,12 +1,13 @@
 """The scheduler: periodic schedules enqueue their jobs, one per tick across the fleet.
 
-Leaderless, like the reaper: every worker runs ``run_once`` about twice a second
-(``SCHEDULE_SECONDS``). A pass reads the due schedules with the database's clock
+Run by the fleet's leader, like the reaper (service.maintenance.leadership): the leading
+worker runs ``run_once`` about twice a second (``SCHEDULE_SECONDS``). A pass reads the due schedules with the database's clock
 ("now" is never this host's), decides each one's firing (:func:`service.schedules.firing`:
 the latest due tick, or none when a missed tick is to be skipped), enqueues the tick's
 job under the tick's idempotency key, then moves the schedule on with a
-compare-and-set. Workers that fire the same tick at once insert one job between
-them (the key is unique per tenant) and one of them moves the row on; a worker that
+compare-and-set fenced with the leader's token. A leader and a deposed one that has
+not noticed yet, firing the same tick, insert one job between them (the key is unique
+per tenant) and only the leader moves the row on; a worker that
 dies between the two steps leaves the schedule due, and the next pass finds the
 job already there. The schedules an app declares (``@app.periodic``) are written on
 the first pass, keeping whatever an operator changed at run time (paused, next run).

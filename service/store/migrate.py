@@ -5,16 +5,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import sqlalchemy.exc
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, create_engine, pool, text
+from alembic.util import CommandError
+from sqlalchemy import Connection, create_engine, delete, insert, inspect, pool, select, text
 
-from service.errors import StoreUnavailable
+from service.errors import SchemaMismatch, StoreUnavailable
+from service.store.schema import schema_compatibility
 
 CONNECT_TIMEOUT_SECONDS = 10
 LOCK_TIMEOUT_SECONDS = 5.0
@@ -27,7 +31,53 @@ MIGRATE_LOCK_KEY = 0x6A6F6271_6D696772  # "jobqmigr": the advisory lock only `jo
 """One migration at a time: the PostgreSQL session-level advisory lock every migrate holds while it runs."""
 LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE when lock_timeout ran out
 
+COMPATIBLE_MARKER = "compatible_with_previous"
+"""A revision's module-level flag: True when the previous release's statements stay valid on it."""
+
 Report = Callable[[str], None]
+SchemaState = Literal["current", "behind", "ahead", "ahead, compatible"]
+
+
+@dataclass(frozen=True)
+class SchemaStatus:
+    """Where the database's schema stands against this release's migrations.
+
+    - ``current``: at this release's newest revision.
+    - ``behind``: at an older revision this release knows (or none): ``jobq migrate`` brings it up.
+    - ``ahead, compatible``: at a revision this release does not know (a newer release migrated it),
+      and the schema lists this release among those it serves: every newer revision was marked
+      ``compatible_with_previous`` (expand-only), so this release runs on it: a rollback.
+    - ``ahead``: newer and not marked compatible: this release must not run on it.
+    """
+
+    state: SchemaState
+    database: str  # the database's revision(s), "none" before the first migration
+    release: str  # this release's newest revision
+
+    @property
+    def usable(self) -> bool:
+        return self.state in ("current", "ahead, compatible")
+
+    def describe(self) -> str:
+        """One line: where the schema stands, and what to do about it."""
+        where = f"the database schema (revision {self.database}) is"
+        if self.state == "current":
+            return f"{where} at this release's newest migration"
+        if self.state == "behind":
+            return f"{where} behind this jobq (revision {self.release}): run `jobq migrate`"
+        if self.state == "ahead, compatible":
+            return (
+                f"{where} ahead of this jobq (revision {self.release}); its newer migrations are marked "
+                "compatible with this release, which runs on it unchanged"
+            )
+        return (
+            f"{where} ahead of this jobq (revision {self.release}), and its newer migrations are not marked "
+            "compatible with this release: deploy the release that migrated it, or restore the database "
+            "from before that migration (deploy/README.md, Rollbacks)"
+        )
+
+    def mismatch(self) -> SchemaMismatch:
+        return SchemaMismatch(self.describe(), "behind" if self.state == "behind" else "ahead")
 
 
 def migrations_folder() -> Path:
@@ -68,9 +118,23 @@ def upgrade(
     wait_seconds: float = 0.0,
     lock_timeout_seconds: float | None = None,
     report: Report | None = None,
-) -> None:
-    """Migrate up to ``revision``: see :func:`_migrate` for the waits and locks."""
-    _migrate(database_url, lambda config: command.upgrade(config, revision), wait_seconds, lock_timeout_seconds, report)
+) -> SchemaStatus:
+    """Migrate up to ``revision``: see :func:`_migrate` for the waits and locks. Answers where the
+    schema stood before. A schema ahead of this release is left as it is: when its newer revisions
+    are marked compatible (a rollback) there is nothing to do; otherwise :class:`SchemaMismatch`."""
+    found: list[SchemaStatus] = []
+
+    def run(config: Config, connection: Connection) -> None:
+        status = _status_on(connection, ScriptDirectory.from_config(config))
+        connection.commit()  # the read's transaction: the revisions open their own
+        found.append(status)
+        if status.state == "ahead":
+            raise status.mismatch()
+        if status.state != "ahead, compatible":
+            command.upgrade(config, revision)  # at head already: nothing but the compatibility rows
+
+    _migrate(database_url, run, wait_seconds, lock_timeout_seconds, report)
+    return found[-1]
 
 
 def downgrade(
@@ -80,12 +144,12 @@ def downgrade(
     lock_timeout_seconds: float | None = None,
     report: Report | None = None,
 ) -> None:
-    _migrate(database_url, lambda config: command.downgrade(config, revision), 0.0, lock_timeout_seconds, report)
+    _migrate(database_url, lambda config, _: command.downgrade(config, revision), 0.0, lock_timeout_seconds, report)
 
 
 def _migrate(
     database_url: str,
-    run: Callable[[Config], None],
+    run: Callable[[Config, Connection], None],
     wait_seconds: float,
     lock_timeout_seconds: float | None,
     report: Report | None,
@@ -111,14 +175,14 @@ def _migrate(
         with _translate(), _connect(engine, wait_seconds, say) as connection:
             config.attributes["connection"] = connection
             if not postgres:
-                run(config)
+                run(config, connection)
                 return
             connection.execute(
                 text("SELECT set_config('lock_timeout', :ms, false)"), {"ms": f"{round(lock_timeout_seconds * 1000)}ms"}
             )
             connection.commit()
             with _one_migration_at_a_time(connection, say):
-                _retry_on_lock_timeout(lambda: run(config), connection, lock_timeout_seconds, say)
+                _retry_on_lock_timeout(lambda: run(config, connection), connection, lock_timeout_seconds, say)
     finally:
         engine.dispose()
 
@@ -197,8 +261,13 @@ def _translate(failed: str = "cannot migrate") -> Iterator[None]:
 
 
 def is_at_head(database_url: str) -> bool:
-    """True when the database's schema is at the newest migration (readiness checks)."""
-    heads = set(ScriptDirectory.from_config(alembic_config(database_url)).get_heads())
+    """True when the database's schema is at this release's newest migration (tests, the drift check)."""
+    return schema_status(database_url).state == "current"
+
+
+def schema_status(database_url: str) -> SchemaStatus:
+    """Where the database's schema stands against this release (readiness, the worker's start)."""
+    scripts = ScriptDirectory.from_config(alembic_config(database_url))
     url = sqlalchemy_url(database_url)
     # A host that drops packets would otherwise hold a readiness check or the worker's
     # start-up wait for the kernel's TCP timeout (minutes): give up as the listener does.
@@ -206,7 +275,55 @@ def is_at_head(database_url: str) -> bool:
     engine = create_engine(url, poolclass=pool.NullPool, connect_args=connect_args)
     try:
         with _translate("cannot read the schema version"), engine.connect() as connection:
-            current = set(MigrationContext.configure(connection).get_current_heads())
+            return _status_on(connection, scripts)
     finally:
         engine.dispose()
-    return current == heads
+
+
+def _status_on(connection: Connection, scripts: ScriptDirectory) -> SchemaStatus:
+    heads = set(scripts.get_heads())
+    current = set(MigrationContext.configure(connection).get_current_heads())
+    state: SchemaState
+    if current == heads:
+        state = "current"
+    elif all(_knows(scripts, revision) for revision in current):
+        state = "behind"
+    else:  # a revision this release does not know: a newer release's
+        served = (
+            set(connection.execute(select(schema_compatibility.c.revision)).scalars())
+            if _has_table(connection)
+            else set()
+        )
+        state = "ahead, compatible" if heads <= served else "ahead"
+    return SchemaStatus(state, ", ".join(sorted(current)) or "none", ", ".join(sorted(heads)))
+
+
+def record_compatibility(connection: Connection, scripts: ScriptDirectory) -> None:
+    """Write the releases the schema now serves into ``schema_compatibility`` (alembic/env.py calls
+    this after every migration run): the current revision, then each older one for as long as the
+    newer revision's module says ``compatible_with_previous = True``. Nothing before migration 0011."""
+    if not _has_table(connection):
+        return
+    served: list[str] = []
+    for head in MigrationContext.configure(connection).get_current_heads():
+        script = scripts.get_revision(head)
+        served.append(head)
+        while script is not None and getattr(script.module, COMPATIBLE_MARKER, False) is True:
+            if not isinstance(script.down_revision, str):
+                break  # the base, or a merge point: stop where the chain is not one line
+            served.append(script.down_revision)
+            script = scripts.get_revision(script.down_revision)
+    connection.execute(delete(schema_compatibility))
+    if served:
+        connection.execute(insert(schema_compatibility), [{"revision": revision} for revision in dict.fromkeys(served)])
+
+
+def _has_table(connection: Connection) -> bool:
+    return inspect(connection).has_table(schema_compatibility.name)
+
+
+def _knows(scripts: ScriptDirectory, revision: str) -> bool:
+    try:
+        return scripts.get_revision(revision) is not None
+    except CommandError:  # alembic's "Can't locate revision": a newer release's revision
+        return False

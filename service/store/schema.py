@@ -266,7 +266,7 @@ api_tokens = sa.Table(
     sa.Column("revoked_at", Timestamp, nullable=True),
     # An operator's token (the console): it names no tenant and /v1 refuses it.
     sa.Column("admin", sa.Boolean, nullable=False, server_default=sa.false()),
-    # An operator's token that may look at the console and change nothing (migration 0011).
+    # An operator's token that may look at the console and change nothing (migration 0012).
     sa.Column("read_only", sa.Boolean, nullable=False, server_default=sa.false()),
 )
 
@@ -430,4 +430,13 @@ leaders = sa.Table(
     sa.Column("renewed_at", Timestamp, nullable=False),
     sa.Column("expires_at", Timestamp, nullable=False),
     sa.CheckConstraint("term >= 1", name="term_positive"),
+)
+
+# The releases this schema serves, by their newest revision (migration 0011): written after every
+# migration from the ``compatible_with_previous`` markers of the revisions (service.store.migrate),
+# read by a release that finds the schema ahead of it, to tell a safe rollback from an unsafe one.
+schema_compatibility = sa.Table(
+    "schema_compatibility",
+    metadata,
+    sa.Column("revision", sa.Text, primary_key=True),
 )

@@ -38,6 +38,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from service.jobs import ClaimedJob
@@ -118,6 +119,17 @@ class _WriterHandler(logging.Handler):
 
 
 _writer: LineWriter | None = None
+JobObserver = Callable[[str, ClaimedJob, "float | None"], None]
+_observer: JobObserver | None = None  # the worker's metrics (service.worker.metrics), when served
+
+
+def observe_job_events(observer: JobObserver | None) -> None:
+    """Call ``observer(event, job, duration)`` for every job event, whatever the log level (the
+    worker's /metrics counts them: ``jobq worker --metrics-port``). None stops."""
+    global _observer
+    _observer = observer
+
+
 """Set by configure_logging: events go straight to it, not through the logging module."""
 
 
@@ -153,6 +165,9 @@ def job_event(
     level: int = logging.INFO,
     **fields: Any,
 ) -> None:
+    observer = _observer
+    if observer is not None:
+        observer(event, job, duration)
     if not logger.isEnabledFor(level):
         return
     writer = _writer

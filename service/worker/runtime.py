@@ -18,13 +18,15 @@ Threads of one worker process:
 - the lease keeper (:mod:`service.worker.lease_keeper`): heartbeats and progress;
 - the listener (:mod:`service.worker.listener`): LISTEN on ``JOBS_QUEUED`` (PostgreSQL),
   wakes the claim loop;
-- maintenance (:mod:`service.maintenance.duties`): the reaper, the workers-table touch, the
-  rollup's fold, the schedules and, with a retention, the pruner, each at its own interval.
+- maintenance (:mod:`service.maintenance.duties`): the leadership lease and the workers-table
+  touch on every worker; the reaper, the rollup's fold, the schedules and, with a retention,
+  the pruner only on the fleet's leader, each at its own interval.
 
 Database connections: all threads share the store's pool (``JOBQ_POOL_SIZE``,
-default 2) and take a connection only for one statement; the listener holds one
-more of its own. So a PostgreSQL worker uses at most ``pool_size + 1`` = 3
-connections whatever its ``--concurrency``; a handler never holds one of them.
+default 1) and take a connection only for one statement; the listener holds one
+more of its own (none with ``JOBQ_NOTIFY=false``). So a PostgreSQL worker uses at
+most ``pool_size + 1`` = 2 connections whatever its ``--concurrency``, 1 behind a
+pooler; a handler never holds one of them.
 """
 
 from __future__ import annotations
@@ -47,9 +49,10 @@ from service.maintenance.duties import (
     RETENTION_BATCH,
     RETENTION_EVERY,
     Maintenance,
-    always_leader,
     worker_duties,
 )
+from service.maintenance.leadership import LEASE_SECONDS as LEADER_LEASE_SECONDS
+from service.maintenance.leadership import Leadership
 from service.maintenance.pruner import ROLLUP_RETENTION_SECONDS, Pruner
 from service.maintenance.reaper import Reaper
 from service.maintenance.scheduler import Scheduler
@@ -69,6 +72,10 @@ from service.worker.registry import App
 from service.worker.running import Phase, RunningJob
 from service.worker.settler import Settler
 from service.worker.slots import Slots
+
+RESIGN_WAIT_SECONDS = 5.0
+"""At shutdown, how long the maintenance thread may take to finish its duty before the
+worker resigns the leadership (past it, the worker leaves and the lease runs out)."""
 
 MAX_POLL_SECONDS = 5.0
 """The idle worker's longest wait between looks (WorkerConfig.max_poll_seconds)."""
@@ -111,6 +118,9 @@ class WorkerConfig:
     time from cron, and the rollup's days past ROLLUP_RETENTION_SECONDS (or this, if longer)
     hourly. None: keep everything (``jobq prune``)."""
     retention_every: float = RETENTION_EVERY
+    leader_lease_seconds: float = LEADER_LEASE_SECONDS
+    """The maintenance leadership's lease: when the leading worker dies or is cut off, another
+    takes over the reaper, the schedules, the rollup and retention within it (plus a tenth)."""
     listen: bool = True
     """Wake on LISTEN/NOTIFY (PostgreSQL). Off behind PgBouncer in transaction mode."""
     worker_id: str | None = None
@@ -129,6 +139,8 @@ class WorkerConfig:
             raise InvalidInput("queues must be non-empty names")
         if not self.retention_every > 0:
             raise InvalidInput("the retention's interval must be positive")
+        if not self.leader_lease_seconds > 0:
+            raise InvalidInput("the leadership's lease must be positive")
 
     @property
     def reap_every(self) -> float:
@@ -153,9 +165,7 @@ class Worker:
         *,
         retry_policy: RetryPolicy | None = None,
         clock: Callable[[], float] = time.monotonic,
-        is_leader: Callable[[], bool] | None = None,
     ) -> None:
-        """``is_leader``: whether this worker runs the fleet's maintenance duties now (None: always)."""
         self.store = store
         self.app = app
         self.config = config or WorkerConfig()
@@ -201,6 +211,8 @@ class Worker:
             clock=clock,
         )
         self.listener = WakeupListener(store, self.id, self.queues, self.claimer.notified)
+        # One worker of the fleet at a time runs the fleet's maintenance (service.maintenance.leadership).
+        self.leadership = Leadership(store, self.id, lease_seconds=self.config.leader_lease_seconds)
         retention = self.config.retention_seconds
         # Built here, not in the maintenance thread: the Pruner's own check of the retention
         # raises at construction (a bad retention would otherwise end that thread).
@@ -212,14 +224,16 @@ class Worker:
                 retention,
                 batch=RETENTION_BATCH,
                 rollup_older_than_seconds=max(retention, ROLLUP_RETENTION_SECONDS),
+                leader=self.leadership.token,
             )
         )
         self.maintenance = Maintenance(
             worker_duties(
                 store,
                 self.id,
-                reaper=Reaper(store, self.retry_policy),
-                scheduler=Scheduler(store, app.schedules),
+                leadership=self.leadership,
+                reaper=Reaper(store, self.retry_policy, leader=self.leadership.token),
+                scheduler=Scheduler(store, app.schedules, leader=self.leadership.token),
                 pruner=pruner,
                 reap_every=self.config.reap_every,
                 touch_every=self.config.touch_seconds,
@@ -229,7 +243,8 @@ class Worker:
             ),
             self.health,
             worker_id=self.id,
-            is_leader=is_leader or always_leader,
+            is_leader=self.leadership.is_leader,
+            lost=self.leadership.lost,
             clock=clock,
         )
         self.started = threading.Event()  # registered and claiming (tests wait on it)
@@ -275,6 +290,7 @@ class Worker:
             self._job_threads.stop()
             self.slots.wake.set()
             self.listener.close()
+        self._resign()
         self._deregister()
         log_event("worker.stopped", worker=self.id, claimed=self.claimed)
         return 0
@@ -409,6 +425,16 @@ class Worker:
                 self.health.failed(exc, "register")
                 self.slots.stopping.wait(backoff.next())
         return False
+
+    def _resign(self) -> None:
+        """Hand the leadership on at once (a successor need not wait out the lease), once the
+        maintenance thread has stopped, so it cannot take the lease again after the resignation."""
+        for thread in self._threads:
+            if thread.name == "jobq-maintenance":
+                thread.join(RESIGN_WAIT_SECONDS)
+                if thread.is_alive():
+                    return  # a duty still running: the lease runs out on its own
+        self.leadership.resign()
 
     def _deregister(self) -> None:
         try:

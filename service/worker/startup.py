@@ -9,7 +9,9 @@ SECONDS``) it gives up, for orchestrators that restart what exits.
 
 A schema behind this jobq (``jobq migrate`` not yet run after an upgrade) is
 waited out the same way: the worker would otherwise fail its first claim with an
-unknown column.
+unknown column. So is a schema ahead of it (a rollback after a newer release
+migrated) unless its newer migrations are marked compatible with this release
+(:class:`service.store.migrate.SchemaStatus`), in which case the worker starts.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from service.errors import StoreUnavailable
+from service.errors import SchemaMismatch, StoreUnavailable
 from service.store.base import Store
 from service.worker.backoff import Backoff
 from service.worker.logs import log_event
@@ -28,10 +30,14 @@ REPORT_SECONDS = 30.0
 
 UNREACHABLE_ADVICE = "check JOBQ_DATABASE_URL and that the database server is up; the worker keeps trying"
 BEHIND_ADVICE = "run `jobq migrate` (once, from one place); the worker starts as soon as the schema is current"
+AHEAD_ADVICE = (
+    "a newer release of jobq changed this schema in ways this release cannot run on: deploy that release, "
+    "or restore the database from before its migration; the worker keeps waiting"
+)
 
 
 class DatabaseNotReady(StoreUnavailable):
-    """The database still did not answer, or its schema was still behind, at the deadline."""
+    """The database still did not answer, or its schema was still not one this release runs on, at the deadline."""
 
 
 def wait_for_database(
@@ -95,15 +101,19 @@ def _check(database_url: str) -> tuple[str | None, str]:
     from service.store import migrate  # Alembic: loaded by the worker only, once
 
     try:
-        current = migrate.is_at_head(database_url)
+        status = migrate.schema_status(database_url)
     except StoreUnavailable as exc:  # the database did not answer
         return _first_line(exc), UNREACHABLE_ADVICE
-    if not current:
-        return "the database schema is behind this jobq's newest migration", BEHIND_ADVICE
-    return None, ""
+    if status.state == "ahead, compatible":
+        log_event("worker.schema_ahead_compatible", logging.WARNING, schema=status.describe())
+    if status.usable:
+        return None, ""
+    return status.describe(), BEHIND_ADVICE if status.state == "behind" else AHEAD_ADVICE
 
 
 def _problem(exc: StoreUnavailable) -> tuple[str, str]:
+    if isinstance(exc, SchemaMismatch):
+        return _first_line(exc), AHEAD_ADVICE if exc.direction == "ahead" else BEHIND_ADVICE
     return _first_line(exc), BEHIND_ADVICE if "jobq migrate" in str(exc) else UNREACHABLE_ADVICE
 
 

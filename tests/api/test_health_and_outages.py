@@ -23,8 +23,8 @@ def test_readyz_is_503_until_the_schema_is_migrated(
         api = start_api(url)
         http = api.http()
         assert http.get("/healthz").json() == {"status": "ok"}
-        problem = assert_problem(http.get("/readyz"), 503, "unavailable")
-        assert "retry" in problem["detail"]
+        problem = assert_problem(http.get("/readyz"), 503, "schema-mismatch")
+        assert problem["schema"] == "behind" and "run `jobq migrate`" in problem["detail"], problem
         from service.store.migrate import upgrade
 
         upgrade(url)

@@ -202,6 +202,22 @@ def test_api_probes_and_service() -> None:
     assert service["spec"]["selector"].items() <= api["spec"]["template"]["metadata"]["labels"].items()
 
 
+def test_api_pods_keep_serving_through_endpoint_removal_and_stop_inside_their_grace() -> None:
+    """preStop sleeps before SIGTERM (endpoint removal races it); then jobq serve's bounded stop
+    (SHUTDOWN_GRACE_SECONDS, long polls answered at once: tests/api/test_graceful_shutdown.py)."""
+    from service.cli.processes import SHUTDOWN_GRACE_SECONDS
+
+    api = by_kind(kustomize(), "Deployment", "jobq-api")
+    (container,) = containers(api)
+    pause = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert pause[0] == "sleep" and 1 <= float(pause[1]) <= 10
+    listener_and_pool = 5  # NotifyWatcher.stop joins its thread for at most 5 s
+    stop = float(pause[1]) + SHUTDOWN_GRACE_SECONDS + listener_and_pool
+    assert stop < api["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    api_service = compose()["services"]["api"]
+    assert SHUTDOWN_GRACE_SECONDS + listener_and_pool < int(api_service["stop_grace_period"].rstrip("s"))
+
+
 def test_settings_given_to_containers_are_settings_jobq_reads() -> None:
     objects = kustomize()
     (config_map,) = [o for o in objects if o["kind"] == "ConfigMap"]

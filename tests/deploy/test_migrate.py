@@ -12,8 +12,9 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from alembic.script import ScriptDirectory
 
-from service.store.migrate import MIGRATE_LOCK_KEY, downgrade, is_at_head
+from service.store.migrate import MIGRATE_LOCK_KEY, alembic_config, downgrade, is_at_head
 from tests.conftest import PostgresServer
 
 pytestmark = pytest.mark.postgres_only(reason="advisory locks and lock_timeout are PostgreSQL's")
@@ -66,6 +67,16 @@ def test_gives_up_waiting_with_one_line_and_exit_3(missing_database: tuple[str, 
     assert "Traceback" not in stderr and stderr.strip().splitlines()[-1].startswith("error: cannot migrate:")
 
 
+INDEXING_REVISION = "0010"  # its upgrade creates an index on jobs (ix_jobs_due): a SHARE lock on jobs
+
+
+def previous_revision(url: str) -> str:
+    """The revision before INDEXING_REVISION: upgrading from there takes the SHARE lock."""
+    script = ScriptDirectory.from_config(alembic_config(url)).get_revision(INDEXING_REVISION)
+    assert script is not None and isinstance(script.down_revision, str)
+    return script.down_revision
+
+
 def timed_write(url: str) -> float:
     """Seconds a write to jobs (as a claim makes) takes."""
     with psycopg.connect(url, autocommit=True) as conn:
@@ -77,9 +88,8 @@ def timed_write(url: str) -> float:
 def test_a_step_behind_a_long_transaction_gives_up_and_is_retried(pg_url: str) -> None:
     """Revision 0010 takes a SHARE lock on jobs (CREATE INDEX); a transaction that wrote to jobs
     and stays open blocks it. Claims must not queue behind the waiting step for longer than the lock
-    timeout; the step is retried and succeeds once the transaction ends. (From 0009: the newest
-    revision, the console's tables, takes no lock on jobs.)"""
-    downgrade(pg_url, "0009")
+    timeout; the step is retried and succeeds once the transaction ends."""
+    downgrade(pg_url, previous_revision(pg_url))
     with psycopg.connect(pg_url) as holder:
         holder.execute("UPDATE jobs SET priority = priority WHERE false")  # holds ROW EXCLUSIVE until commit
         migrate = start_migrate(pg_url, "--lock-timeout", "0.5")

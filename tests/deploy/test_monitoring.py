@@ -18,7 +18,7 @@ from service.limits import Limit
 from service.metrics import SnapshotCollector, read_snapshot
 from service.retry import GiveUp
 from service.store import Store
-from tests.deploy.manifests import by_kind, kustomize_with_components
+from tests.deploy.manifests import by_kind, jobq_help, kustomize_with_components, option
 from tests.deploy.test_kubernetes import validate_builtin
 
 
@@ -97,6 +97,16 @@ def test_pod_monitors_select_jobq_pods_on_their_ports(monitor: str, component: s
     assert endpoint["port"] == port and endpoint["path"] == "/metrics"
     declared = {p["name"] for c in deployment["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])}
     assert port in declared
+
+
+def test_the_worker_serves_its_metrics_on_the_port_the_pod_monitor_scrapes() -> None:
+    """The worker's --metrics-port is the containerPort named `metrics` (jobq-worker's PodMonitor),
+    and that option is a real one of `jobq worker` (tests/worker/test_worker_metrics.py runs it)."""
+    worker = by_kind(rendered(), "Deployment", "jobq-worker")
+    (container,) = worker["spec"]["template"]["spec"]["containers"]
+    (port,) = [p for p in container["ports"] if p["name"] == "metrics"]
+    assert int(option(container["args"], "--metrics-port")) == port["containerPort"]
+    assert "--metrics-port" in jobq_help(["worker"]).stdout
 
 
 def test_the_readme_alerts_are_shipped() -> None:

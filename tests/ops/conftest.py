@@ -113,7 +113,7 @@ def fail_jobs(store: Store, kind: str, errors: list[str], *, queue: str = "defau
 def succeed_jobs(store: Store, kind: str, count: int, *, queue: str = "default", tenant: str = "default",
                  ) -> list[JobStatus]:  # fmt: skip
     jobs = store.enqueue_many([NewJob(kind=kind, queue=queue, tenant=tenant) for _ in range(count)])
-    for start in range(0, count, 500):
+    for _ in range(0, count, 500):
         lost = store.complete_many([Completion(c.lease, {"ok": True}) for c in claim_all(store, kind, queue)])
         assert not lost
     return jobs

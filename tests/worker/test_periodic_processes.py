@@ -38,5 +38,7 @@ def test_three_workers_enqueue_exactly_one_job_per_tick_of_a_per_second_schedule
     assert pg.count("jobs", "kind = 'every_second'") == len(keys), "one job per tick, never two"
     assert all(w.alive() for w in workers)
     firing_workers = [w.name for w in workers if w.events("scheduler.fired")]
-    assert len(firing_workers) >= 2, f"leaderless: ticks fired by {firing_workers} only"
+    # The schedules are the fleet's leader's to fire (README: Leadership): one worker, unless the lead moved.
+    gained = sum(len(w.events("leadership.gained")) for w in workers)
+    assert 1 <= len(firing_workers) <= gained, f"ticks fired by {firing_workers}, {gained} terms of leadership"
     assert pg.count("jobs", "kind = 'every_second' AND state = 'succeeded'") >= 8, "and the jobs run"

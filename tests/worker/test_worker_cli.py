@@ -18,8 +18,8 @@ from service.store import Store
 from tests.worker.harness import ROOT, WorkerProcess, wait_until
 
 OPTIONS = ["--app", "--queues", "--concurrency", "--lease-seconds", "--grace-seconds", "--poll-seconds",
-           "--max-poll-seconds", "--retention",
-           "--log-level", "--wait-for-database", "--traceback"]
+           "--max-poll-seconds", "--retention", "--leader-lease-seconds",
+           "--log-level", "--wait-for-database", "--metrics-port", "--metrics-host", "--traceback"]
 
 
 def jobq(*args: str) -> subprocess.CompletedProcess[str]:

@@ -50,10 +50,12 @@ def test_chaos_kill(fleet: Fleet, pg_url: str, make_store: Callable[..., Store],
     pg.execute("CREATE TABLE side_effect_runs (job_id uuid NOT NULL, worker text NOT NULL, attempt int NOT NULL)")
     store = make_store(pg_url)
     store.enqueue_many([NewJob(kind="side_effect", payload={"sleep": 0.2}, max_attempts=10) for _ in range(jobs)])
-    args = ("--concurrency", "4", "--lease-seconds", "3", "--poll-seconds", "0.5")
+    args = ("--concurrency", "4", "--lease-seconds", "3", "--poll-seconds", "0.5", "--leader-lease-seconds", "3")
     env = {"JOBQ_SIDE_EFFECT_URL": pg_url}
     for _ in range(4):
         fleet.start(*args, env=env)
+    # The chaos starts once the fleet works (starting four processes takes seconds on a busy machine).
+    wait_until(lambda: pg.count("jobs", "state = 'succeeded'") > 0, 60, interval=0.2, what="the first job done")
 
     rng = random.Random(20301)
     killed: list[WorkerProcess] = []
@@ -139,9 +141,9 @@ def test_database_restart(fleet: Fleet, pg_url: str, make_store: Callable[..., S
         for _ in range(3):
             enqueued_at = time.time()
             stamp = store.enqueue(NewJob(kind="stamp", payload={"markers": str(tmp_path)}))
-            started = wait_until(lambda: markers(tmp_path, stamp.id, "start"), 10, interval=0.01, what="pickup")
+            started = wait_until(lambda s=stamp: markers(tmp_path, s.id, "start"), 10, interval=0.01, what="pickup")
             pickups.append(started[0]["at"] - enqueued_at)
-            wait_until(lambda: pg.job(stamp.id)["state"] == "succeeded", 10, what="the stamp job to finish")
+            wait_until(lambda s=stamp: pg.job(s.id)["state"] == "succeeded", 10, what="the stamp job to finish")
         assert max(pickups) < 1.0, f"pickups after the restart: {pickups}"
     finally:
         pg.close()

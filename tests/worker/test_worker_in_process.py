@@ -322,13 +322,16 @@ def test_an_outage_is_one_outage_until_a_database_call_succeeds(live_store: Stor
     """Maintenance ticks with nothing due, every 0.2 s, used to end the outage at once (a
     ``store.available`` with ``down_s: 0.2`` while the database was still away)."""
     flaky = FlakyStore(live_store, every_call=True)
-    with running_worker(flaky, App(), reap_seconds=0.1, touch_seconds=60, poll_seconds=5) as worker:  # type: ignore[arg-type]
+    options = {"reap_seconds": 0.1, "touch_seconds": 60, "poll_seconds": 5, "leader_lease_seconds": 1.5}
+    with running_worker(flaky, App(), **options) as worker:  # type: ignore[arg-type]
+        wait_until(lambda: flaky.calls["reap"] > 0, 10, what="the worker to lead and reap")
         flaky.down.set()
         wait_until(lambda: not worker.health.available, 10, what="the worker to see the outage")
-        seen = flaky.calls["reap"]
-        time.sleep(1.5)  # several maintenance ticks, and reaps that fail
+        seen = flaky.calls["acquire_leadership"]
+        time.sleep(1.5)  # several maintenance ticks, and renewals of the leadership that fail
         assert not worker.health.available and worker.health.outages == 1
-        assert flaky.calls["reap"] >= seen + 3  # the maintenance loop kept trying through the outage
+        # The maintenance loop kept trying through the outage: the lease every 0.1 s (1/15 of it).
+        assert flaky.calls["acquire_leadership"] >= seen + 3
         flaky.down.clear()
         wait_until(lambda: worker.health.available, 10, what="the outage to end")
         assert worker.health.outages == 1

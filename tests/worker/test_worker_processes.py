@@ -52,9 +52,9 @@ def test_pickup_latency_median_under_500ms(
     for _ in range(50):
         enqueued_at = time.time()
         job = store.enqueue(NewJob(kind="stamp", payload={"markers": str(tmp_path)}))
-        started = wait_until(lambda: markers(tmp_path, job.id, "start"), 10, interval=0.005, what="handler start")
+        started = wait_until(lambda j=job: markers(tmp_path, j.id, "start"), 10, interval=0.005, what="handler start")
         latencies.append(started[0]["at"] - enqueued_at)
-        wait_until(lambda: job_state(pg, job.id) == "succeeded", 10, interval=0.01, what="job to succeed")
+        wait_until(lambda j=job: job_state(pg, j.id) == "succeeded", 10, interval=0.01, what="job to succeed")
     median = statistics.median(latencies)
     p95 = sorted(latencies)[int(0.95 * len(latencies)) - 1]
     print(f"\npickup latency over {len(latencies)} trials: median {median * 1000:.1f} ms, "

@@ -338,7 +338,7 @@ def test_a_once_duty_is_retried_until_it_succeeds_then_never_again() -> None:
     now = 0.0
     health = _Health()
     maintenance = Maintenance(
-        [Duty("declare", declare, every=0.5, due=now, fleet=False, once=True)], health, worker_id="w",
+        [Duty("declare", declare, every=0.5, due=now, fleet=False, once=True)], health, worker_id="w", is_leader=lambda: False,
         clock=lambda: now,
     )
     for _ in range(10):

@@ -20,6 +20,21 @@ do then break, and this module keeps both off the pooler's way:
   every call. ``JOBQ_PREPARE`` (:class:`Preparation`) says whether to prepare: ``off`` never,
   ``on`` as psycopg does, ``auto`` as psycopg does until the first such error, then never
   again in this store (the error is retried, and logged once with what to set).
+
+After a server restart every idle pooled connection is dead: the old server said goodbye
+(FATAL 57P01) and hung up while it sat in the pool. Two defences, so that no request answers 503
+once the new server is up:
+
+- **Checked out alive** (:func:`hung_up`, at every checkout in ``Connected._connection``): a
+  connection whose socket already has something to read while idle (the goodbye, or EOF) is
+  closed (the pool makes a new one) and another taken, before any statement is sent. No round
+  trip: one ``select`` with no wait. (psycopg_pool's own ``check`` hook would put such a
+  connection back, psycopg not knowing it closed, and back off a second per try.)
+- **Replayed once** (``Connected._retrying(replay=True)``): a connection that breaks under a
+  statement anyway (the restart came between the check and the statement) fails with
+  ConnectionLost; reads, and writes whose second run is settled by an idempotency key, run once
+  more on a fresh connection. Other writes are not replayed: their outcome is unknown, and the
+  caller's own rule settles it (a worker's finish re-reads its attempt's receipt, by its fence).
 """
 
 from __future__ import annotations
@@ -27,6 +42,7 @@ from __future__ import annotations
 import logging
 import random
 import re
+import select
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -44,7 +60,7 @@ from service.errors import StoreUnavailable
 from service.jobs import JobStatus, Lease
 from service.logs import FIELDS_ATTR
 from service.store.base import Clock
-from service.store.postgres.errors import Retryable, translate_errors
+from service.store.postgres.errors import ConnectionLost, Retryable, translate_errors
 from service.store.rows import Readers, job_status
 
 _RETRIES = 5
@@ -169,8 +185,20 @@ class Preparation:
             log.log(level, "store.prepare_off", extra={FIELDS_ATTR: {"why": why, "advice": advice}})
 
 
+def hung_up(conn: psycopg.Connection[Any]) -> bool:
+    """Did the server close this idle pooled connection? An idle autocommit connection that LISTENs
+    nowhere has nothing to read unless the server said goodbye (FATAL 57P01 at a restart) or hung
+    up (EOF); a readable socket is taken for that (a rare harmless message only costs a new
+    connection). No round trip, unlike psycopg_pool's check_connection."""
+    if conn.closed or conn.broken:
+        return True
+    readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+    return bool(readable)
+
+
 def open_pool(database_url: str, size: int, preparation: Preparation, timeout: float) -> ConnectionPool[Any]:
-    """The store's pool: at most ``size`` autocommit connections, one kept open while idle."""
+    """The store's pool: at most ``size`` autocommit connections, one kept open while idle (each
+    checked at checkout for a server that hung up on it: :func:`hung_up`)."""
     return ConnectionPool(
         database_url,
         min_size=1,
@@ -203,7 +231,7 @@ class Connected:
     def _connection(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
         with translate_errors():
             try:
-                with self._pool.connection() as conn:
+                with self._live_connection() as conn:
                     threshold = self._preparation.threshold
                     if conn.prepare_threshold != threshold:  # made before `auto` stopped preparing
                         conn.prepare_threshold = threshold
@@ -218,6 +246,19 @@ class Connected:
             except PoolTimeout as exc:
                 raise StoreUnavailable(f"no PostgreSQL connection: {self._why_unreachable()}") from exc
 
+    @contextmanager
+    def _live_connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection the server has not hung up on (:func:`hung_up`): dead ones (all of
+        them, after a server restart) are closed, so the pool replaces them, and another is taken."""
+        for _ in range(self._pool.max_size):
+            with self._pool.connection() as conn:
+                if not hung_up(conn):
+                    yield conn
+                    return
+                conn.close()  # closed: the pool makes a new one instead of keeping it
+        with self._pool.connection() as conn:  # every one was dead: this one is new
+            yield conn
+
     def _why_unreachable(self) -> str:
         """The pool only says it timed out; one direct attempt tells the reason (refused, no such database…)."""
         try:
@@ -226,18 +267,28 @@ class Connected:
         except psycopg.Error as exc:
             return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
-    def _retrying(self, operation: Callable[[], T]) -> T:
-        """Retry deadlocks and serialization failures with jitter; nothing else."""
+    def _retrying(self, operation: Callable[[], T], *, replay: bool = False) -> T:
+        """Retry deadlocks and serialization failures with jitter. ``replay``: the operation may run
+        twice with one effect (a read; a write an idempotency key settles), so a connection that broke
+        under it (ConnectionLost: a server restart) is replaced and the operation run once more."""
+        replayed = False
         for tries in range(_RETRIES):
             try:
                 return operation()
+            except ConnectionLost as exc:
+                if not replay or replayed:
+                    raise
+                replayed = True
+                log.info("store.replayed", extra={FIELDS_ATTR: {"why": str(exc)}})
             except Retryable as exc:
                 if tries == _RETRIES - 1:
                     raise StoreUnavailable(f"gave up after {_RETRIES} tries: {exc}") from exc
                 time.sleep(random.uniform(0, 0.01 * 2**tries))
         raise AssertionError("unreachable")
 
-    def _fetchall(self, statement: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def _fetchall(self, statement: str, params: Mapping[str, Any], *, replay: bool = False) -> list[dict[str, Any]]:
+        """``replay``: safe to run twice (see :meth:`_retrying`); the reads say so."""
+
         def run() -> list[dict[str, Any]]:
             with self._connection() as conn:
                 cursor = conn.execute(statement, params)
@@ -245,10 +296,10 @@ class Connected:
                 result = cursor.pgresult
                 return cursor.fetchall() if result is not None and result.status == ExecStatus.TUPLES_OK else []
 
-        return self._retrying(run)
+        return self._retrying(run, replay=replay)
 
-    def _fetchone(self, statement: str, params: Mapping[str, Any]) -> dict[str, Any] | None:
-        rows = self._fetchall(statement, params)
+    def _fetchone(self, statement: str, params: Mapping[str, Any], *, replay: bool = False) -> dict[str, Any] | None:
+        rows = self._fetchall(statement, params, replay=replay)
         return rows[0] if rows else None
 
     def close(self) -> None:

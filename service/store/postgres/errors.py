@@ -17,6 +17,24 @@ class Retryable(Exception):
     """A deadlock or serialization failure: the statement may simply run again."""
 
 
+class ConnectionLost(StoreUnavailable):
+    """The connection broke under a statement (the server restarted, crashed or went away). Still a
+    StoreUnavailable to every caller; the store itself may run a replay-safe operation once more on
+    a fresh connection (``Connected._retrying``)."""
+
+
+# No SQLSTATE (the socket closed under psycopg), a connection exception (08…), or the server
+# ending the session: admin_shutdown, crash_shutdown, cannot_connect_now (57P01–57P03).
+_CONNECTION_GONE = ("08", "57P01", "57P02", "57P03")
+
+
+def connection_lost(exc: psycopg.Error) -> bool:
+    sqlstate = getattr(exc, "sqlstate", None)
+    return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError) and (
+        sqlstate is None or sqlstate.startswith(_CONNECTION_GONE)
+    )
+
+
 class LockWaitTooLong(Exception):
     """A statement waited past its transaction's lock_timeout (set only where the store
     has a cheaper way on than waiting: see ``complete_and_claim``)."""
@@ -42,5 +60,6 @@ def translate_errors() -> Iterator[None]:
             raise InvalidInput(str(exc).splitlines()[0]) from exc
         if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
             first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise StoreUnavailable(f"PostgreSQL unavailable: {first_line}") from exc
+            lost = ConnectionLost if connection_lost(exc) else StoreUnavailable
+            raise lost(f"PostgreSQL unavailable: {first_line}") from exc
         raise

@@ -32,6 +32,7 @@ class Items(Connected):
                 after_index=-1 if query.after_index is None else query.after_index,
                 limit=limit,
             ),
+            replay=True,
         )
         if not rows:
             raise JobNotFound(query.job_id)

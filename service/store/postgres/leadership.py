@@ -64,4 +64,4 @@ class Leadership(Connected):
         return bool(self._fetchall(RESIGN_LEADERSHIP, self._params(**checks.leader_token(lease))))
 
     def current_leader(self, name: str = MAINTENANCE) -> LeaderLease | None:
-        return checks.leader_lease(self._fetchone(CURRENT_LEADER, self._params(name=name)), READ.time)
+        return checks.leader_lease(self._fetchone(CURRENT_LEADER, self._params(name=name), replay=True), READ.time)

@@ -49,10 +49,12 @@ class Limits(Reads, Workers):
         return self._retrying(run)
 
     def list_limits(self, tenant: str | None = None) -> list[Limit]:
-        return [limit_row(row) for row in self._fetchall(LIST_LIMITS, self._params(tenant=tenant))]
+        return [limit_row(row) for row in self._fetchall(LIST_LIMITS, self._params(tenant=tenant), replay=True)]
 
     def scope_usage(self, scopes: Sequence[str] | None = None) -> list[ScopeUsage]:
-        rows = self._fetchall(SCOPE_USAGE, self._params(scopes=list(scopes) if scopes is not None else None))
+        rows = self._fetchall(
+            SCOPE_USAGE, self._params(scopes=list(scopes) if scopes is not None else None), replay=True
+        )
         return [scope_usage_row(row, READ) for row in rows]
 
     def explain_facts(self, job_id: uuid.UUID, tenant: str | None = None, *, workers_seen_within: float) -> JobFacts:
@@ -66,12 +68,15 @@ class Limits(Reads, Workers):
                 priority=status.priority,
                 run_after=status.run_after,
             ),
+            replay=True,
         )
         assert facts is not None  # one row, always
         usage = self.scope_usage(job_scopes(status.tenant, status.kind, status.queue, status.concurrency_key))
 
         def running_ids(scope: str) -> list[Any]:
-            rows = self._fetchall(RUNNING_IN_SCOPE, self._params(tenant=tenant, scope=scope, limit=SHOWN_RUNNING_IDS))
+            rows = self._fetchall(
+                RUNNING_IN_SCOPE, self._params(tenant=tenant, scope=scope, limit=SHOWN_RUNNING_IDS), replay=True
+            )
             return [row["id"] for row in rows]
 
         return job_facts(status, facts, facts["now"], READ, usage, running_ids, self.list_workers(workers_seen_within))

@@ -1,4 +1,4 @@
-"""What every worker runs besides its jobs, on PostgreSQL: the reaper of expired leases
+"""What the fleet's leading worker runs besides its jobs, on PostgreSQL: the reaper of expired leases
 (REAP_EXPIRED), the pruner (retention), the daily rollup's fold (its SQL in rollup.py),
 and the database's health figures."""
 
@@ -47,7 +47,7 @@ class Maintenance(Fenced):
         return int(row["deleted"]) if row else 0
 
     def count_prunable(self, older_than_seconds: float) -> int:
-        row = self._fetchone(COUNT_PRUNABLE, self._params(older_than=float(older_than_seconds)))
+        row = self._fetchone(COUNT_PRUNABLE, self._params(older_than=float(older_than_seconds)), replay=True)
         return int(row["count"]) if row else 0
 
     def fold_rollup(
@@ -66,7 +66,7 @@ class Maintenance(Fenced):
         return int(row["folded"]) if row else 0
 
     def health_stats(self) -> DatabaseHealth:
-        row = self._fetchone(HEALTH_STATS, {})
+        row = self._fetchone(HEALTH_STATS, {}, replay=True)
         if row is None:
             return DatabaseHealth(jobs_dead_tuples=None, oldest_transaction_age_seconds=None)
         dead = row["jobs_dead_tuples"]

@@ -67,15 +67,15 @@ class Operations(Reads):
         return self._retrying(run)
 
     def failure_groups(self, since: datetime, kind: str | None = None, tenant: str | None = None) -> list[FailureGroup]:
-        rows = self._fetchall(FAILURE_GROUPS, self._params(since=since, kind=kind, tenant=tenant))
+        rows = self._fetchall(FAILURE_GROUPS, self._params(since=since, kind=kind, tenant=tenant), replay=True)
         return [FailureGroup(**row) for row in rows]
 
     def outcomes(self, window_seconds: float, kind: str | None = None) -> list[KindOutcomes]:
-        rows = self._fetchall(OUTCOMES, self._params(window=float(window_seconds), kind=kind))
+        rows = self._fetchall(OUTCOMES, self._params(window=float(window_seconds), kind=kind), replay=True)
         return [KindOutcomes(**row) for row in rows]
 
     def lease_expiries(self, window_seconds: float) -> int:
-        row = self._fetchone(LEASE_EXPIRIES, self._params(window=float(window_seconds)))
+        row = self._fetchone(LEASE_EXPIRIES, self._params(window=float(window_seconds)), replay=True)
         return int(row["expiries"]) if row else 0
 
     def duration_buckets(self, window_seconds: float, bounds: Sequence[float]) -> dict[str, list[int]]:
@@ -85,19 +85,21 @@ class Operations(Reads):
         return self._buckets(PICKUP_BUCKETS, window_seconds, bounds)
 
     def _buckets(self, statement: str, window_seconds: float, bounds: Sequence[float]) -> dict[str, list[int]]:
-        rows = self._fetchall(statement, self._params(window=float(window_seconds), bounds=[float(b) for b in bounds]))
+        rows = self._fetchall(
+            statement, self._params(window=float(window_seconds), bounds=[float(b) for b in bounds]), replay=True
+        )
         return bucket_counts(rows, len(bounds))
 
     def throughput(self, window_seconds: float, buckets: int) -> list[Throughput]:
         width = check_throughput_window(window_seconds, buckets)
         rows = self._fetchall(
-            THROUGHPUT, self._params(window=float(window_seconds), buckets=buckets, bucket_seconds=width)
+            THROUGHPUT, self._params(window=float(window_seconds), buckets=buckets, bucket_seconds=width), replay=True
         )
         return [Throughput(**row) for row in rows]
 
     def queue_stats(self) -> list[QueueStats]:
-        return [QueueStats(**row) for row in self._fetchall(QUEUE_STATS, self._params())]
+        return [QueueStats(**row) for row in self._fetchall(QUEUE_STATS, self._params(), replay=True)]
 
     def active_counts(self) -> list[ActiveCount]:
-        rows = self._fetchall(ACTIVE_COUNTS, self._params())
+        rows = self._fetchall(ACTIVE_COUNTS, self._params(), replay=True)
         return [ActiveCount(row["queue"], row["kind"], JobState(row["state"]), row["count"]) for row in rows]

@@ -30,13 +30,15 @@ class Reads(Connected):
 
     def get(self, job_id: uuid.UUID, tenant: str | None = None, token_hash: str | None = None) -> JobStatus:
         if token_hash is not None:
-            found = self._fetchone(GET_JOB_FOR_TOKEN, self._params(job_id=job_id, token_hash=token_hash))
+            found = self._fetchone(GET_JOB_FOR_TOKEN, self._params(job_id=job_id, token_hash=token_hash), replay=True)
             if found is None:
                 raise Unauthorized("unknown or revoked token")
             if found["id"] is None:
                 raise JobNotFound(job_id)
             return status(found)
-        return status(checks.found(self._fetchone(GET_JOB, self._params(job_id=job_id, tenant=tenant)), job_id))
+        return status(
+            checks.found(self._fetchone(GET_JOB, self._params(job_id=job_id, tenant=tenant), replay=True), job_id)
+        )
 
     def read_statuses(self, reads: Sequence[StatusRead]) -> list[JobStatus | None]:
         if not reads:
@@ -48,6 +50,7 @@ class Reads(Connected):
                 tenants=[r.tenant for r in reads],
                 token_hashes=[r.token_hash for r in reads],
             ),
+            replay=True,
         )
         found: list[JobStatus | None] = [None] * len(reads)
         for row in rows:
@@ -55,11 +58,11 @@ class Reads(Connected):
         return found
 
     def get_result(self, job_id: uuid.UUID, tenant: str | None = None) -> JSON:
-        row = self._fetchone(GET_RESULT, self._params(job_id=job_id, tenant=tenant))
+        row = self._fetchone(GET_RESULT, self._params(job_id=job_id, tenant=tenant), replay=True)
         return checks.result_row(row, job_id)["body"]
 
     def get_payload(self, job_id: uuid.UUID, tenant: str | None = None) -> JSON:
-        row = self._fetchone(GET_PAYLOAD, self._params(job_id=job_id, tenant=tenant))
+        row = self._fetchone(GET_PAYLOAD, self._params(job_id=job_id, tenant=tenant), replay=True)
         return checks.found(row, job_id)["payload"]
 
     def list_jobs(self, query: JobQuery) -> JobPage:
@@ -75,11 +78,12 @@ class Reads(Connected):
                 after_id=query.after_id,
                 limit=limit,
             ),
+            replay=True,
         )
         return checks.job_page([status(row) for row in rows], query.limit)
 
     def job_attempts(self, job_id: uuid.UUID) -> list[Attempt]:
-        return [attempt(row, READ) for row in self._fetchall(JOB_ATTEMPTS, self._params(job_id=job_id))]
+        return [attempt(row, READ) for row in self._fetchall(JOB_ATTEMPTS, self._params(job_id=job_id), replay=True)]
 
     def running_jobs(self, limit: int = RUNNING_JOBS_LIMIT) -> list[JobStatus]:
-        return [status(row) for row in self._fetchall(RUNNING_JOBS, self._params(limit=limit))]
+        return [status(row) for row in self._fetchall(RUNNING_JOBS, self._params(limit=limit), replay=True)]

@@ -1,10 +1,10 @@
 """Periodic schedules on PostgreSQL (service.schedules): the statements and the store's methods,
 mixed into :class:`~service.store.postgres.store.PostgresStore`.
 
-Firing is leaderless: every worker reads the due schedules and moves each one's
-``next_run_at`` on with a compare-and-set (ADVANCE_SCHEDULE), after enqueueing the
-tick's job under the tick's idempotency key. Two workers that fire the same tick
-insert one job (the key's unique index) and one of them advances the row.
+Firing is the fleet leader's: it reads the due schedules and moves each one's
+``next_run_at`` on with a compare-and-set (ADVANCE_SCHEDULE, fenced with its token),
+after enqueueing the tick's job under the tick's idempotency key. A deposed leader
+firing the same tick inserts no second job (the key's unique index) and cannot advance the row.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class Schedules(Fenced):
     """The schedule operations of the Store protocol, on PostgreSQL."""
 
     def database_now(self) -> datetime:
-        now: datetime = self._fetchall(CLOCK, self._params())[0]["now"]
+        now: datetime = self._fetchall(CLOCK, self._params(), replay=True)[0]["now"]
         return now
 
     def save_schedule(self, spec: ScheduleSpec, next_run_at: datetime) -> Schedule:
@@ -46,7 +46,7 @@ class Schedules(Fenced):
         return schedule_row(row, _READ)
 
     def list_schedules(self) -> list[Schedule]:
-        return [schedule_row(row, _READ) for row in self._fetchall(LIST_SCHEDULES, {})]
+        return [schedule_row(row, _READ) for row in self._fetchall(LIST_SCHEDULES, {}, replay=True)]
 
     def due_schedules(self, limit: int = DUE_SCHEDULES_BATCH) -> tuple[datetime, list[Schedule]]:
         rows = self._fetchall(DUE_SCHEDULES, self._params(limit=limit))

@@ -152,7 +152,7 @@ class PostgresStore(
 
     def has_claimable(self, queues: Sequence[str], kinds: Sequence[str] | None = None) -> bool:
         params = self._params(queues=list(queues), kinds=list(kinds) if kinds is not None else None)
-        row = self._fetchone(HAS_CLAIMABLE, params)
+        row = self._fetchone(HAS_CLAIMABLE, params, replay=True)
         return bool(row is not None and row["claimable"])
 
     def heartbeat(
@@ -255,7 +255,7 @@ class PostgresStore(
 
     def _receipt(self, lease: Lease) -> dict[str, Any] | None:
         """The attempt's row, read when a fenced write matched nothing (see checks.receipt)."""
-        return self._fetchone(READ_ATTEMPT_RECEIPT, self._params(**fence(lease)))
+        return self._fetchone(READ_ATTEMPT_RECEIPT, self._params(**fence(lease)), replay=True)
 
 
 def _completion_batch(finished: Sequence[Completion]) -> str:

@@ -138,7 +138,9 @@ class Submitting(Connected):
                 with self._connection() as conn:
                     return run(conn)
 
-            return self._retrying(pooled)
+            # Every job carries a key: run again after a lost connection, a job that did land is
+            # read back by its key (this very request), not stored twice.
+            return self._retrying(pooled, replay=all(job.idempotency_key is not None for job in jobs))
         with translate_errors():
             return run(caller)
 

@@ -35,15 +35,15 @@ class Tokens(Connected):
         return api_token(row, READ)
 
     def tenant_for_token(self, token_hash: str) -> str | None:
-        row = self._fetchone(TENANT_FOR_TOKEN, self._params(token_hash=token_hash))
+        row = self._fetchone(TENANT_FOR_TOKEN, self._params(token_hash=token_hash), replay=True)
         return row["tenant"] if row else None
 
     def admin_token(self, token_hash: str) -> ApiToken | None:
-        row = self._fetchone(ADMIN_TOKEN, self._params(token_hash=token_hash))
+        row = self._fetchone(ADMIN_TOKEN, self._params(token_hash=token_hash), replay=True)
         return api_token(row, READ) if row else None
 
     def revoke_token(self, token_id: uuid.UUID) -> ApiToken:
         return api_token(checks.revoked(self._fetchone(REVOKE_TOKEN, self._params(id=token_id)), token_id), READ)
 
     def list_tokens(self, tenant: str | None = None) -> list[ApiToken]:
-        return [api_token(row, READ) for row in self._fetchall(LIST_TOKENS, self._params(tenant=tenant))]
+        return [api_token(row, READ) for row in self._fetchall(LIST_TOKENS, self._params(tenant=tenant), replay=True)]

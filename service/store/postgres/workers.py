@@ -41,5 +41,5 @@ class Workers(Connected):
         self._fetchall(DEREGISTER_WORKER, self._params(id=worker_id))
 
     def list_workers(self, seen_within_seconds: float | None = None) -> list[WorkerInfo]:
-        rows = self._fetchall(LIST_WORKERS, self._params(within=seen_within_seconds))
+        rows = self._fetchall(LIST_WORKERS, self._params(within=seen_within_seconds), replay=True)
         return [worker_info(row, READ) for row in rows]

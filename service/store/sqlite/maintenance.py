@@ -1,4 +1,4 @@
-"""What every worker runs besides its jobs, on SQLite: the reaper of expired leases
+"""What the fleet's leading worker runs besides its jobs, on SQLite: the reaper of expired leases
 (REAP_EXPIRED, then the fenced FAIL_JOB per job), the pruner (retention) and the daily
 rollup's fold (its steps in rollup.py)."""
 

@@ -1,7 +1,7 @@
 -- name: reap_expired
--- Invariant 2: a running job past its lease is reclaimed. Leaderless and
--- idempotent: SKIP LOCKED lets every worker run it at once without waiting or
--- double-reaping, rows lock in id order, and a batch is bounded. Attempts were
+-- Invariant 2: a running job past its lease is reclaimed. Run by the fleet's leader,
+-- fenced with its token, and idempotent all the same: SKIP LOCKED lets a leader and a
+-- successor overlapping run it at once without waiting or double-reaping, rows lock in id order, and a batch is bounded. Attempts were
 -- charged at claim, so a job that kills its worker every time fails after
 -- max_attempts with an error that says the lease expired (invariant 3): the text is
 -- service.jobs.LEASE_EXPIRED_ERROR, given as :lease_expired_error.

@@ -1,7 +1,7 @@
 """Console sessions (one row per operator's login), the console's audit trail, read-only operators.
 
-Revision ID: 0011
-Revises: 0010
+Revision ID: 0012
+Revises: 0011
 Create Date: 2026-12-03
 
 The console's cookie held the admin token itself: logout could not end a copied session, and
@@ -23,10 +23,13 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0011"
-down_revision = "0010"
+revision = "0012"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
+
+# New tables and a column with a default: release 0011's statements stay valid.
+compatible_with_previous = True
 
 Id = sa.Uuid(as_uuid=True).with_variant(sa.String(36), "sqlite")
 Timestamp = sa.DateTime(timezone=True).with_variant(sa.String(23), "sqlite")
