@@ -64,8 +64,8 @@ $$;
 -- nothing on tables by default; this undoes a grant someone may have made).
 -- The application keeps its access: it connects as the owner.
 REVOKE ALL ON TABLE jobs, job_results, job_attempts, job_replays, job_items, workers, api_tokens, alembic_version,
-    job_daily_rollup, job_daily_histogram, rollup_watermark FROM PUBLIC;
-REVOKE ALL ON SEQUENCE job_attempts_id_seq, job_replays_id_seq FROM PUBLIC;
+    job_daily_rollup, job_daily_histogram, rollup_watermark, console_sessions, console_audit FROM PUBLIC;
+REVOKE ALL ON SEQUENCE job_attempts_id_seq, job_replays_id_seq, console_audit_id_seq FROM PUBLIC;
 REVOKE ALL ON TABLE job_history, attempt_history, job_item_history, daily_jobs, daily_histogram, daily_queue_wait, daily_run_time
     FROM PUBLIC;
 

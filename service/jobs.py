@@ -268,6 +268,13 @@ class JobStatus:
     items_ok: int = 0  # items recorded ok / failed so far (kept on the job row: a poll stays one read)
     items_failed: int = 0
 
+    @property
+    def current_error(self) -> str | None:
+        """The error worth showing: a failed job's, or the last attempt's while a queued job
+        waits for its retry. A job that succeeded (or runs) after failed attempts has none:
+        the attempts keep theirs. The one rule the API, the CLI and the console show."""
+        return self.error if self.state in (JobState.FAILED, JobState.QUEUED) else None
+
 
 @dataclass(frozen=True)
 class StatusRead:
@@ -538,6 +545,7 @@ class ApiToken:
     created_at: datetime
     revoked_at: datetime | None
     admin: bool = False  # an operator's token: opens the console, never a tenant's /v1
+    read_only: bool = False  # an operator who may look at the console and change nothing
 
 
 ADMIN_TENANT = "*"
@@ -599,6 +607,39 @@ class ActiveCount:
     kind: str
     state: JobState
     count: int
+
+
+def id_prefix_range(prefix: str) -> tuple[uuid.UUID, uuid.UUID]:
+    """The lowest and highest job id that start with ``prefix`` (hex digits, hyphens
+    anywhere, any case): a range the primary key answers, so any prefix is one index read."""
+    digits = prefix.strip().replace("-", "").lower()
+    if not digits or len(digits) > 32 or any(c not in "0123456789abcdef" for c in digits):
+        raise InvalidInput(f"not a job id or the start of one: {prefix.strip()[:40]!r}")
+    return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One change made from the console, as ``console_audit`` keeps it."""
+
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    target: str
+    detail: str
+    jobs: int
+
+
+@dataclass(frozen=True)
+class Replay:
+    """One replay of a job, as ``job_replays`` keeps it: who, when, and what it ended."""
+
+    replayed_at: datetime
+    replayed_by: str
+    previous_state: str
+    previous_error: str | None
+    previous_attempts: int
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,7 @@ class JobOut(BaseModel):
             items_failed=status.items_failed,
             attempts=status.attempts,
             max_attempts=status.max_attempts,
-            error=status.error if status.state in (JobState.FAILED, JobState.QUEUED) else None,
+            error=status.current_error,
             # Scheduled later than its last change (enqueue or retry): the database set it in
             # the future, and a status is read without a clock of its own to compare.
             run_after=_utc(status.run_after)

@@ -41,6 +41,9 @@ def params(statement: str, job_id: str, dialect: str) -> dict[str, Any]:
         "since": day_ago,
         "bounds": [0.1, 1.0, 10.0],
         "scopes": None,
+        "after_index": -1,
+        "low": job_id[:9] + "0000-0000-0000-000000000000"[: 36 - 9],
+        "high": job_id[:9] + "ffff-ffff-ffff-ffffffffffff"[: 36 - 9],
     }
     if dialect == "sqlite":  # SQLite's store binds times as its sortable UTC text
         values["now"] = now.strftime("%Y-%m-%d %H:%M:%S.000")

@@ -29,6 +29,9 @@ def token_create(
     admin: Annotated[
         bool, typer.Option("--admin", help="An operator's token for the console at /ui (every tenant); /v1 refuses it.")
     ] = False,
+    read_only: Annotated[
+        bool, typer.Option("--read-only", help="With --admin: an operator who may look at the console, not act.")
+    ] = False,
 ) -> None:
     """Create an API token and print it once on stdout; only its SHA-256 is stored."""
     from service.tokens import hash_token, new_token
@@ -39,11 +42,17 @@ def token_create(
         raise InvalidInput(
             f"--tenant must be a non-empty name of at most {MAX_NAME_LENGTH} characters, not {ADMIN_TENANT!r}"
         )
+    if read_only and not admin:
+        raise InvalidInput("--read-only is for an operator's token: give --admin too")
     token = new_token()
     with open_cli_store(ctx) as store:
-        record = store.create_token(tenant or ADMIN_TENANT, hash_token(token), name, admin=admin)
+        record = store.create_token(tenant or ADMIN_TENANT, hash_token(token), name, admin=admin, read_only=read_only)
     print(token)
-    whose = "an operator (admin, the console at /ui)" if admin else f"tenant {tenant!r}"
+    whose = (
+        f"an operator (admin{', read-only' if read_only else ''}, the console at /ui)"
+        if admin
+        else f"tenant {tenant!r}"
+    )
     print(
         f"token {record.id} for {whose}: keep it now, it is not shown again (revoke: jobq token revoke {record.id})",
         file=sys.stderr,
@@ -75,7 +84,9 @@ def token_list(
         records = store.list_tokens(tenant)
     for record in records:
         revoked = iso(record.revoked_at) or "-"
-        tenant_or_admin = f"{record.tenant} (admin)" if record.admin else record.tenant
+        tenant_or_admin = (
+            f"{record.tenant} (admin{', read-only' if record.read_only else ''})" if record.admin else record.tenant
+        )
         name = record.name or "-"
         print(f"{record.id}  {tenant_or_admin}  {name}  created {iso(record.created_at)}  revoked {revoked}")
 

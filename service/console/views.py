@@ -7,10 +7,14 @@ never disagree.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
-from service.jobs import JobState, JobStatus, QueueStats, Throughput, WorkerInfo
+from markupsafe import Markup, escape
+
+from service.jobs import Attempt, JobState, JobStatus, QueueStats, Replay, Throughput, WorkerInfo
 
 WINDOW_SECONDS = 3_600.0
 BUCKETS = 12  # five-minute bars over the last hour
@@ -114,3 +118,92 @@ def percent(status: JobStatus) -> float | None:
     if not status.total:
         return 100.0 if status.state is JobState.SUCCEEDED and status.total == 0 else None
     return min(100.0, 100.0 * status.done / status.total)
+
+
+# -- times: one format everywhere ------------------------------------------------------------
+
+TIME_FORMAT = "%Y-%m-%d %H:%M:%S UTC"
+_ISO_INSTANT = re.compile(r"\b\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})")
+
+
+def utc_text(moment: datetime) -> str:
+    """2030-01-02 03:04:05 UTC: the one way the console writes an instant."""
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).astimezone(UTC).strftime(TIME_FORMAT)
+
+
+def relative(moment: datetime, now: datetime) -> str:
+    """3 min ago, in 2.5 h, just now."""
+    seconds = (now - moment).total_seconds()
+    if abs(seconds) < 1:
+        return "just now"
+    return f"{duration(seconds)} ago" if seconds > 0 else f"in {duration(-seconds)}"
+
+
+def time_tag(moment: datetime | None, now: datetime, show: str = "full") -> Markup:
+    """A ``<time>``: the full UTC time (``show="full"``) or how long ago (``"ago"``) on the
+    page, the other on hover, the ISO instant in ``datetime`` for scripts and tests."""
+    if moment is None:
+        return Markup("-")
+    full, ago = utc_text(moment), relative(moment, now)
+    shown, hover = (full, ago) if show == "full" else (ago, full)
+    return Markup('<time datetime="{}" title="{}">{}</time>').format(
+        moment.astimezone(UTC).isoformat().replace("+00:00", "Z"), hover, shown
+    )
+
+
+def plain_times(text: str) -> str:
+    """A message with ISO instants in it (the words of `jobq explain`), in the console's format."""
+
+    def written(found: re.Match[str]) -> str:
+        return utc_text(datetime.fromisoformat(found.group(0).replace("Z", "+00:00")))
+
+    return _ISO_INSTANT.sub(written, text)
+
+
+# -- a job's page --------------------------------------------------------------------------------
+
+TRACEBACK_TAIL = 4  # lines of an error shown before "the whole traceback"
+
+
+def error_block(text: str | None) -> Markup:
+    """An error's last lines (where Python puts the exception), the rest folded away."""
+    if not text:
+        return Markup("")
+    lines = text.rstrip().splitlines()
+    if len(lines) <= TRACEBACK_TAIL:
+        return Markup('<pre class="error-text">{}</pre>').format(text.rstrip())
+    tail = "\n".join(lines[-TRACEBACK_TAIL:])
+    return Markup(
+        '<pre class="error-text error-tail">{}</pre><details class="traceback"><summary>The whole error '
+        '({} lines)</summary><pre class="error-text">{}</pre></details>'
+    ).format(tail, len(lines), text.rstrip())
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One line of a job's history: an attempt, or a replay that started its attempts over."""
+
+    at: datetime
+    attempt: Attempt | None = None
+    replay: Replay | None = None
+
+
+def history(attempts: Sequence[Attempt], replays: Sequence[Replay]) -> list[HistoryEntry]:
+    """Attempts and replays in the order they happened (a replay sorts before an attempt of
+    the same instant: the attempt it allowed comes after it)."""
+    entries = [HistoryEntry(a.started_at, attempt=a) for a in attempts]
+    entries += [HistoryEntry(r.replayed_at, replay=r) for r in replays]
+    return sorted(entries, key=lambda e: (e.at, e.attempt is not None))
+
+
+# -- warnings ------------------------------------------------------------------------------------
+
+
+def unserved(rows: Sequence[QueueRow]) -> list[QueueRow]:
+    """Queues with due jobs and no live worker serving them: nothing will run them."""
+    return [row for row in rows if row.due and not row.workers]
+
+
+def id_text(value: object) -> Markup:
+    """A full id, monospace and selected whole with one click (copyable)."""
+    return Markup('<span class="mono id">{}</span>').format(escape(str(value)))

@@ -23,6 +23,7 @@ from service.jobs import (
     ActiveCount,
     ApiToken,
     Attempt,
+    AuditEntry,
     ClaimedJob,
     ClaimRequest,
     Completion,
@@ -41,6 +42,7 @@ from service.jobs import (
     Notification,
     QueueStats,
     ReapResult,
+    Replay,
     ReplayFilter,
     StatusRead,
     Throughput,
@@ -244,6 +246,12 @@ class Store(Protocol):
     # -- operators and the API ----------------------------------------------------
     def cancel(self, job_id: uuid.UUID, tenant: str | None = None) -> JobStatus:
         """Cancel a queued job now; ask a running job to stop. Raises InvalidTransition if terminal."""
+        ...
+
+    def make_due(self, job_id: uuid.UUID) -> JobStatus:
+        """ "Run now": a queued job waiting for its delay or backoff is due at once (any tenant's,
+        an operator's command). Raises InvalidTransition when it runs, has ended or is due
+        already; JobNotFound."""
         ...
 
     def replay(self, which: ReplayFilter, by: str, dry_run: bool = False) -> list[uuid.UUID]:
@@ -466,7 +474,9 @@ class Store(Protocol):
         ...
 
     # -- API tokens (hashed by the caller; the store never sees a token) ------------
-    def create_token(self, tenant: str, token_hash: str, name: str | None = None, admin: bool = False) -> ApiToken:
+    def create_token(
+        self, tenant: str, token_hash: str, name: str | None = None, admin: bool = False, read_only: bool = False
+    ) -> ApiToken:
         """Store a token's hash; ``admin``: an operator's token (tenant ``ADMIN_TENANT``)."""
         ...
 
@@ -483,5 +493,41 @@ class Store(Protocol):
         ...
 
     def list_tokens(self, tenant: str | None = None) -> list[ApiToken]: ...
+
+    # -- the console's own reads ----------------------------------------------------------
+
+    def job_ids_in_range(self, low: uuid.UUID, high: uuid.UUID, limit: int = 2) -> list[uuid.UUID]:
+        """Job ids from ``low`` to ``high`` (both included), lowest first, at most ``limit``:
+        the jobs whose id starts with a prefix (service.jobs.id_prefix_range), any tenant's."""
+        ...
+
+    def job_replays(self, job_id: uuid.UUID) -> list[Replay]:
+        """A job's replays (job_replays), oldest first; none for an unknown job."""
+        ...
+
+    def start_console_session(
+        self, session_hash: str, token_id: uuid.UUID, lifetime_seconds: float, idle_seconds: float
+    ) -> None:
+        """A console login: a session (by its id's hash) of the admin token ``token_id``, ending
+        ``lifetime_seconds`` from now at the latest; sessions that ended are deleted first."""
+        ...
+
+    def console_session(self, session_hash: str, idle_seconds: float, touch_after_seconds: float) -> ApiToken | None:
+        """The admin token of a live session: not ended, not idle ``idle_seconds``, its token not
+        revoked; None otherwise. Restarts the idle time when it was last used over
+        ``touch_after_seconds`` ago (most requests only read)."""
+        ...
+
+    def end_console_session(self, session_hash: str) -> None:
+        """Logout: the session ends, whoever holds a copy of its cookie."""
+        ...
+
+    def record_action(self, actor: str, action: str, target: str, detail: str, jobs: int) -> None:
+        """The audit trail: a change made from the console (after it was made)."""
+        ...
+
+    def list_actions(self, limit: int, before_id: int | None = None, target: str | None = None) -> list[AuditEntry]:
+        """The audit trail, newest first, ids below ``before_id``; one target's only when given."""
+        ...
 
     def close(self) -> None: ...

@@ -229,6 +229,12 @@ def not_cancellable(current: JobStatus) -> InvalidTransition:
     return InvalidTransition(f"job {current.id} is already {current.state.value}", current.state.value)
 
 
+def not_waiting(current: JobStatus) -> InvalidTransition:
+    """MAKE_DUE matched nothing though the job exists: it runs, has ended, or is due already."""
+    why = "due already" if current.state.value == "queued" else current.state.value
+    return InvalidTransition(f"job {current.id} is {why}: nothing to run now", current.state.value)
+
+
 def replay_args(which: ReplayFilter) -> dict[str, Any]:
     """A replay's filter as both stores' statements take it (SQLite encodes the lists as JSON)."""
     return {

@@ -19,6 +19,7 @@ from service.jobs import (
     ApiToken,
     Attempt,
     AttemptOutcome,
+    AuditEntry,
     ClaimedJob,
     ItemPage,
     ItemState,
@@ -26,6 +27,7 @@ from service.jobs import (
     JobState,
     JobStatus,
     Lease,
+    Replay,
     WorkerInfo,
 )
 from service.limits import Limit, ScopeUsage
@@ -116,6 +118,7 @@ def api_token(row: Mapping[str, Any], read: Readers) -> ApiToken:
         created_at=read.time(row["created_at"]),
         revoked_at=_maybe(read.time, row["revoked_at"]),
         admin=bool(row["admin"]),
+        read_only=bool(row["read_only"]),
     )
 
 
@@ -205,4 +208,26 @@ def job_facts(
         live_workers=tuple(workers),
         lease_worker=next((w for w in workers if w.id == status.lease_owner), None),
         ahead_in_tenant=int(facts["ahead"]),
+    )
+
+
+def replay(row: Mapping[str, Any], read: Readers) -> Replay:
+    return Replay(
+        replayed_at=read.time(row["replayed_at"]),
+        replayed_by=row["replayed_by"],
+        previous_state=row["previous_state"],
+        previous_error=row["previous_error"],
+        previous_attempts=row["previous_attempts"],
+    )
+
+
+def audit_entry(row: Mapping[str, Any], read: Readers) -> AuditEntry:
+    return AuditEntry(
+        id=row["id"],
+        at=read.time(row["at"]),
+        actor=row["actor"],
+        action=row["action"],
+        target=row["target"],
+        detail=row["detail"],
+        jobs=row["jobs"],
     )

@@ -266,6 +266,36 @@ api_tokens = sa.Table(
     sa.Column("revoked_at", Timestamp, nullable=True),
     # An operator's token (the console): it names no tenant and /v1 refuses it.
     sa.Column("admin", sa.Boolean, nullable=False, server_default=sa.false()),
+    # An operator's token that may look at the console and change nothing (migration 0012).
+    sa.Column("read_only", sa.Boolean, nullable=False, server_default=sa.false()),
+)
+
+# The console's sessions (service.console.session): the SHA-256 of a random session id, the
+# admin token it came from (revoked: the session ends), last use (the idle timeout), its end.
+console_sessions = sa.Table(
+    "console_sessions",
+    metadata,
+    sa.Column("id_hash", sa.Text, primary_key=True),
+    sa.Column("token_id", Id, sa.ForeignKey("api_tokens.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("last_seen_at", Timestamp, nullable=False),
+    sa.Column("expires_at", Timestamp, nullable=False),
+    sa.Index("ix_console_sessions_token_id", "token_id"),
+    sa.Index("ix_console_sessions_expires_at", "expires_at"),
+)
+
+# Every change made from the console: who, when, what, on what, how many jobs (/ui/audit).
+console_audit = sa.Table(
+    "console_audit",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("at", Timestamp, nullable=False),
+    sa.Column("actor", sa.Text, nullable=False),
+    sa.Column("action", sa.Text, nullable=False),
+    sa.Column("target", sa.Text, nullable=False),
+    sa.Column("detail", sa.Text, nullable=False),
+    sa.Column("jobs", sa.Integer, nullable=False),
+    sa.Index("ix_console_audit_target", "target", "id"),
 )
 
 # Fleet-wide limits (service.limits): what operators set, one row per scope.

@@ -24,7 +24,7 @@ from tests.store.builders import claim_one, new_job
 
 TABLES = [
     "jobs", "job_results", "job_attempts", "job_replays", "job_items", "workers", "api_tokens", "alembic_version",
-    "job_daily_rollup", "job_daily_histogram", "rollup_watermark",
+    "job_daily_rollup", "job_daily_histogram", "rollup_watermark", "console_sessions", "console_audit",
 ]  # fmt: skip
 VIEWS = [
     "job_history", "attempt_history", "job_item_history", "daily_jobs", "daily_histogram", "daily_queue_wait",

@@ -84,6 +84,13 @@ def test_token_create_admin_makes_an_operators_token_that_v1_refuses(api: LiveAp
         assert refused.returncode == 2 and refused.stderr.startswith("error: give either --tenant"), refused.stderr
     assert jobq("token", "create", "--tenant", "*", env=env).returncode == 2
 
+    viewer = jobq("token", "create", "--admin", "--read-only", "--name", "bob", env=env)
+    assert viewer.returncode == 0 and "read-only" in viewer.stderr, viewer.stderr
+    record = api.store.admin_token(hash_token(viewer.stdout.strip()))
+    assert record is not None and record.read_only
+    assert "* (admin, read-only)  bob" in jobq("token", "list", env=env).stdout
+    assert jobq("token", "create", "--tenant", "acme", "--read-only", env=env).returncode == 2
+
 def _wait_for(url: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while True:

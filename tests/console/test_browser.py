@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlparse
+from urllib.parse import urlencode, urlparse
 
 import pytest
 
@@ -162,6 +162,9 @@ def ui(world: World) -> Iterator[World]:
     """The world, logged in, at 1280 px; after the test, the browser's console must hold no error."""
     world.driver.set_window_size(1280, 900)
     world.log_in()
+    # Live refresh off (this browser remembers it): a test reads a page as it was rendered;
+    # the live refresh test turns it on.
+    world.driver.execute_script("localStorage.setItem('jobq-live', 'off')")
     world.console_errors()  # drain what came before this test
     yield world
     assert world.console_errors() == []
@@ -361,23 +364,90 @@ def test_a_post_without_the_csrf_token_is_refused(ui: World, tmp_path: Path) -> 
     ui.screenshot(tmp_path, "csrf-refused-job-still-queued")
 
 
-@pytest.mark.parametrize("width", [1280, 390])
-def test_every_page_fits_the_window_and_logs_no_error(ui: World, tmp_path: Path, width: int) -> None:
-    job = _park(ui, kind="fits")
-    ui.api.store.save_schedule(
-        ScheduleSpec(name="nightly-report-for-every-tenant", cron="30 2 * * *", kind="fits", timezone="America/Argentina/Buenos_Aires"),
+# Every element inside its parent's box (left and right), and the page no wider than the window:
+# nothing clipped, nothing hidden behind a scroll bar. Children of a closed <details> and of an
+# SVG chart are not boxes of their own.
+OVERFLOWS = """
+const found = [];
+for (const el of document.querySelectorAll("body *")) {
+  if ((el.closest("svg") && el.tagName.toLowerCase() !== "svg") || el.closest("[hidden]")) continue;
+  const box = el.getBoundingClientRect();
+  if (box.width === 0 && box.height === 0) continue;
+  const parent = el.parentElement.getBoundingClientRect();
+  if (box.right > parent.right + 1 || box.left < parent.left - 1) {
+    const name = el.tagName.toLowerCase() + (el.id ? "#" + el.id : "") + (el.className && typeof el.className === "string" ? "." + el.className.trim().split(/\\s+/).join(".") : "");
+    found.push(`${name} [${Math.round(box.left)}, ${Math.round(box.right)}] outside its ${el.parentElement.tagName.toLowerCase()} [${Math.round(parent.left)}, ${Math.round(parent.right)}]: ${el.textContent.trim().slice(0, 40)}`);
+  }
+}
+const page = document.documentElement;
+if (page.scrollWidth > page.clientWidth) found.push(`the page is ${page.scrollWidth - page.clientWidth} px wider than the window`);
+return found;
+"""
+
+
+def _long_world(ui: World) -> dict[str, str]:
+    """Jobs, failures, items and a schedule with long names, errors and tracebacks: what a page
+    must fit. Made once per module (the layout test runs at three widths)."""
+    store = ui.api.store
+    made = getattr(ui, "long_world", None)
+    if made:
+        return made
+    kind = "nightly-report-for-every-tenant-of-the-largest-region"
+    traceback = "\n".join(["Traceback (most recent call last):"]
+                          + [f'  File "/srv/app/handlers/very/deeply/nested/module_{n}.py", line {n}, in step' for n in range(12)]
+                          + ["ValueError: " + "the-upstream-service-answered-with-a-very-long-message-" * 4])
+    job = _park(ui, kind=kind, total=3, tenant="tenant-with-a-rather-long-name-for-testing", max_attempts=1)
+    [claimed] = store.claim("seeder-with-a-long-worker-id-on-host-42", [PARKED], 1, 30, kinds=[kind])
+    from service.jobs import ItemOutcome, ItemState
+
+    store.heartbeat(claimed.lease, 30, done=3, items=[ItemOutcome(0, ItemState.OK), ItemOutcome(1, ItemState.FAILED, error=traceback),
+                                                     ItemOutcome(2, ItemState.OK)])
+    store.fail(claimed.lease, traceback, GiveUp())
+    store.save_schedule(
+        ScheduleSpec(name="nightly-report-for-every-tenant", cron="30 2 * * *", kind=kind, queue=PARKED,
+                     timezone="America/Argentina/Buenos_Aires"),
         datetime(2031, 1, 2, 5, 30, tzinfo=UTC),
     )
+    made = {
+        "overview": "/ui", "jobs": "/ui/jobs", "job": f"/ui/jobs/{job.id}", "failed-items": f"/ui/jobs/{job.id}?items=failed",
+        "failures": "/ui/failures", "replay": "/ui/failures/replay?" + urlencode({"kind": kind, "group": "x", "since": "24h"}),
+        "schedules": "/ui/schedules", "workers": "/ui/workers", "ambiguous": "/ui/jobs?id=0", "problem": "/ui/nowhere",
+    }
+    ui.long_world = made  # type: ignore[attr-defined]
+    return made
+
+
+@pytest.mark.parametrize("width", [390, 1280, 1920])
+def test_no_element_overflows_its_container_at_any_width(ui: World, tmp_path: Path, width: int) -> None:
+    pages = _long_world(ui)
     ui.driver.set_window_size(width, 900)
-    for name, path in (("overview", "/ui"), ("jobs", "/ui/jobs"), ("job", f"/ui/jobs/{job.id}"),
-                       ("failures", "/ui/failures"), ("schedules", "/ui/schedules"), ("workers", "/ui/workers")):
+    for name, path in pages.items():
         ui.open(path)
         until(lambda: ui.driver.execute_script("return document.readyState") == "complete", what="the page")
-        overflow = ui.driver.execute_script(
-            "return document.documentElement.scrollWidth - document.documentElement.clientWidth")
-        assert overflow <= 0, f"{path} at {width} px is {overflow} px wider than the window"
+        for details in ui.driver.find_elements(By.CSS_SELECTOR, "details"):
+            ui.driver.execute_script("arguments[0].open = true", details)  # the whole traceback must fit too
+        overflows = ui.driver.execute_script(OVERFLOWS)
         ui.screenshot(tmp_path, f"{name}-{width}")
-    assert ui.worker.worker_id in ui.text("main")  # the workers page names the live worker
+        assert overflows == [], f"{path} at {width} px: {overflows[:5]}"
+        if name == "workers":
+            assert ui.worker.worker_id in ui.text("main")  # the workers page names the live worker
+    ui.console_errors()  # the problem page's 404 and the ambiguous page's 300: expected, drained
+
+
+def test_the_console_follows_the_systems_dark_mode(ui: World, tmp_path: Path) -> None:
+    def background() -> str:
+        return str(ui.driver.execute_script("return getComputedStyle(document.body).backgroundColor"))
+
+    ui.open("/ui")
+    light = background()
+    ui.driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+    try:
+        dark = background()
+        levels = [int(n) for n in re.findall(r"\d+", dark)[:3]]
+        assert dark != light and max(levels) < 60, dark
+        ui.screenshot(tmp_path, "overview-dark")
+    finally:
+        ui.driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
 
 
 @pytest.mark.parametrize(("page", "rendered"), [("/docs", ".opblock"), ("/redoc", "[data-section-id]")])
@@ -398,3 +468,153 @@ def test_the_api_docs_load_every_asset_from_jobq_and_nothing_from_elsewhere(
     assert elsewhere == [], f"{page} asked another host for {elsewhere}"
     assert world.console_errors() == []
     world.screenshot(tmp_path, page.strip("/"))
+
+
+def test_a_job_opens_by_the_start_of_its_id_and_shows_its_failed_items(ui: World, tmp_path: Path) -> None:
+    from service.jobs import ItemOutcome, ItemState
+
+    store = ui.api.store
+    job = _park(ui, kind="items", total=12)
+    [claimed] = store.claim("seeder", [PARKED], 1, 30, kinds=["items"])
+    outcomes = [ItemOutcome(i, ItemState.FAILED, error=f"ValueError: row {i}") if i == 5 else ItemOutcome(i, ItemState.OK)
+                for i in range(12)]
+    store.heartbeat(claimed.lease, 30, done=12, items=outcomes)
+    store.complete(claimed.lease, None)
+    ui.open("/ui")
+    box = ui.driver.find_element(By.CSS_SELECTOR, "form.search input")
+    box.send_keys(str(job.id)[:-6] + "\n")  # unique: nothing else was made in this microsecond window
+    until(lambda: ui.driver.current_url.endswith(f"/ui/jobs/{job.id}"), what="the job page")
+    assert ui.text("h1 .id") == str(job.id)
+    assert "11 ok" in ui.text("#items h2") and "1 failed" in ui.text("#items h2")
+    assert "Error" not in [h.text for h in ui.driver.find_elements(By.CSS_SELECTOR, "h2")]
+    ui.driver.find_element(By.ID, "failed-items").click()
+    until(lambda: "items=failed" in ui.driver.current_url, what="the failed items")
+    rows = ui.driver.find_elements(By.CSS_SELECTOR, "tr.item-row")
+    assert [r.get_attribute("data-item") for r in rows] == ["5"] and "ValueError: row 5" in rows[0].text
+    ui.screenshot(tmp_path, "failed-items")
+
+
+def test_a_page_whose_session_ended_says_so_and_offers_the_login(ui: World, tmp_path: Path) -> None:
+    job = _park(ui, kind="watched")
+    ui.open(f"/ui/jobs/{job.id}")
+    until(lambda: ui.driver.execute_script("return document.readyState") == "complete", what="the page")
+    ui.db.execute("DELETE FROM console_sessions")  # as a logout elsewhere or a revoked token would
+    ui.api.store.claim("seeder", [PARKED], 1, 60, kinds=["watched"])  # the long poll answers; the next finds no session
+    banner = until(lambda: ui.text("#session-lost"), 20, "the page to notice the lost session")
+    assert "Your session has ended" in banner
+    link = ui.driver.find_element(By.CSS_SELECTOR, "#session-lost a")
+    assert link.get_attribute("href").endswith("/ui/login?next=" + f"%2Fui%2Fjobs%2F{job.id}")
+    ui.screenshot(tmp_path, "session-lost")
+    ui.console_errors()  # the 401 the browser was given: expected, drained
+    link.click()
+    until(lambda: ui.driver.find_elements(By.ID, "token"), what="the login form")
+    ui.driver.find_element(By.ID, "token").send_keys(ui.token)
+    ui.driver.find_element(By.CSS_SELECTOR, "form.login button").click()
+    until(lambda: ui.driver.current_url.endswith(f"/ui/jobs/{job.id}"), what="the job page again")
+    assert ui.text("#state") == "running"
+    ui.api.store.cancel(job.id)
+
+
+def test_lists_refresh_themselves_without_a_reload_keeping_their_filters(ui: World, tmp_path: Path) -> None:
+    store = ui.api.store
+    job = _park(ui, kind="live-list")
+    _park(ui, kind="live-other")
+    ui.driver.execute_script("localStorage.setItem('jobq-live', 'on')")
+    ui.open(f"/ui/jobs?kind=live-list&queue={PARKED}")
+    ui.driver.execute_script("window.__sameDocument = true;")  # gone if the page reloads
+    assert ui.driver.find_element(By.ID, "live-toggle").is_selected()
+
+    def state_shown() -> str:
+        return ui.text(f'tr.job-row a[href="/ui/jobs/{job.id}"]') and ui.text("tr.job-row .state")
+
+    assert state_shown() == "queued"
+    [claimed] = store.claim("elsewhere", [PARKED], 1, 30, kinds=["live-list"])  # another host runs it
+    store.complete(claimed.lease, {"done": True})
+    until(lambda: state_shown() == "succeeded", 20, "the finished job to appear")
+    assert ui.driver.execute_script("return window.__sameDocument === true"), "the page reloaded"
+    assert ui.driver.find_element(By.NAME, "kind").get_attribute("value") == "live-list"  # the filters kept
+    assert "live-other" not in ui.text("table.jobs")
+    ui.screenshot(tmp_path, "jobs-live")
+
+    # The overview too: a job finishing elsewhere moves its counts.
+    ui.open("/ui")
+    ui.driver.execute_script("window.__sameDocument = true;")
+    before = int(ui.text("#total-succeeded"))
+    _park(ui, kind="live-count")
+    [claimed] = store.claim("elsewhere", [PARKED], 1, 30, kinds=["live-count"])
+    store.complete(claimed.lease, None)
+    until(lambda: ui.text("#total-succeeded") == str(before + 1), 20, "the overview's count to move")
+    assert ui.driver.execute_script("return window.__sameDocument === true"), "the page reloaded"
+
+    # Off with the toggle: nothing moves any more.
+    ui.driver.find_element(By.ID, "live-toggle").click()
+    assert ui.driver.execute_script("return localStorage.getItem('jobq-live')") == "off"
+    _park(ui, kind="live-count")
+    [claimed] = store.claim("elsewhere", [PARKED], 1, 30, kinds=["live-count"])
+    store.complete(claimed.lease, None)
+    time.sleep(7)  # longer than a refresh's interval
+    assert ui.text("#total-succeeded") == str(before + 1)
+    ui.driver.execute_script("localStorage.setItem('jobq-live', 'off')")
+
+
+def test_a_bulk_cancel_of_a_filtered_set_shows_its_dry_run_first_and_lands_in_the_audit(ui: World, tmp_path: Path) -> None:
+    doomed = [_park(ui, kind="bulk-browser").id for _ in range(3)]
+    kept = _park(ui, kind="bulk-kept").id
+    ui.open(f"/ui/jobs?kind=bulk-browser&queue={PARKED}")
+    ui.driver.find_element(By.ID, "bulk-cancel").click()
+    until(lambda: ui.text("#bulk-count") == "3", what="the dry run's count")
+    assert ui.db.count("jobs", "kind = 'bulk-browser' AND state = 'queued'") == 3  # nothing changed yet
+    ui.screenshot(tmp_path, "bulk-dry-run")
+    ui.driver.find_element(By.ID, "confirm-bulk").click()
+    assert "Cancel 3 job(s)?" in ui.accept_confirmation()
+    until(lambda: "Cancelled 3 job(s)" in ui.text("#notice"), what="the bulk cancel's notice")
+    assert "kind=bulk-browser" in ui.driver.current_url  # back on the filtered list
+    states = {r["state"] for r in ui.db.rows("SELECT state FROM jobs WHERE kind = 'bulk-browser'")}
+    assert states == {"cancelled"} and len(doomed) == 3
+    assert ui.db.one("SELECT state FROM jobs WHERE id = %(id)s", id=kept)["state"] == "queued"
+
+    ui.driver.find_element(By.LINK_TEXT, "Audit").click()
+    until(lambda: "/ui/audit" in ui.driver.current_url, what="the audit page")
+    row = ui.driver.find_element(By.CSS_SELECTOR, 'tr.audit-row[data-action="bulk-cancel"]')
+    assert "alice" in row.text and " 3 " in f" {row.text} " and "kind=bulk-browser" in row.text
+    ui.screenshot(tmp_path, "audit")
+
+
+def test_a_queue_paused_from_the_console_stops_its_claims_until_resumed(ui: World, tmp_path: Path) -> None:
+    ui.open("/ui")
+    row = ui.driver.find_element(By.CSS_SELECTOR, 'tr[data-queue="default"]')
+    row.find_element(By.CSS_SELECTOR, "button.pause").click()
+    assert "Pause queue default?" in ui.accept_confirmation()
+    try:
+        until(lambda: "Paused" in ui.text("#notice"), what="the pause's notice")
+        job = ui.api.store.enqueue(NewJob(kind="sleep", payload={"seconds": 0}))
+        time.sleep(4)  # the worker polls and claims within a second or two when it may
+        assert ui.db.one("SELECT state FROM jobs WHERE id = %(id)s", id=job.id)["state"] == "queued"
+        ui.screenshot(tmp_path, "queue-paused")
+    finally:
+        ui.open("/ui")
+        ui.driver.find_element(By.CSS_SELECTOR, 'tr[data-queue="default"] button.resume').click()
+        ui.accept_confirmation()
+        until(lambda: "Resumed" in ui.text("#notice"), what="the resume's notice")
+    until(lambda: ui.db.one("SELECT state FROM jobs WHERE id = %(id)s", id=job.id)["state"] == "succeeded", 20,
+          "the job to run once the queue is resumed")
+    actions = [r["action"] for r in ui.db.rows("SELECT action FROM console_audit WHERE target = 'queue:default' ORDER BY id")]
+    assert actions[-2:] == ["scope-pause", "scope-resume"]
+
+
+def test_a_schedule_run_now_queues_its_job_at_once(ui: World, tmp_path: Path) -> None:
+    ui.api.store.save_schedule(
+        ScheduleSpec(name="browser-run-now", cron="0 3 1 1 *", kind="sleep", payload={"seconds": 0}),
+        datetime(2031, 1, 1, 3, tzinfo=UTC),
+    )
+    ui.open("/ui/schedules")
+    ui.driver.find_element(By.CSS_SELECTOR, 'tr[data-schedule="browser-run-now"] button.run-now').click()
+    assert "Run schedule browser-run-now now" in ui.accept_confirmation()
+    until(lambda: "/ui/jobs/" in ui.driver.current_url, what="the new job's page")
+    job_id = ui.driver.current_url.rsplit("/", 1)[1]
+    # (Its notice may be gone already: the worker can finish the job before the page's first poll,
+    # which then reloads the page once.)
+    until(lambda: ui.text("#state") == "succeeded", 20, "the schedule's job to run")
+    entry = ui.db.one("SELECT action, target, detail FROM console_audit WHERE action = 'schedule-run-now' ORDER BY id DESC LIMIT 1")
+    assert entry["target"] == "schedule:browser-run-now" and json.loads(entry["detail"]) == {"job_id": job_id}
+    ui.screenshot(tmp_path, "schedule-run-now")

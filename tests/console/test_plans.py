@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
+from service.store.postgres import console as pg_console
 from service.store.postgres import queries as pg
+from service.store.sqlite import console as lite_console
 from service.store.sqlite import queries as lite
 from tests.conftest import Database
 from tests.plans import full_scans, seed
@@ -16,7 +18,7 @@ from tests.plans import full_scans, seed
 PAGES = {
     "overview": ["QUEUE_STATS", "THROUGHPUT", "LIST_WORKERS"],
     "jobs": ["LIST_ALL_JOBS", "LIST_JOBS"],
-    "job": ["GET_JOB", "JOB_ATTEMPTS", "GET_PAYLOAD"],
+    "job": ["GET_JOB", "JOB_ATTEMPTS", "GET_PAYLOAD", "LIST_ITEMS", "LIST_FAILED_ITEMS"],
     "failures": ["FAILURE_GROUPS"],
     "workers": ["LIST_WORKERS", "RUNNING_JOBS"],
 }
@@ -30,3 +32,8 @@ def test_every_console_query_reads_an_index_not_the_history(db: Database, make_s
         for name in names:
             scans, shown = full_scans(db, getattr(module, name), job_id)
             assert not scans, f"{page}: {name} reads {scans} whole\n{shown}"
+
+    console_module = pg_console if db.dialect == "postgresql" else lite_console
+    for name in ("JOB_IDS_IN_RANGE", "JOB_REPLAYS"):  # the job box's prefix, a job's history
+        scans, shown = full_scans(db, getattr(console_module, name), job_id)
+        assert not scans, f"job: {name} reads {scans} whole\n{shown}"

@@ -219,3 +219,16 @@ def test_replay_of_one_failure_group_takes_exactly_the_jobs_failure_groups_count
     assert sorted(store.replay(which, by="console:alice")) == sorted(r.id for r in rows)
     assert {store.get(r.id).state for r in rows} == {JobState.QUEUED}
     assert store.replay(which, by="console:alice") == []  # replayed: the group is empty now
+
+
+def test_make_due_runs_a_waiting_job_now_and_refuses_any_other(store, clock: FakeClock):
+    waiting = store.enqueue(new_job(delay_seconds=3600))
+    due = store.enqueue(new_job(queue="elsewhere"))
+    assert store.claim("worker-a", ["default"], 1, 30) == []
+    made = store.make_due(waiting.id)
+    assert made.run_after == clock.now() and made.state == "queued" and made.attempts == 0
+    [claimed] = store.claim("worker-a", ["default"], 1, 30)
+    assert claimed.id == waiting.id
+    for job_id in (waiting.id, due.id):  # running; due already
+        with pytest.raises(InvalidTransition):
+            store.make_due(job_id)

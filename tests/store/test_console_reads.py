@@ -138,3 +138,76 @@ def test_a_tenant_token_cannot_take_the_admin_tenants_name(store):
         store.create_token(ADMIN_TENANT, "hash-x")
     with pytest.raises(InvalidInput):
         store.create_token("acme", "")
+
+
+def test_job_ids_in_range_finds_the_jobs_whose_id_starts_with_a_prefix(store):
+    from service.jobs import id_prefix_range
+
+    first = store.enqueue(new_job()).id
+    second = store.enqueue(new_job()).id
+    common = len(_common_prefix(str(first), str(second)))
+    both = str(first)[:common]
+    assert store.job_ids_in_range(*id_prefix_range(both), limit=5) == sorted([first, second])
+    assert store.job_ids_in_range(*id_prefix_range(str(first)), limit=5) == [first]
+    assert store.job_ids_in_range(*id_prefix_range(str(second)[: common + 1]), limit=5) == [second]
+    assert store.job_ids_in_range(*id_prefix_range(both.upper().replace("-", "")), limit=1) == [min(first, second)]
+    with pytest.raises(InvalidInput):
+        id_prefix_range("not-hex")
+
+
+def _common_prefix(a: str, b: str) -> str:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return a[:n]
+
+
+def test_job_replays_are_who_replayed_a_job_and_when_oldest_first(store, clock: FakeClock):
+    from service.jobs import ReplayFilter
+
+    job = store.enqueue(new_job(max_attempts=1))
+    claimed = claim_one(store)
+    store.fail(claimed.lease, "RuntimeError: disk full", GiveUp())
+    assert store.job_replays(job.id) == []
+    store.replay(ReplayFilter(ids=(job.id,)), "console:alice")
+    clock.advance(60)
+    store.cancel(job.id)
+    store.replay(ReplayFilter(ids=(job.id,)), "cli:bob")
+
+    replays = store.job_replays(job.id)
+    assert [(r.replayed_by, r.previous_state, r.previous_attempts) for r in replays] == [
+        ("console:alice", "failed", 1),
+        ("cli:bob", "cancelled", 0),
+    ]
+    assert replays[0].previous_error == "RuntimeError: disk full"
+    assert replays[1].replayed_at - replays[0].replayed_at == timedelta(seconds=60)
+    assert store.job_replays(uuid.uuid4()) == []
+
+
+def test_a_console_session_lives_until_logout_revocation_idleness_or_its_end(store, clock: FakeClock, db):
+    token = store.create_token("", "h" * 64, "alice", admin=True)
+    store.start_console_session("s1", token.id, lifetime_seconds=3600, idle_seconds=600)
+    assert store.console_session("s1", 600, 60).name == "alice"
+    assert store.console_session("unknown", 600, 60) is None
+
+    clock.advance(500)
+    assert store.console_session("s1", 600, 60) is not None  # used: the idle time starts again
+    clock.advance(500)
+    assert store.console_session("s1", 600, 60) is not None
+    clock.advance(601)
+    assert store.console_session("s1", 600, 60) is None  # idle too long
+
+    store.start_console_session("s2", token.id, lifetime_seconds=3600, idle_seconds=600)
+    assert db.count("console_sessions") == 1  # the idle one was deleted at this login
+    for _ in range(6):
+        clock.advance(590)
+        assert store.console_session("s2", 600, 60) is not None
+    clock.advance(590)  # 3,540 + 590 s after the login: past its end, however busy
+    assert store.console_session("s2", 600, 60) is None
+
+    store.start_console_session("s3", token.id, lifetime_seconds=3600, idle_seconds=600)
+    store.start_console_session("s4", token.id, lifetime_seconds=3600, idle_seconds=600)
+    store.end_console_session("s3")
+    assert store.console_session("s3", 600, 60) is None and store.console_session("s4", 600, 60) is not None
+    store.revoke_token(token.id)
+    assert store.console_session("s4", 600, 60) is None

@@ -37,6 +37,7 @@ from service.store.sqlfiles import statements
 _SQL = statements("postgres")
 
 CANCEL_JOB = _SQL["cancel_job"]
+MAKE_DUE = _SQL["make_due"]
 REPLAY_JOBS = _SQL["replay_jobs"]
 
 
@@ -48,6 +49,12 @@ class Operations(Reads):
         if row is not None:
             return status(row)
         raise checks.not_cancellable(self.get(job_id, tenant))
+
+    def make_due(self, job_id: uuid.UUID) -> JobStatus:
+        row = self._fetchone(MAKE_DUE, self._params(job_id=job_id))
+        if row is not None:
+            return status(row)
+        raise checks.not_waiting(self.get(job_id))
 
     def replay(self, which: ReplayFilter, by: str, dry_run: bool = False) -> list[uuid.UUID]:
         params = self._params(**checks.replay_args(which), by=by)

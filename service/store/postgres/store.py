@@ -34,6 +34,7 @@ from service.store.base import Clock
 from service.store.fairness import advance_cursor, tenants_to_visit
 from service.store.postgres.connection import READ as _READ
 from service.store.postgres.connection import Connected, Preparation, PrepareMode, fence, open_pool
+from service.store.postgres.console import Console
 from service.store.postgres.errors import LockWaitTooLong
 from service.store.postgres.items import Items, item_batch
 from service.store.postgres.leadership import Leadership
@@ -61,7 +62,18 @@ from service.store.rows import claimed_job
 
 
 class PostgresStore(
-    Submitting, Operations, Limits, Items, Maintenance, Schedules, Leadership, Tokens, Reads, Workers, Connected
+    Submitting,
+    Operations,
+    Limits,
+    Items,
+    Maintenance,
+    Schedules,
+    Leadership,
+    Tokens,
+    Reads,
+    Workers,
+    Console,
+    Connected,
 ):
     """The queue on PostgreSQL. Holds a bounded pool; uses a connection only per statement."""
 

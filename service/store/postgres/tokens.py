@@ -21,11 +21,15 @@ REVOKE_TOKEN = _SQL["revoke_token"]
 class Tokens(Connected):
     """The API's tokens."""
 
-    def create_token(self, tenant: str, token_hash: str, name: str | None = None, admin: bool = False) -> ApiToken:
+    def create_token(
+        self, tenant: str, token_hash: str, name: str | None = None, admin: bool = False, read_only: bool = False
+    ) -> ApiToken:
         tenant = token_tenant(tenant, token_hash, admin)
         row = self._fetchone(
             CREATE_TOKEN,
-            self._params(id=new_job_id(), tenant=tenant, name=name, token_hash=token_hash, admin=admin),
+            self._params(
+                id=new_job_id(), tenant=tenant, name=name, token_hash=token_hash, admin=admin, read_only=read_only
+            ),
         )
         assert row is not None  # INSERT … RETURNING always returns the row
         return api_token(row, READ)

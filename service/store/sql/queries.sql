@@ -8,7 +8,7 @@ ORDER BY queue, kind, state
 
 -- name: admin_token
 -- The console's login and every console request: a live operator's token, or nothing.
-SELECT id, tenant, name, created_at, revoked_at, admin FROM api_tokens
+SELECT id, tenant, name, created_at, revoked_at, admin, read_only FROM api_tokens
 WHERE token_hash = :token_hash AND {{live_admin_token(api_tokens)}}
 
 -- name: job_attempts
@@ -59,7 +59,7 @@ ORDER BY scope
 
 -- name: list_tokens
 -- The API tokens, a tenant's or all; never a token's hash.
-SELECT id, tenant, name, created_at, revoked_at, admin FROM api_tokens
+SELECT id, tenant, name, created_at, revoked_at, admin, read_only FROM api_tokens
 WHERE CAST(:tenant AS text) IS NULL OR tenant = :tenant
 ORDER BY created_at, id
 

@@ -40,6 +40,7 @@ from service.store.sqlite.timestamps import from_text, to_text
 _SQL = statements("sqlite")
 
 CANCEL_JOB = _SQL["cancel_job"]
+MAKE_DUE = _SQL["make_due"]
 FIND_REPLAYABLE = _SQL["find_replayable"]
 REPLAY_JOB = _SQL["replay_job"]
 CLEAR_FAILED_ITEMS = _SQL["clear_failed_items"]
@@ -55,6 +56,13 @@ class Operations(Reads):
         if row is not None:
             return status(row)
         raise checks.not_cancellable(self.get(job_id, tenant))
+
+    def make_due(self, job_id: uuid.UUID) -> JobStatus:
+        with self._write() as (conn, now):
+            row = conn.execute(MAKE_DUE, {"job_id": str(job_id), "now": now}).fetchone()
+        if row is not None:
+            return status(row)
+        raise checks.not_waiting(self.get(job_id))
 
     def replay(self, which: ReplayFilter, by: str, dry_run: bool = False) -> list[uuid.UUID]:
         params = checks.replay_args(which)

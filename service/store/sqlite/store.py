@@ -52,6 +52,7 @@ from service.store.fairness import Candidate, advance_cursor, choose, tenants_to
 from service.store.rows import claimed_job, scope_usage_row
 from service.store.sqlite.connection import READ as _READ
 from service.store.sqlite.connection import Connected, close_attempt, fence
+from service.store.sqlite.console import Console
 from service.store.sqlite.errors import translate_errors
 from service.store.sqlite.items import Items, item_deltas, store_items
 from service.store.sqlite.leadership import Leadership
@@ -88,7 +89,18 @@ BUSY_TIMEOUT_SECONDS = 30.0
 
 
 class SqliteStore(
-    Submitting, Operations, Limits, Items, Maintenance, Schedules, Leadership, Tokens, Reads, Workers, Connected
+    Submitting,
+    Operations,
+    Limits,
+    Items,
+    Maintenance,
+    Schedules,
+    Leadership,
+    Tokens,
+    Reads,
+    Workers,
+    Console,
+    Connected,
 ):
     """The queue in one SQLite file. One connection per store, shared under a lock."""
 

@@ -21,7 +21,9 @@ REVOKE_TOKEN = _SQL["revoke_token"]
 class Tokens(Connected):
     """The API's tokens."""
 
-    def create_token(self, tenant: str, token_hash: str, name: str | None = None, admin: bool = False) -> ApiToken:
+    def create_token(
+        self, tenant: str, token_hash: str, name: str | None = None, admin: bool = False, read_only: bool = False
+    ) -> ApiToken:
         tenant = token_tenant(tenant, token_hash, admin)
         with self._write() as (conn, now):
             row = conn.execute(
@@ -32,6 +34,7 @@ class Tokens(Connected):
                     "name": name,
                     "token_hash": token_hash,
                     "admin": admin,
+                    "read_only": read_only,
                     "now": now,
                 },
             ).fetchone()

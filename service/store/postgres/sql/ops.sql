@@ -54,3 +54,12 @@ recorded AS (
     SELECT picked.id, n.ts, :by, picked.state, picked.error, picked.attempts FROM picked, n
 )
 SELECT id FROM replayed ORDER BY id
+
+-- name: make_due
+-- An operator's "run now" for a queued job that waits (a delay, a retry's backoff): due now,
+-- nothing else changed (its attempts, priority and place by priority stay). A running, a
+-- terminal or an already due job matches nothing.
+UPDATE jobs AS j
+SET run_after = {{now}}, updated_at = {{now}}
+WHERE id = :job_id AND state = 'queued' AND run_after > {{now}}
+RETURNING {{status_columns}}, {{notify_changed}}

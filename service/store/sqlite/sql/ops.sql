@@ -42,3 +42,11 @@ DELETE FROM job_items WHERE job_id = :job_id AND state = 'failed'
 INSERT INTO job_replays (job_id, replayed_at, replayed_by, previous_state, previous_error,
                          previous_attempts)
 VALUES (:job_id, :now, :by, :state, :error, :attempts)
+
+-- name: make_due
+-- An operator's "run now" for a queued job that waits (a delay, a retry's backoff): due now,
+-- nothing else changed. A running, a terminal or an already due job matches nothing.
+UPDATE jobs
+SET run_after = :now, updated_at = :now
+WHERE id = :job_id AND state = 'queued' AND run_after > :now
+RETURNING {{status_columns}}
