@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
-from service.errors import InvalidInput, PayloadTooLarge
+from service.errors import InvalidInput, PayloadTooLarge, ResultTooLarge
 from service.jobs import ADMIN_TENANT, JSON, MAX_PAGE_SIZE, ItemOutcome, ItemState, NewJob
 
 MAX_NAME_LENGTH = 200
@@ -26,6 +26,9 @@ MAX_ATTEMPTS_LIMIT = 100
 MAX_TOTAL = 2_147_483_647
 """Items a job may count (done and total): a PostgreSQL integer."""
 MAX_DELAY_SECONDS = 366 * 86_400
+DEFAULT_MAX_RESULT_BYTES = 16 * 1_048_576
+"""A result's bound (JOBQ_MAX_RESULT_BYTES) unless configured: room for a model's text output,
+not for its artefacts (those go to object storage; the result holds their reference)."""
 MAX_LEASE_SECONDS = 86_400
 
 # Built once: json.dumps with any option builds a new encoder per call, which costs
@@ -124,6 +127,19 @@ def check_payload_size(payload: JSON, limit: int, what: str = "payload") -> None
         raise PayloadTooLarge(
             f"{what} is {size} bytes, over the limit of {limit} (JOBQ_MAX_BODY_BYTES); nothing was written"
         )
+
+
+def check_result_size(text: str, limit: int, what: str = "result") -> str:
+    """A result's JSON text within ``limit`` bytes (UTF-8), else ResultTooLarge naming both and the setting."""
+    # len(text) counts characters: the text is ASCII (see _COMPACT) when dump_json made it,
+    # but the bound is on bytes, so count bytes whenever the characters alone could pass it.
+    size = len(text) if text.isascii() else len(text.encode("utf-8"))
+    if size > limit:
+        raise ResultTooLarge(
+            f"{what} is {size} bytes, over the limit of {limit} (JOBQ_MAX_RESULT_BYTES); "
+            "keep large artefacts in object storage and return a reference to them"
+        )
+    return text
 
 
 def storable_error(error: str) -> str:

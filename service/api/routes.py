@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import StreamingResponse
 from pydantic import BeforeValidator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -61,6 +61,7 @@ from service.web import (
     blocking,
     iso_datetime,
     poll_after_seconds,
+    streamed_result,
     wait_for_change,
 )
 
@@ -203,10 +204,13 @@ async def get_job(
     summary="A succeeded job's result",
     responses=problem_responses(401, 404, 409, 422, 503),
 )
-async def get_result(job_id: JobId, tenant: TenantDep, store: StoreDep) -> JSONResponse:
-    """The stored result. Before the job succeeded: a 409 that names its state."""
-    result = await blocking(store.get_result, job_id, tenant)
-    return JSONResponse({"job_id": str(job_id), "result": result})
+async def get_result(job_id: JobId, tenant: TenantDep, store: StoreDep) -> StreamingResponse:
+    """The stored result. Before the job succeeded: a 409 that names its state.
+
+    Streamed from the database a chunk at a time with its Content-Length, the stored JSON
+    text as it is (never parsed here): a reader costs the API a chunk of memory, whatever
+    the result's size (up to JOBQ_MAX_RESULT_BYTES) and however many read at once."""
+    return await streamed_result(store, job_id, tenant)
 
 
 @router.get(

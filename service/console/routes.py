@@ -17,7 +17,7 @@ from typing import Annotated, Any
 from urllib.parse import parse_qs, urlencode
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from fastapi.templating import Jinja2Templates
 from jinja2 import Environment, PackageLoader, select_autoescape
 
@@ -38,6 +38,7 @@ from service.web import (
     blocking,
     change_tag,
     iso_datetime,
+    streamed_result,
     wait_for_change,
 )
 
@@ -264,8 +265,8 @@ async def job_status(
 
 
 @console.get("/jobs/{job_id}/result")
-async def job_result(job_id: uuid.UUID, who: OperatorDep, store: StoreDep) -> JSONResponse:
-    return JSONResponse({"job_id": str(job_id), "result": await blocking(store.get_result, job_id)})
+async def job_result(job_id: uuid.UUID, who: OperatorDep, store: StoreDep) -> StreamingResponse:
+    return await streamed_result(store, job_id, None)
 
 
 @console.post("/jobs/{job_id}/cancel")

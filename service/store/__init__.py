@@ -14,12 +14,17 @@ def open_store(settings: Settings, *, clock: Clock | None = None) -> Store:
         from service.store.postgres import PostgresStore
 
         return PostgresStore(
-            url, pool_size=settings.pool_size, notify=settings.notify, prepare=settings.prepare, clock=clock
+            url,
+            pool_size=settings.pool_size,
+            notify=settings.notify,
+            prepare=settings.prepare,
+            clock=clock,
+            max_result_bytes=settings.max_result_bytes,
         )
     if url.startswith("sqlite:///"):
         from service.store.sqlite import SqliteStore
 
-        return SqliteStore(url, clock=clock)
+        return SqliteStore(url, clock=clock, max_result_bytes=settings.max_result_bytes)
     raise InvalidInput(f"JOBQ_DATABASE_URL must start with postgresql:// or sqlite:///, not {url.split(':')[0]!r}")
 
 
