@@ -75,7 +75,10 @@ def test_a_body_that_lies_about_its_length_is_still_capped(small_api: LiveApi) -
                 break
 
     limiter = BodySizeLimit(app, limit=10)
-    messages = [{"type": "http.request", "body": b"x" * 8, "more_body": True}, {"type": "http.request", "body": b"y" * 8}]
+    messages = [
+        {"type": "http.request", "body": b"x" * 8, "more_body": True},
+        {"type": "http.request", "body": b"y" * 8},
+    ]
 
     async def receive() -> dict[str, Any]:
         return messages.pop(0)
@@ -97,7 +100,8 @@ def test_the_batch_endpoint_has_its_own_cap(small_api: LiveApi, db: Database) ->
     http = small_api.http(small_api.token())
     jobs = [{"kind": "x", "payload": {"n": "y" * 100}} for _ in range(50)]  # ~6 KiB: over 4 KiB, under 8 KiB
     assert http.post("/v1/jobs/batch", json={"jobs": jobs}).status_code == 202
-    assert_problem(http.post("/v1/jobs/batch", json={"jobs": jobs * 2}), 413)
+    refused = assert_problem(http.post("/v1/jobs/batch", json={"jobs": jobs * 2}), 413)
+    assert "JOBQ_MAX_BATCH_BODY_BYTES" in refused["detail"]  # the setting that applied, not JOBQ_MAX_BODY_BYTES
     assert db.count("jobs") == 50
 
 
