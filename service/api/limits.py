@@ -26,7 +26,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.problems import problem_for, problem_response
 
-
 DRAIN_BYTES = 64 * 1_048_576
 """How far past its cap a refused body is read (and dropped) so that its 413 arrives whole."""
 DRAIN_SECONDS = 10.0

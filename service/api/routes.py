@@ -48,7 +48,12 @@ from service.jobs import (
     JobStatus,
     NewJob,
 )
-from service.payloads import MAX_KEY_LENGTH, MAX_NAME_LENGTH, check_payload_size
+from service.payloads import (
+    IDEMPOTENCY_KEY_PATTERN,
+    MAX_KEY_LENGTH,
+    MAX_NAME_LENGTH,
+    check_payload_size,
+)
 from service.status import ItemOut, JobOut
 from service.store import Store
 from service.web import (
@@ -74,10 +79,14 @@ IdempotencyKey = Annotated[
     Header(
         min_length=1,
         max_length=MAX_KEY_LENGTH,
+        json_schema_extra={"pattern": IDEMPOTENCY_KEY_PATTERN},
         description="Submit at most once per key (per tenant): the same key and body return the "
-        "same job, the same key with another body is a 409.",
+        "same job, the same key with another body is a 409. Visible ASCII ('!' to '~'): other "
+        "text is a 422 (percent-encode or hash it), so a key names the same job here and in a batch.",
     ),
 ]
+"""Its alphabet is checked where the store validates the job (service.payloads.check_idempotency_key),
+so this route and the fast path (service.api.fast_submit) refuse a key with the same answer."""
 
 _POLL_HINT_HEADERS = {
     "Retry-After": {
