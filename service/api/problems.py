@@ -131,20 +131,22 @@ async def problem_handler(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(problem, headers)
 
 
-def allowed_methods(request: Request) -> str:
-    """Every method the request's path answers to (Starlette names only its first route's).
+_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
 
-    A literal path (``/v1/jobs/batch``) wins over a pattern it also fits (``/v1/jobs/{job_id}``).
-    """
-    literal: set[str] = set()
-    patterned: set[str] = set()
-    for route in request.app.router.routes:
-        match, _ = route.matches({**request.scope, "method": "\x00"})  # a method no route has
-        methods = getattr(route, "methods", None)
-        if match is Match.NONE or not methods:
-            continue
-        (patterned if "{" in getattr(route, "path", "") else literal).update(methods)
-    return ", ".join(sorted(literal or patterned))
+
+def allowed_methods(request: Request) -> str:
+    """Every method the request's path answers to without a 405 (Starlette names only its first
+    route's): each method asked of the router's own matching, so routers that FastAPI nests
+    (``_IncludedRouter`` since 0.165, which an inspection of ``route.methods`` never sees) count,
+    and a literal path (``/v1/jobs/batch``) is matched as the router matches it."""
+    allowed = [
+        method
+        for method in _METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] is Match.FULL for route in request.app.router.routes
+        )
+    ]
+    return ", ".join(allowed)
 
 
 def problem_response(problem: Problem, headers: dict[str, str] | None = None) -> JSONResponse:

@@ -225,8 +225,11 @@ def test_bad_query_parameters_are_422s(api: LiveApi) -> None:
 def test_unknown_routes_and_methods_are_problems_too(api: LiveApi) -> None:
     http = api.http(api.token())
     assert_problem(http.get("/v1/nothing-here"), 404)
-    problem = assert_problem(http.delete("/v1/jobs"), 405)
-    assert "allowed" in problem["detail"]
+    refused = http.delete("/v1/jobs")
+    problem = assert_problem(refused, 405)
+    assert refused.headers["allow"] == "GET, POST"  # every method of the path, FastAPI's nesting or not
+    assert problem["detail"] == "method not allowed here; allowed: GET, POST"
+    assert "POST" in http.put("/v1/jobs/batch").headers["allow"].split(", ")
 
 
 def test_a_body_that_is_not_json_by_content_type_is_a_422(api: LiveApi, db: Database) -> None:
