@@ -112,7 +112,10 @@ def problem_for(exc: BaseException) -> tuple[Problem, dict[str, str]]:
         elif exc.status_code == 405:
             detail = f"method not allowed here; allowed: {headers.get('Allow', 'see /docs')}"
         elif exc.status_code == 400:  # FastAPI's answer to a body it cannot decode (not UTF-8, too deep)
-            detail = "the request body could not be read as JSON: send UTF-8 JSON text"
+            if isinstance(exc.__cause__, RecursionError):
+                detail = "the request body's JSON is nested too deeply to read: flatten it"
+            else:
+                detail = "the request body could not be read as JSON: send UTF-8 JSON text"
             return _problem(422, "invalid-request", detail), headers
         if exc.status_code == 413:  # the body cap (service.api.limits)
             return _problem(413, "payload-too-large", detail), headers
@@ -124,6 +127,9 @@ def problem_for(exc: BaseException) -> tuple[Problem, dict[str, str]]:
 async def problem_handler(request: Request, exc: Exception) -> JSONResponse:
     """The app's one exception handler: every error leaves as problem+json."""
     problem, headers = problem_for(exc)
+    if isinstance(exc, RequestValidationError) and _body_not_sent_as_json(exc, request):
+        content_type = request.headers.get("content-type") or "none"
+        problem.detail = f"send the body as JSON with Content-Type: application/json (it came as {content_type!r})"
     if problem.status == 405:
         allowed = allowed_methods(request)
         headers["Allow"] = allowed
@@ -147,6 +153,14 @@ def allowed_methods(request: Request) -> str:
         )
     ]
     return ", ".join(allowed)
+
+
+def _body_not_sent_as_json(exc: RequestValidationError, request: Request) -> bool:
+    """The body was refused whole (FastAPI did not read it as JSON) and its Content-Type is not
+    JSON: the Content-Type is what to fix, however valid the JSON inside (issue 26)."""
+    whole = any(tuple(error.get("loc", ())) == ("body",) for error in exc.errors())
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    return whole and not (media_type == "application/json" or media_type.endswith("+json"))
 
 
 def problem_response(problem: Problem, headers: dict[str, str] | None = None) -> JSONResponse:

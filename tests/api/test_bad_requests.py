@@ -237,6 +237,17 @@ def test_a_body_that_is_not_json_by_content_type_is_a_422(api: LiveApi, db: Data
     response = http.post("/v1/jobs", content=b'{"kind": "x"}', headers={"Content-Type": "text/plain"})
     assert response.status_code == 422, response.text
     assert response.headers["content-type"] == "application/problem+json"
+    # valid JSON under the wrong Content-Type: the message says what to fix
+    assert "Content-Type: application/json" in response.json()["detail"] and "text/plain" in response.json()["detail"]
+    _nothing_written(db)
+
+
+def test_too_deep_json_is_reported_as_too_deep(api: LiveApi, db: Database) -> None:
+    http = api.http(api.token())
+    deep = b'{"kind": "x", "payload": {"a": ' + b"[" * 5_000 + b"]" * 5_000 + b"}}"
+    for path, body in (("/v1/jobs", deep), ("/v1/jobs/batch", b'{"jobs": [' + deep + b"]}")):
+        problem = assert_problem(http.post(path, content=body, headers={"Content-Type": "application/json"}), 422)
+        assert "nested too deeply" in problem["detail"], problem
     _nothing_written(db)
 
 
