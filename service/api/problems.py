@@ -23,6 +23,7 @@ registers for all of them.
 from __future__ import annotations
 
 import logging
+import re
 from http import HTTPStatus
 from typing import Any
 
@@ -138,21 +139,37 @@ async def problem_handler(request: Request, exc: Exception) -> JSONResponse:
 
 
 _METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+_OPERATIONS = frozenset(method.lower() for method in _METHODS)
 
 
 def allowed_methods(request: Request) -> str:
-    """Every method the request's path answers to without a 405 (Starlette names only its first
-    route's): each method asked of the router's own matching, so routers that FastAPI nests
-    (``_IncludedRouter`` since 0.165, which an inspection of ``route.methods`` never sees) count,
-    and a literal path (``/v1/jobs/batch``) is matched as the router matches it."""
-    allowed = [
+    """Every method the request's path answers to (Starlette names only its first route's).
+
+    The app's own OpenAPI paths say which, a literal path (``/v1/jobs/batch``) winning over a
+    pattern it also fits (``/v1/jobs/{job_id}``), as the documentation does. A path outside
+    them (the console's) asks the router for each method. Neither reads ``route.methods``:
+    FastAPI 0.165 nests included routers (``_IncludedRouter``), whose routes that never sees,
+    and every 405 said "allowed: " with an empty Allow header (issue 26)."""
+    path = request.url.path
+    literal: set[str] = set()
+    patterned: set[str] = set()
+    for template, operations in request.app.openapi().get("paths", {}).items():
+        methods = {name.upper() for name in operations if name in _OPERATIONS}
+        if template == path:
+            literal |= methods
+        elif "{" in template and re.fullmatch(re.sub(r"\\\{[^}]*\\\}", "[^/]+", re.escape(template)), path):
+            patterned |= methods
+    documented = literal or patterned
+    if documented:
+        return ", ".join(sorted(documented))
+    probed = [
         method
         for method in _METHODS
         if any(
             route.matches({**request.scope, "method": method})[0] is Match.FULL for route in request.app.router.routes
         )
     ]
-    return ", ".join(allowed)
+    return ", ".join(probed)
 
 
 def _body_not_sent_as_json(exc: RequestValidationError, request: Request) -> bool:
