@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from service.payloads import MAX_LEASE_SECONDS
+from service.payloads import DEFAULT_MAX_RESULT_BYTES, MAX_LEASE_SECONDS
 
 DEFAULT_DATABASE_URL = "sqlite:///./jobq.db"
 
@@ -45,6 +45,13 @@ class Settings(BaseSettings):
     lease_seconds: float = Field(default=60.0, gt=0, le=MAX_LEASE_SECONDS)
     retry_base_seconds: float = Field(default=2.0, ge=0)
     retry_cap_seconds: float = Field(default=600.0, ge=0)
+    max_result_bytes: int = Field(
+        default=DEFAULT_MAX_RESULT_BYTES,
+        ge=1_024,
+        description="Largest result (a job's, or one item's) as JSON, in bytes. A worker whose handler "
+        "returns more fails the attempt for good; keep large artefacts in object storage and return "
+        "a reference. The API streams a result, so reading one does not hold it in memory.",
+    )
     # -- the REST API (jobq serve) ---------------------------------------------------
     auth: bool = Field(
         default=True,

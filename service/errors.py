@@ -3,6 +3,7 @@
     JobqError
      ├── InvalidInput            bad arguments: nothing was written
      │    └── PayloadTooLarge    a request body or payload over its byte limit (HTTP 413)
+     │         └── ResultTooLarge a handler's result (or an item's) over JOBQ_MAX_RESULT_BYTES: the attempt fails for good
      ├── Unauthorized            no valid API token: missing, unknown or revoked (HTTP 401)
      ├── NotFound
      │    ├── JobNotFound        no such job for this tenant (another tenant's job is "not found" too)
@@ -135,6 +136,12 @@ class PayloadTooLarge(InvalidInput):
     """A request body or a job's payload is over its byte limit; nothing was written.
 
     (A batch of too many jobs is an ``InvalidInput``: the count is part of the API's schema.)"""
+
+
+class ResultTooLarge(PayloadTooLarge):
+    """A result (a job's or an item's) is over ``JOBQ_MAX_RESULT_BYTES``; nothing was written.
+
+    The same handler returns the same result again, so the attempt fails without a retry."""
 
 
 class Unauthorized(JobqError):

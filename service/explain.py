@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from service.durations import format_duration
-from service.jobs import JobState, JobStatus, WorkerInfo
+from service.jobs import WORKER_LATE_SECONDS, JobState, JobStatus, WorkerInfo
 from service.limits import ScopeUsage
 
 SHOWN_RUNNING_IDS = 20
@@ -176,6 +176,19 @@ def _queued(facts: JobFacts) -> list[Reason]:
                     {"scope": usage.scope, "next_start_at": _at(next_start)},
                 )
             )
+    latest = max((w.last_seen_at for w in serving if w.last_seen_at is not None), default=None)
+    if not reasons and latest is not None and (now - latest).total_seconds() > WORKER_LATE_SECONDS:
+        # Alive by WORKER_ALIVE_SECONDS, but every one of them missed its last touch: a crashed
+        # worker looks like this until it ages out, and it has no slot to give (issue 26).
+        silent = round((now - latest).total_seconds())
+        reasons.append(
+            Reason(
+                "no_worker_for_queue",
+                f"no worker of its queue {status.queue!r} has reported for {silent} s (they report every"
+                f" 10 s): the last may have stopped; a live worker of the queue takes it",
+                {"queue": status.queue, "silent_seconds": silent, "workers": len(serving)},
+            )
+        )
     if not reasons:
         ahead = facts.ahead_in_tenant
         reasons.append(

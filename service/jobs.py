@@ -534,6 +534,10 @@ WORKER_ALIVE_SECONDS = 30.0
 every 10 s, jittered by +-20 % (WorkerConfig.touch_seconds), so 30 s is three missed touches, not a
 slow one. /metrics, ``jobq stats``, ``jobq explain``, the console and the API's explain all count by it."""
 
+WORKER_LATE_SECONDS = 15.0
+"""A live worker that has not touched its row for this long missed a touch (10 s +- 20 %, and a
+margin): it may have crashed. ``explain`` says so for a due job rather than promise it a slot."""
+
 
 @dataclass(frozen=True)
 class ApiToken:

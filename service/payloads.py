@@ -14,18 +14,25 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
-from service.errors import InvalidInput, PayloadTooLarge
+from service.errors import InvalidInput, PayloadTooLarge, ResultTooLarge
 from service.jobs import ADMIN_TENANT, JSON, MAX_PAGE_SIZE, ItemOutcome, ItemState, NewJob
 
 MAX_NAME_LENGTH = 200
 """kind, queue, tenant, a schedule's name: one bound, which the API's schemas and every check import."""
 MAX_KEY_LENGTH = 255
 """Idempotency and concurrency keys (the Idempotency-Key header's bound too)."""
+IDEMPOTENCY_KEY_PATTERN = r"^[!-~]+$"
+"""An idempotency key's alphabet: visible ASCII, no space (what an HTTP header carries byte for
+byte, and what an RFC 8941 string holds, less the space a parser may trim). The API's header and
+a batch's body, the CLI and the library then name one key with the same bytes."""
 MAX_PRIORITY = 1_000
 MAX_ATTEMPTS_LIMIT = 100
 MAX_TOTAL = 2_147_483_647
 """Items a job may count (done and total): a PostgreSQL integer."""
 MAX_DELAY_SECONDS = 366 * 86_400
+DEFAULT_MAX_RESULT_BYTES = 16 * 1_048_576
+"""A result's bound (JOBQ_MAX_RESULT_BYTES) unless configured: room for a model's text output,
+not for its artefacts (those go to object storage; the result holds their reference)."""
 MAX_LEASE_SECONDS = 86_400
 
 # Built once: json.dumps with any option builds a new encoder per call, which costs
@@ -126,6 +133,19 @@ def check_payload_size(payload: JSON, limit: int, what: str = "payload") -> None
         )
 
 
+def check_result_size(text: str, limit: int, what: str = "result") -> str:
+    """A result's JSON text within ``limit`` bytes (UTF-8), else ResultTooLarge naming both and the setting."""
+    # len(text) counts characters: the text is ASCII (see _COMPACT) when dump_json made it,
+    # but the bound is on bytes, so count bytes whenever the characters alone could pass it.
+    size = len(text) if text.isascii() else len(text.encode("utf-8"))
+    if size > limit:
+        raise ResultTooLarge(
+            f"{what} is {size} bytes, over the limit of {limit} (JOBQ_MAX_RESULT_BYTES); "
+            "keep large artefacts in object storage and return a reference to them"
+        )
+    return text
+
+
 def storable_error(error: str) -> str:
     """An error message as both databases can store it: a handler's text is not ours to refuse."""
     return error.replace("\x00", "\\0").encode("utf-8", "backslashreplace").decode("utf-8")
@@ -210,12 +230,30 @@ def _validate_new_job(job: NewJob, names: set[str]) -> None:
         raise InvalidInput(f"delay_seconds must be a non-negative number of seconds (at most {MAX_DELAY_SECONDS})")
     if job.run_after is not None and job.run_after.tzinfo is None:
         raise InvalidInput("run_after must carry a time zone")
-    for name in ("idempotency_key", "concurrency_key"):
-        value = getattr(job, name)
-        if value is not None and (not isinstance(value, str) or not value or len(value) > MAX_KEY_LENGTH):
-            raise InvalidInput(f"{name} must be a non-empty string of at most {MAX_KEY_LENGTH} characters")
-        if value is not None:
-            storable_text(value, name)
+    if job.idempotency_key is not None:
+        check_idempotency_key(job.idempotency_key)
+    if job.concurrency_key is not None:
+        value = job.concurrency_key
+        if not isinstance(value, str) or not value or len(value) > MAX_KEY_LENGTH:
+            raise InvalidInput(f"concurrency_key must be a non-empty string of at most {MAX_KEY_LENGTH} characters")
+        storable_text(value, "concurrency_key")
+
+
+def check_idempotency_key(value: object, what: str = "idempotency_key") -> str:
+    """The one rule for an idempotency key, wherever it comes in (the Idempotency-Key header, a
+    batch's body, the CLI, the library): 1 to MAX_KEY_LENGTH characters of visible ASCII
+    (IDEMPOTENCY_KEY_PATTERN). Other text would reach the store as different bytes by header
+    (read as Latin-1) and by body (UTF-8), and name two jobs; a client percent-encodes or
+    hashes it first."""
+    if not isinstance(value, str) or not value or len(value) > MAX_KEY_LENGTH:
+        raise InvalidInput(f"{what} must be a non-empty string of at most {MAX_KEY_LENGTH} characters")
+    bad = next((char for char in value if not "!" <= char <= "~"), None)
+    if bad is not None:
+        raise InvalidInput(
+            f"{what} must be visible ASCII ('!' to '~', no space), as an HTTP header carries it; "
+            f"it holds {bad!r}: percent-encode or hash other text"
+        )
+    return value
 
 
 def check_item_outcome(item: ItemOutcome) -> None:

@@ -97,3 +97,16 @@ def test_the_batch_encoders_refuse_in_the_words_of_dump_json_for_each_value_in_t
     with pytest.raises(InvalidInput) as refused:
         dump_batch([{"payload": value} for value in values], values, "payload")
     assert str(refused.value) == expected
+
+
+def test_an_idempotency_key_is_visible_ascii_wherever_it_comes_from() -> None:
+    from service.errors import InvalidInput
+    from service.jobs import NewJob
+    from service.payloads import check_idempotency_key, validate_new_job
+
+    assert check_idempotency_key("invoice-42:2026/12~x") == "invoice-42:2026/12~x"
+    for bad in ("caf\u00e9", "a b", "tab\t", "\x7f", ""):
+        with pytest.raises(InvalidInput):
+            check_idempotency_key(bad)
+        with pytest.raises(InvalidInput, match="idempotency_key"):
+            validate_new_job(NewJob(kind="k", idempotency_key=bad))  # the store, the CLI and Queue call this

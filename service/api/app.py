@@ -97,7 +97,7 @@ def mount_api(app: JobqApi, settings: Settings) -> None:
     app.add_middleware(
         BodySizeLimit,
         limit=settings.max_body_bytes,
-        limits_by_path={"/v1/jobs/batch": settings.max_batch_body_bytes},
+        limits_by_path={"/v1/jobs/batch": (settings.max_batch_body_bytes, "JOBQ_MAX_BATCH_BODY_BYTES")},
     )
     # A plain GET /v1/jobs/{id} that succeeds is answered before FastAPI's machinery (see fast_poll).
     app.fast_poll = StatusPollFastPath(app.state)

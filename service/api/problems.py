@@ -24,6 +24,7 @@ registers for all of them.
 from __future__ import annotations
 
 import logging
+import re
 from http import HTTPStatus
 from typing import Any
 
@@ -117,7 +118,10 @@ def problem_for(exc: BaseException) -> tuple[Problem, dict[str, str]]:
         elif exc.status_code == 405:
             detail = f"method not allowed here; allowed: {headers.get('Allow', 'see /docs')}"
         elif exc.status_code == 400:  # FastAPI's answer to a body it cannot decode (not UTF-8, too deep)
-            detail = "the request body could not be read as JSON: send UTF-8 JSON text"
+            if isinstance(exc.__cause__, RecursionError):
+                detail = "the request body's JSON is nested too deeply to read: flatten it"
+            else:
+                detail = "the request body could not be read as JSON: send UTF-8 JSON text"
             return _problem(422, "invalid-request", detail), headers
         if exc.status_code == 413:  # the body cap (service.api.limits)
             return _problem(413, "payload-too-large", detail), headers
@@ -129,6 +133,9 @@ def problem_for(exc: BaseException) -> tuple[Problem, dict[str, str]]:
 async def problem_handler(request: Request, exc: Exception) -> JSONResponse:
     """The app's one exception handler: every error leaves as problem+json."""
     problem, headers = problem_for(exc)
+    if isinstance(exc, RequestValidationError) and _body_not_sent_as_json(exc, request):
+        content_type = request.headers.get("content-type") or "none"
+        problem.detail = f"send the body as JSON with Content-Type: application/json (it came as {content_type!r})"
     if problem.status == 405:
         allowed = allowed_methods(request)
         headers["Allow"] = allowed
@@ -136,20 +143,46 @@ async def problem_handler(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(problem, headers)
 
 
+_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+_OPERATIONS = frozenset(method.lower() for method in _METHODS)
+
+
 def allowed_methods(request: Request) -> str:
     """Every method the request's path answers to (Starlette names only its first route's).
 
-    A literal path (``/v1/jobs/batch``) wins over a pattern it also fits (``/v1/jobs/{job_id}``).
-    """
+    The app's own OpenAPI paths say which, a literal path (``/v1/jobs/batch``) winning over a
+    pattern it also fits (``/v1/jobs/{job_id}``), as the documentation does. A path outside
+    them (the console's) asks the router for each method. Neither reads ``route.methods``:
+    FastAPI 0.165 nests included routers (``_IncludedRouter``), whose routes that never sees,
+    and every 405 said "allowed: " with an empty Allow header (issue 26)."""
+    path = request.url.path
     literal: set[str] = set()
     patterned: set[str] = set()
-    for route in request.app.router.routes:
-        match, _ = route.matches({**request.scope, "method": "\x00"})  # a method no route has
-        methods = getattr(route, "methods", None)
-        if match is Match.NONE or not methods:
-            continue
-        (patterned if "{" in getattr(route, "path", "") else literal).update(methods)
-    return ", ".join(sorted(literal or patterned))
+    for template, operations in request.app.openapi().get("paths", {}).items():
+        methods = {name.upper() for name in operations if name in _OPERATIONS}
+        if template == path:
+            literal |= methods
+        elif "{" in template and re.fullmatch(re.sub(r"\\\{[^}]*\\\}", "[^/]+", re.escape(template)), path):
+            patterned |= methods
+    documented = literal or patterned
+    if documented:
+        return ", ".join(sorted(documented))
+    probed = [
+        method
+        for method in _METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] is Match.FULL for route in request.app.router.routes
+        )
+    ]
+    return ", ".join(probed)
+
+
+def _body_not_sent_as_json(exc: RequestValidationError, request: Request) -> bool:
+    """The body was refused whole (FastAPI did not read it as JSON) and its Content-Type is not
+    JSON: the Content-Type is what to fix, however valid the JSON inside (issue 26)."""
+    whole = any(tuple(error.get("loc", ())) == ("body",) for error in exc.errors())
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    return whole and not (media_type == "application/json" or media_type.endswith("+json"))
 
 
 def problem_response(problem: Problem, headers: dict[str, str] | None = None) -> JSONResponse:

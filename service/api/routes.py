@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import StreamingResponse
 from pydantic import BeforeValidator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -47,7 +47,12 @@ from service.jobs import (
     JobStatus,
     NewJob,
 )
-from service.payloads import MAX_KEY_LENGTH, MAX_NAME_LENGTH, check_payload_size
+from service.payloads import (
+    IDEMPOTENCY_KEY_PATTERN,
+    MAX_KEY_LENGTH,
+    MAX_NAME_LENGTH,
+    check_payload_size,
+)
 from service.status import ItemOut, JobOut
 from service.store import Store
 from service.web import (
@@ -61,6 +66,7 @@ from service.web import (
     blocking,
     iso_datetime,
     poll_after_seconds,
+    streamed_result,
     wait_for_change,
 )
 
@@ -73,10 +79,14 @@ IdempotencyKey = Annotated[
     Header(
         min_length=1,
         max_length=MAX_KEY_LENGTH,
+        json_schema_extra={"pattern": IDEMPOTENCY_KEY_PATTERN},
         description="Submit at most once per key (per tenant): the same key and body return the "
-        "same job, the same key with another body is a 409.",
+        "same job, the same key with another body is a 409. Visible ASCII ('!' to '~'): other "
+        "text is a 422 (percent-encode or hash it), so a key names the same job here and in a batch.",
     ),
 ]
+"""Its alphabet is checked where the store validates the job (service.payloads.check_idempotency_key),
+so this route and the fast path (service.api.fast_submit) refuse a key with the same answer."""
 
 _POLL_HINT_HEADERS = {
     "Retry-After": {
@@ -204,10 +214,13 @@ async def get_job(
     summary="A succeeded job's result",
     responses=problem_responses(401, 404, 409, 422, 503),
 )
-async def get_result(job_id: JobId, tenant: TenantDep, store: StoreDep) -> JSONResponse:
-    """The stored result. Before the job succeeded: a 409 that names its state."""
-    result = await blocking(store.get_result, job_id, tenant)
-    return JSONResponse({"job_id": str(job_id), "result": result})
+async def get_result(job_id: JobId, tenant: TenantDep, store: StoreDep) -> StreamingResponse:
+    """The stored result. Before the job succeeded: a 409 that names its state.
+
+    Streamed from the database a chunk at a time with its Content-Length, the stored JSON
+    text as it is (never parsed here): a reader costs the API a chunk of memory, whatever
+    the result's size (up to JOBQ_MAX_RESULT_BYTES) and however many read at once."""
+    return await streamed_result(store, job_id, tenant)
 
 
 @router.get(

@@ -26,12 +26,14 @@ from pydantic import (
 
 from service.jobs import NewJob
 from service.payloads import (
+    IDEMPOTENCY_KEY_PATTERN,
     MAX_ATTEMPTS_LIMIT,
     MAX_DELAY_SECONDS,
     MAX_KEY_LENGTH,
     MAX_NAME_LENGTH,
     MAX_PRIORITY,
     MAX_TOTAL,
+    check_idempotency_key,
     storable_json,
     storable_text,
 )
@@ -63,6 +65,19 @@ Name = Annotated[
     str, Field(min_length=1, max_length=MAX_NAME_LENGTH, pattern=NOT_BLANK), AfterValidator(storable_field)
 ]
 Key = Annotated[str, Field(min_length=1, max_length=MAX_KEY_LENGTH), AfterValidator(storable_field)]
+
+
+def idempotency_key_field(value: str, info: ValidationInfo) -> str:
+    """The domain's key rule (service.payloads.check_idempotency_key), naming the field."""
+    return check_idempotency_key(value, info.field_name or "idempotency_key")
+
+
+IdempotencyKeyText = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_KEY_LENGTH, json_schema_extra={"pattern": IDEMPOTENCY_KEY_PATTERN}),
+    AfterValidator(idempotency_key_field),
+]
+"""An idempotency key as the batch's body and the Idempotency-Key header take it: one rule."""
 
 
 class _Request(BaseModel):
@@ -122,7 +137,7 @@ class JobSubmit(_Request):
 class BatchJob(JobSubmit):
     """A job of a batch: as a single submit, with its Idempotency-Key in the body."""
 
-    idempotency_key: Key | None = Field(
+    idempotency_key: IdempotencyKeyText | None = Field(
         default=None,
         description="Submit at most once per key (per tenant), as the Idempotency-Key header of a single "
         "submit: a key already used for the same job answers that job; for another job, a 409.",

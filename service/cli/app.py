@@ -176,6 +176,8 @@ def parse_payload(text: str) -> dict[str, Any]:
         value = json.loads(text, parse_constant=reject_constant)
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"--payload is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidInput("--payload is nested too deeply to read as JSON: flatten it") from None
     if not isinstance(value, dict):
         raise InvalidInput(f"--payload must be a JSON object, not {type(value).__name__}")
     return value

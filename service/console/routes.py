@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, urlencode
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, RedirectResponse, Response
+from fastapi.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from fastapi.templating import Jinja2Templates
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -67,6 +67,7 @@ from service.web import (
     blocking,
     change_tag,
     iso_datetime,
+    streamed_result,
     wait_for_change,
 )
 
@@ -431,8 +432,8 @@ async def job_status(
 
 
 @console.get("/jobs/{job_id}/result")
-async def job_result(job_id: uuid.UUID, who: OperatorDep, store: StoreDep) -> JSONResponse:
-    return JSONResponse({"job_id": str(job_id), "result": await blocking(store.get_result, job_id)})
+async def job_result(job_id: uuid.UUID, who: OperatorDep, store: StoreDep) -> StreamingResponse:
+    return await streamed_result(store, job_id, None)
 
 
 @console.post("/jobs/{job_id}/cancel")

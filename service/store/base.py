@@ -126,7 +126,18 @@ class Listener(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class StoredResult:
+    """A succeeded job's result as a streaming reader finds it: its row and its size in bytes."""
+
+    result_id: uuid.UUID
+    size: int
+
+
 class Store(Protocol):
+    max_result_bytes: int
+    """The largest result (a job's or an item's JSON text) a completion may write (ResultTooLarge over it)."""
+
     # -- submitting ---------------------------------------------------------------
     def enqueue(self, job: NewJob, *, connection: object | None = None, token_hash: str | None = None) -> JobStatus:
         """Store one job. With an idempotency key already used by the tenant, return that job if
@@ -277,6 +288,16 @@ class Store(Protocol):
 
     def get_result(self, job_id: uuid.UUID, tenant: str | None = None) -> JSON:
         """A succeeded job's result. Raises JobNotFound, or InvalidTransition before success."""
+        ...
+
+    def result_size(self, job_id: uuid.UUID, tenant: str | None = None) -> StoredResult:
+        """Where a succeeded job's result is and its size in bytes of JSON text, for a reader that
+        streams it with :meth:`read_result_chunk`. Raises JobNotFound, or InvalidTransition before success."""
+        ...
+
+    def read_result_chunk(self, result_id: uuid.UUID, offset: int, length: int) -> bytes:
+        """Bytes ``[offset, offset + length)`` of a result's JSON text (UTF-8); fewer at its end,
+        none once it is gone (pruned meanwhile). A reader's memory is a chunk, whatever the size."""
         ...
 
     def get_payload(self, job_id: uuid.UUID, tenant: str | None = None) -> JSON:

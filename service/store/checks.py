@@ -51,6 +51,7 @@ from service.payloads import (
     check_lease_seconds,
     check_page_size,
     check_progress,
+    check_result_size,
     dump_json,
     storable_error,
     validate_new_jobs,
@@ -125,11 +126,12 @@ def heartbeat_args(lease_seconds: float, done: int | None, total: int | None, ch
     return None if checkpoint is None else dump_json(checkpoint, "checkpoint")
 
 
-def completion_bodies(finished: Sequence[Completion]) -> list[str]:
-    """Each completion's progress checked and its result as JSON text (a null result stays JSON null)."""
+def completion_bodies(finished: Sequence[Completion], max_result_bytes: int) -> list[str]:
+    """Each completion's progress checked and its result as JSON text (a null result stays JSON
+    null), at most ``max_result_bytes`` (ResultTooLarge: the worker fails the attempt for good)."""
     for item in finished:
         check_progress(item.done, item.total)
-    return [dump_json(item.result, "result") for item in finished]
+    return [check_result_size(dump_json(item.result, "result"), max_result_bytes) for item in finished]
 
 
 @dataclass(frozen=True)
@@ -222,6 +224,12 @@ def result_row(row: Row | None, job_id: uuid.UUID) -> Row:
     if row["state"] != JobState.SUCCEEDED:
         raise InvalidTransition(f"job {job_id} has no result: it is {row['state']}", row["state"])
     return row
+
+
+def chunk_bounds(offset: int, length: int) -> None:
+    """A chunk of a result: from a byte offset (0 or more), at least one byte long."""
+    if offset < 0 or length < 1:
+        raise InvalidInput(f"a result chunk starts at 0 or later and holds a byte or more (not {offset}, {length})")
 
 
 def not_cancellable(current: JobStatus) -> InvalidTransition:

@@ -10,12 +10,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from service.jobs import ItemOutcome, Lease, error_group
-from service.payloads import check_item_outcome, dump_json, storable_error
+from service.payloads import check_item_outcome, check_result_size, dump_json, storable_error
 
 
-def item_rows(lease: Lease, items: Sequence[ItemOutcome]) -> list[dict[str, Any]]:
+def item_rows(lease: Lease, items: Sequence[ItemOutcome], max_result_bytes: int) -> list[dict[str, Any]]:
     """The item outcomes a holder writes, as the rows both stores store; each result is
-    its JSON text (InvalidInput if it is not JSON), each error storable and grouped."""
+    its JSON text (InvalidInput if it is not JSON, ResultTooLarge over ``max_result_bytes``),
+    each error storable and grouped."""
     rows = []
     for item in items:
         check_item_outcome(item)
@@ -25,7 +26,9 @@ def item_rows(lease: Lease, items: Sequence[ItemOutcome]) -> list[dict[str, Any]
                 "job_id": str(lease.job_id),
                 "item_index": item.index,
                 "state": item.state.value,
-                "result": dump_json(item.result, "item result"),
+                "result": check_result_size(
+                    dump_json(item.result, "item result"), max_result_bytes, f"the result of item {item.index}"
+                ),
                 "error": error,
                 "error_group": error_group(error) if error is not None else None,
                 "attempt": lease.attempt,

@@ -19,6 +19,7 @@ from sqlalchemy import Connection, create_engine, delete, insert, inspect, pool,
 
 from service.errors import SchemaMismatch, StoreUnavailable
 from service.store.schema import schema_compatibility
+from service.store.urls import POSTGRES_PREFIXES, database_dialect
 
 CONNECT_TIMEOUT_SECONDS = 10
 # On PostgreSQL: give up on a silent host after CONNECT_TIMEOUT_SECONDS, and prepare nothing:
@@ -102,11 +103,14 @@ def migrations_folder() -> Path:
 
 
 def sqlalchemy_url(database_url: str) -> str:
-    """The SQLAlchemy spelling of a jobq URL: PostgreSQL goes through psycopg 3."""
-    for prefix in ("postgresql://", "postgres://"):
+    """The SQLAlchemy spelling of a jobq URL: PostgreSQL goes through psycopg 3. A URL that
+    names no database jobq runs on is refused as every command refuses it (service.store.urls)."""
+    if database_dialect(database_url) == "sqlite":
+        return database_url
+    for prefix in POSTGRES_PREFIXES:
         if database_url.startswith(prefix):
             return "postgresql+psycopg://" + database_url[len(prefix) :]
-    return database_url
+    raise AssertionError("database_dialect accepts only these prefixes")
 
 
 def alembic_config(database_url: str) -> Config:

@@ -126,6 +126,7 @@ class JobContext:
         self._stop_reason: StopReason | None = None
         self._stop_callbacks: list[Callable[[], None]] = []
         self._item_limit = max_item_failures
+        self._refused: str | None = None  # why the store refused what the handler recorded (see refuse)
         self._outcomes: dict[int, ItemState] = {}  # every outcome known now: earlier ones and this attempt's
         self._ok_results: dict[int, JSON] = {}
         self._pending_items: list[ItemOutcome] = []
@@ -366,6 +367,18 @@ class JobContext:
         return True
 
     # -- the worker's side -------------------------------------------------------------
+    def refuse(self, error: str) -> None:
+        """The store refused what this attempt recorded (an item's result over JOBQ_MAX_RESULT_BYTES):
+        the attempt fails for good when the handler returns, whatever it returns (the first error kept)."""
+        with self._lock:
+            if self._refused is None:
+                self._refused = error
+
+    @property
+    def refused(self) -> str | None:
+        with self._lock:
+            return self._refused
+
     def request_stop(self, reason: StopReason) -> bool:
         """Tell the handler to stop. The first reason wins; returns False if already stopping."""
         with self._lock:

@@ -56,6 +56,9 @@ def execute(spec: HandlerSpec, ctx: JobContext) -> Outcome:
         return Failed(format_error(exc), retryable=True)
     if ctx.stop_reason is not None:
         return Stopped(ctx.stop_reason)
+    if ctx.refused is not None:
+        # An item's result the store refused (too large): the same code records it again.
+        return Failed(ctx.refused, retryable=False)
     try:
         dump_json(result, "result")
     except InvalidInput as exc:

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from service.errors import InvalidInput, StoreUnavailable
+from service.errors import InvalidInput, ResultTooLarge, StoreUnavailable
 from service.store.base import Store
 from service.worker.backoff import Backoff
 from service.worker.context import StopReason
@@ -114,7 +114,10 @@ class LeaseKeeper:
             return False
         except InvalidInput as exc:
             # Progress the database refused (it was checked when recorded, so this is rare):
-            # drop it rather than lose the lease over it.
+            # drop it rather than lose the lease over it. An item's result over the bound
+            # fails the attempt for good once the handler returns (JobContext.refuse).
+            if isinstance(exc, ResultTooLarge):
+                running.ctx.refuse(f"InvalidResult: the result was refused: {exc}")
             log_event(
                 "keeper.progress_refused",
                 logging.ERROR,

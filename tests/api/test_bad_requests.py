@@ -75,7 +75,10 @@ def test_a_body_that_lies_about_its_length_is_still_capped(small_api: LiveApi) -
                 break
 
     limiter = BodySizeLimit(app, limit=10)
-    messages = [{"type": "http.request", "body": b"x" * 8, "more_body": True}, {"type": "http.request", "body": b"y" * 8}]
+    messages = [
+        {"type": "http.request", "body": b"x" * 8, "more_body": True},
+        {"type": "http.request", "body": b"y" * 8},
+    ]
 
     async def receive() -> dict[str, Any]:
         return messages.pop(0)
@@ -97,7 +100,8 @@ def test_the_batch_endpoint_has_its_own_cap(small_api: LiveApi, db: Database) ->
     http = small_api.http(small_api.token())
     jobs = [{"kind": "x", "payload": {"n": "y" * 100}} for _ in range(50)]  # ~6 KiB: over 4 KiB, under 8 KiB
     assert http.post("/v1/jobs/batch", json={"jobs": jobs}).status_code == 202
-    assert_problem(http.post("/v1/jobs/batch", json={"jobs": jobs * 2}), 413)
+    refused = assert_problem(http.post("/v1/jobs/batch", json={"jobs": jobs * 2}), 413)
+    assert "JOBQ_MAX_BATCH_BODY_BYTES" in refused["detail"]  # the setting that applied, not JOBQ_MAX_BODY_BYTES
     assert db.count("jobs") == 50
 
 
@@ -221,8 +225,11 @@ def test_bad_query_parameters_are_422s(api: LiveApi) -> None:
 def test_unknown_routes_and_methods_are_problems_too(api: LiveApi) -> None:
     http = api.http(api.token())
     assert_problem(http.get("/v1/nothing-here"), 404)
-    problem = assert_problem(http.delete("/v1/jobs"), 405)
-    assert "allowed" in problem["detail"]
+    refused = http.delete("/v1/jobs")
+    problem = assert_problem(refused, 405)
+    assert refused.headers["allow"] == "GET, POST"  # every method of the path, FastAPI's nesting or not
+    assert problem["detail"] == "method not allowed here; allowed: GET, POST"
+    assert "POST" in http.put("/v1/jobs/batch").headers["allow"].split(", ")
 
 
 def test_a_body_that_is_not_json_by_content_type_is_a_422(api: LiveApi, db: Database) -> None:
@@ -230,6 +237,17 @@ def test_a_body_that_is_not_json_by_content_type_is_a_422(api: LiveApi, db: Data
     response = http.post("/v1/jobs", content=b'{"kind": "x"}', headers={"Content-Type": "text/plain"})
     assert response.status_code == 422, response.text
     assert response.headers["content-type"] == "application/problem+json"
+    # valid JSON under the wrong Content-Type: the message says what to fix
+    assert "Content-Type: application/json" in response.json()["detail"] and "text/plain" in response.json()["detail"]
+    _nothing_written(db)
+
+
+def test_too_deep_json_is_reported_as_too_deep(api: LiveApi, db: Database) -> None:
+    http = api.http(api.token())
+    deep = b'{"kind": "x", "payload": {"a": ' + b"[" * 5_000 + b"]" * 5_000 + b"}}"
+    for path, body in (("/v1/jobs", deep), ("/v1/jobs/batch", b'{"jobs": [' + deep + b"]}")):
+        problem = assert_problem(http.post(path, content=body, headers={"Content-Type": "application/json"}), 422)
+        assert "nested too deeply" in problem["detail"], problem
     _nothing_written(db)
 
 

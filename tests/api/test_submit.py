@@ -60,7 +60,9 @@ def test_the_same_idempotency_key_and_body_return_the_same_job(api: LiveApi, db:
 
 def test_the_same_idempotency_key_with_another_body_is_a_409(api: LiveApi, db: Database) -> None:
     http = api.http(api.token())
-    original = http.post("/v1/jobs", json={"kind": "classify", "payload": {"items": [1]}}, headers={"Idempotency-Key": "k"})
+    original = http.post(
+        "/v1/jobs", json={"kind": "classify", "payload": {"items": [1]}}, headers={"Idempotency-Key": "k"}
+    )
     assert original.status_code == 202
     for other in (
         {"kind": "classify", "payload": {"items": [2]}},  # another payload
@@ -71,7 +73,9 @@ def test_the_same_idempotency_key_with_another_body_is_a_409(api: LiveApi, db: D
         {"kind": "classify", "payload": {"items": [1]}, "total": 9},
         {"kind": "classify", "payload": {"items": [1]}, "concurrency_key": "c"},
     ):
-        problem = assert_problem(http.post("/v1/jobs", json=other, headers={"Idempotency-Key": "k"}), 409, "idempotency-conflict")
+        problem = assert_problem(
+            http.post("/v1/jobs", json=other, headers={"Idempotency-Key": "k"}), 409, "idempotency-conflict"
+        )
         assert "'k'" in problem["detail"] and original.json()["job_id"] in problem["detail"]
     assert db.count("jobs") == 1
     assert db.job(original.json()["job_id"])["payload"] == {"items": [1]}
@@ -170,3 +174,28 @@ def test_submit_builds_the_domain_job_from_the_request() -> None:
 
     job = JobSubmit.model_validate({"kind": "k", "delay_seconds": 5, "concurrency_key": "c"}).to_new_job("t", "key")
     assert job == NewJob(kind="k", delay_seconds=5, concurrency_key="c", tenant="t", idempotency_key="key")
+
+
+def test_a_non_ascii_idempotency_key_is_refused_alike_by_header_and_batch(api: LiveApi, db: Database) -> None:
+    """Issue 26: "é" sent as a header (bytes read as Latin-1) and in a batch's body (UTF-8) were two
+    keys and made two jobs. The key's alphabet is visible ASCII, one rule on both ways in."""
+    http = api.http(api.token())
+    key = "caf\u00e9-42"
+    by_header = http.post("/v1/jobs", json={"kind": "classify"}, headers={"Idempotency-Key": key.encode("utf-8")})
+    by_body = http.post("/v1/jobs/batch", json={"jobs": [{"kind": "classify", "idempotency_key": key}]})
+    by_route = http.post(  # chunked: not the fast path's, the route's own Header parameter
+        "/v1/jobs",
+        content=iter([b'{"kind": "classify"}']),
+        headers={"Idempotency-Key": key.encode("utf-8"), "Content-Type": "application/json"},
+    )
+    for refused in (by_header, by_route, by_body):
+        problem = assert_problem(refused, 422)
+        assert "visible ASCII" in problem["detail"] and "idempotency" in problem["detail"].lower(), problem
+    for invisible in ("with space", "tab\there"):
+        assert_problem(http.post("/v1/jobs", json={"kind": "x"}, headers={"Idempotency-Key": invisible}), 422)
+        assert_problem(http.post("/v1/jobs/batch", json={"jobs": [{"kind": "x", "idempotency_key": invisible}]}), 422)
+    assert db.count("jobs") == 0
+    ascii_key = "caf%C3%A9-42"  # percent-encoded: the same job both ways
+    one = http.post("/v1/jobs", json={"kind": "classify"}, headers={"Idempotency-Key": ascii_key})
+    two = http.post("/v1/jobs/batch", json={"jobs": [{"kind": "classify", "idempotency_key": ascii_key}]})
+    assert one.json()["job_id"] == two.json()["jobs"][0]["job_id"] and db.count("jobs") == 1

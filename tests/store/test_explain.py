@@ -96,6 +96,22 @@ def test_no_live_worker_for_the_queue_or_the_kind(store, clock: FakeClock):
     assert codes(why(store, typo.id)) == ["no_worker_for_queue"]
 
 
+def test_a_due_job_whose_only_worker_went_silent_is_not_promised_a_free_slot(store, worker, clock: FakeClock):
+    """Issue 26: for ~30 s after the only worker of a queue crashed, explain said "a free worker
+    slot takes it". A worker touches its row every 10 s: past WORKER_LATE_SECONDS without one,
+    explain says it may have stopped."""
+    job = store.enqueue(new_job())
+    assert codes(why(store, job.id)) == ["in_line"]
+
+    clock.advance(20)  # two missed touches, still "alive" by the 30 s window
+    explanation = why(store, job.id)
+    assert codes(explanation) == ["no_worker_for_queue"]
+    assert "has reported for 20 s" in explanation.summary and "may have stopped" in explanation.summary
+
+    store.register_worker(worker)  # it touches again: back in line
+    assert codes(why(store, job.id)) == ["in_line"]
+
+
 def test_a_due_job_says_how_many_of_its_tenant_are_ahead(store, worker):
     store.enqueue_many([new_job(priority=5), new_job(priority=1)])
     last = store.enqueue(new_job(priority=1))

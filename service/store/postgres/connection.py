@@ -218,6 +218,7 @@ class Connected:
 
     database_url: str
     notify: bool
+    max_result_bytes: int
     _clock: Clock | None
     _pool: ConnectionPool[Any]
     _preparation: Preparation
@@ -239,6 +240,10 @@ class Connected:
                         # The pool's connections are made with row_factory=dict_row (open_pool).
                         yield cast("psycopg.Connection[dict[str, Any]]", conn)
                     except psycopg.Error as exc:
+                        if conn.pgconn.pipeline_status:
+                            # psycopg could not leave pipeline mode (errors.pipeline_cause): results
+                            # are still pending on it, so it cannot serve another statement.
+                            conn.close()
                         if not lost_prepared_statement(exc):
                             raise
                         conn.close()  # its psycopg knows names the server may not: the pool makes another

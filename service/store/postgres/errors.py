@@ -40,12 +40,32 @@ class LockWaitTooLong(Exception):
     has a cheaper way on than waiting: see ``complete_and_claim``)."""
 
 
+def pipeline_cause(exc: psycopg.Error) -> psycopg.Error:
+    """The statement's own error behind psycopg's "cannot exit pipeline mode" (issue 26).
+
+    A statement of a pipeline that fails (the refill's lock_timeout, under contention) raises
+    when the pipeline ends, in Pipeline.__exit__; when its answer came in pieces, results are
+    still pending there, and psycopg's exit_pipeline_mode, run in a ``finally``, raises "cannot
+    exit pipeline mode while busy" in place of the statement's error (which it leaves as the
+    context). Read as an outage, that threw the connection away and logged store.unavailable for
+    a lock wait the store has a cheaper way past (``complete_and_claim``'s LockWaitTooLong)."""
+    cause = exc.__context__
+    if (
+        isinstance(exc, psycopg.OperationalError)
+        and str(exc).startswith("cannot exit pipeline mode")
+        and isinstance(cause, psycopg.Error)
+    ):
+        return cause
+    return exc
+
+
 @contextmanager
 def translate_errors() -> Iterator[None]:
     """The one place where psycopg's errors become jobq's."""
     try:
         yield
-    except psycopg.Error as exc:
+    except psycopg.Error as raised:
+        exc = pipeline_cause(raised)
         sqlstate = getattr(exc, "sqlstate", None)
         if sqlstate in RETRYABLE_SQLSTATES:
             raise Retryable(str(exc)) from exc

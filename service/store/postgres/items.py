@@ -39,7 +39,7 @@ class Items(Connected):
         return item_page([row for row in rows if row["item_index"] is not None], query.limit, READ)
 
 
-def item_batch(outcomes: Sequence[tuple[Lease, Sequence[ItemOutcome]]]) -> str:
+def item_batch(outcomes: Sequence[tuple[Lease, Sequence[ItemOutcome]]], max_result_bytes: int) -> str:
     """The item outcomes of one statement as one JSON parameter (see ITEM_INPUT); each
     result is JSON text inside it, read back as jsonb."""
-    return json.dumps([row for lease, items in outcomes for row in item_rows(lease, items)])
+    return json.dumps([row for lease, items in outcomes for row in item_rows(lease, items, max_result_bytes)])

@@ -9,6 +9,8 @@ _SQL = statements("postgres")
 
 GET_JOB = _SQL["get_job"]
 GET_RESULT = _SQL["get_result"]
+RESULT_SIZE = _SQL["result_size"]
+RESULT_CHUNK = _SQL["result_chunk"]
 GET_PAYLOAD = _SQL["get_payload"]
 LIST_JOBS = _SQL["list_jobs"]
 LIST_ALL_JOBS = _SQL["list_all_jobs"]

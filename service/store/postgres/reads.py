@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from service.errors import JobNotFound, Unauthorized
 from service.jobs import JSON, Attempt, JobPage, JobQuery, JobStatus, StatusRead
 from service.store import checks
-from service.store.base import RUNNING_JOBS_LIMIT
+from service.store.base import RUNNING_JOBS_LIMIT, StoredResult
 from service.store.postgres.connection import READ, Connected, status
 from service.store.postgres.queries import (
     GET_JOB,
@@ -20,6 +20,8 @@ from service.store.postgres.queries import (
     LIST_ALL_JOBS,
     LIST_JOBS,
     READ_STATUSES,
+    RESULT_CHUNK,
+    RESULT_SIZE,
     RUNNING_JOBS,
 )
 from service.store.rows import attempt
@@ -60,6 +62,22 @@ class Reads(Connected):
     def get_result(self, job_id: uuid.UUID, tenant: str | None = None) -> JSON:
         row = self._fetchone(GET_RESULT, self._params(job_id=job_id, tenant=tenant), replay=True)
         return checks.result_row(row, job_id)["body"]
+
+    def result_size(self, job_id: uuid.UUID, tenant: str | None = None) -> StoredResult:
+        row = checks.result_row(self._fetchone(RESULT_SIZE, self._params(job_id=job_id, tenant=tenant)), job_id)
+        return StoredResult(row["result_id"], row["size"])
+
+    def read_result_chunk(self, result_id: uuid.UUID, offset: int, length: int) -> bytes:
+        checks.chunk_bounds(offset, length)
+        params = self._params(result_id=result_id, start=offset + 1, length=length)
+
+        def run() -> bytes:
+            with self._connection() as conn:
+                # Binary: the chunk's bytes as they are, not hex text twice their size to decode.
+                row = conn.execute(RESULT_CHUNK, params, binary=True).fetchone()
+            return b"" if row is None or row["chunk"] is None else bytes(row["chunk"])
+
+        return self._retrying(run)
 
     def get_payload(self, job_id: uuid.UUID, tenant: str | None = None) -> JSON:
         row = self._fetchone(GET_PAYLOAD, self._params(job_id=job_id, tenant=tenant), replay=True)

@@ -27,7 +27,7 @@ from service.jobs import (
     Lease,
     new_job_ids,
 )
-from service.payloads import check_claim
+from service.payloads import DEFAULT_MAX_RESULT_BYTES, check_claim
 from service.retry import Decision
 from service.store import checks
 from service.store.base import Clock
@@ -86,8 +86,10 @@ class PostgresStore(
         prepare: PrepareMode = "auto",
         clock: Clock | None = None,
         pool_timeout: float = 10.0,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
         self.database_url = database_url
+        self.max_result_bytes = max_result_bytes
         self.notify = notify
         self._clock = clock
         self._claim_cursor = ""  # the fair claim's place among tenants (service.store.fairness)
@@ -173,7 +175,7 @@ class PostgresStore(
                 done=done,
                 total=total,
                 checkpoint=encoded,
-                items=item_batch([(lease, items)]),
+                items=item_batch([(lease, items)], self.max_result_bytes),
             ),
         )
         if row is None:
@@ -222,7 +224,8 @@ class PostgresStore(
 
     def _complete_params(self, finished: Sequence[Completion]) -> dict[str, Any]:
         return self._params(
-            batch=_completion_batch(finished), items=item_batch([(item.lease, item.items) for item in finished])
+            batch=_completion_batch(finished, self.max_result_bytes),
+            items=item_batch([(item.lease, item.items) for item in finished], self.max_result_bytes),
         )
 
     def _lost(self, finished: Sequence[Completion], written_rows: list[dict[str, Any]]) -> list[Lease]:
@@ -258,9 +261,9 @@ class PostgresStore(
         return self._fetchone(READ_ATTEMPT_RECEIPT, self._params(**fence(lease)), replay=True)
 
 
-def _completion_batch(finished: Sequence[Completion]) -> str:
+def _completion_batch(finished: Sequence[Completion], max_result_bytes: int) -> str:
     """COMPLETE_JOBS's batch parameter: one JSON document, in the (id) order given."""
-    bodies = checks.completion_bodies(finished)
+    bodies = checks.completion_bodies(finished, max_result_bytes)
     result_ids = new_job_ids(len(finished))  # one read of randomness for the batch, not one a job
     return json.dumps(
         [

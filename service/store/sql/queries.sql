@@ -46,7 +46,7 @@ ORDER BY id
 LIMIT :limit
 
 -- name: get_result
--- The result body is read only here, by its own request, never by a status poll.
+-- The result body is read only here and in result_chunk, by its own request, never by a status poll.
 SELECT j.state, r.body
 FROM jobs AS j LEFT JOIN job_results AS r ON r.id = j.result_id
 WHERE j.id = :job_id AND (CAST(:tenant AS text) IS NULL OR j.tenant = :tenant)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from service.jobs import JSON, Attempt, JobPage, JobQuery, JobStatus, StatusRead
 from service.store import checks
-from service.store.base import RUNNING_JOBS_LIMIT
+from service.store.base import RUNNING_JOBS_LIMIT, StoredResult
 from service.store.rows import attempt
 from service.store.sqlite.connection import READ, Connected, status
 from service.store.sqlite.queries import (
@@ -19,6 +19,8 @@ from service.store.sqlite.queries import (
     JOB_ATTEMPTS,
     LIST_ALL_JOBS,
     LIST_JOBS,
+    RESULT_CHUNK,
+    RESULT_SIZE,
     RUNNING_JOBS,
     TENANT_FOR_TOKEN,
 )
@@ -56,6 +58,20 @@ class Reads(Connected):
         with self._read() as (conn, _now):
             row = conn.execute(GET_RESULT, {"job_id": str(job_id), "tenant": tenant}).fetchone()
         return json.loads(checks.result_row(row, job_id)["body"])
+
+    def result_size(self, job_id: uuid.UUID, tenant: str | None = None) -> StoredResult:
+        with self._read() as (conn, _now):
+            row = conn.execute(RESULT_SIZE, {"job_id": str(job_id), "tenant": tenant}).fetchone()
+        row = checks.result_row(row, job_id)
+        return StoredResult(uuid.UUID(row["result_id"]), row["size"])
+
+    def read_result_chunk(self, result_id: uuid.UUID, offset: int, length: int) -> bytes:
+        checks.chunk_bounds(offset, length)
+        with self._read() as (conn, _now):
+            row = conn.execute(
+                RESULT_CHUNK, {"result_id": str(result_id), "start": offset + 1, "length": length}
+            ).fetchone()
+        return b"" if row is None or row["chunk"] is None else bytes(row["chunk"])
 
     def get_payload(self, job_id: uuid.UUID, tenant: str | None = None) -> JSON:
         with self._read() as (conn, _now):

@@ -43,7 +43,7 @@ from service.jobs import (
     new_job_id,
 )
 from service.limits import ScopeUsage, job_scopes, rate_window
-from service.payloads import check_claim
+from service.payloads import DEFAULT_MAX_RESULT_BYTES, check_claim
 from service.retry import Decision
 from service.store import checks
 from service.store.base import Clock
@@ -109,10 +109,12 @@ class SqliteStore(
         database_url: str,
         *,
         clock: Clock | None = None,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
         if not database_url.startswith("sqlite:///"):
             raise InvalidInput("a SQLite URL looks like sqlite:///path/to/file.db")
         self.database_url = database_url
+        self.max_result_bytes = max_result_bytes
         self.path = database_url[len("sqlite:///") :]
         self._clock = clock
         self._claim_cursor = ""  # the fair claim's place among tenants (service.store.fairness)
@@ -274,7 +276,7 @@ class SqliteStore(
         items: Sequence[ItemOutcome] = (),
     ) -> Heartbeat:
         encoded = checks.heartbeat_args(lease_seconds, done, total, checkpoint)
-        rows = item_rows(lease, items)
+        rows = item_rows(lease, items, self.max_result_bytes)
         with self._write() as (conn, now):
             row = conn.execute(
                 RENEW_LEASE,
@@ -299,8 +301,8 @@ class SqliteStore(
             raise LeaseLost(lease.job_id, lease.attempt)
 
     def complete_many(self, finished: Sequence[Completion]) -> list[Lease]:
-        bodies = checks.completion_bodies(finished)
-        rows_per_job = [item_rows(item.lease, item.items) for item in finished]
+        bodies = checks.completion_bodies(finished, self.max_result_bytes)
+        rows_per_job = [item_rows(item.lease, item.items, self.max_result_bytes) for item in finished]
         lost = []
         with self._write() as (conn, now):
             for item, body, rows in zip(finished, bodies, rows_per_job, strict=True):

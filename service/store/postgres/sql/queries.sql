@@ -200,3 +200,17 @@ LEFT JOIN LATERAL (
 ) AS i ON true
 WHERE j.id = :job_id AND (:tenant::text IS NULL OR j.tenant = :tenant)
 ORDER BY i.item_index
+
+-- name: result_size
+-- A result's address and its size in bytes of JSON text, read before it is streamed, so the
+-- API can send Content-Length and then the body a chunk at a time (never whole in memory).
+-- Scoped to the tenant like every read; the body is never sent here.
+SELECT j.state, r.id AS result_id, octet_length(r.body::text) AS size
+FROM jobs AS j LEFT JOIN job_results AS r ON r.id = j.result_id
+WHERE j.id = :job_id AND (CAST(:tenant AS text) IS NULL OR j.tenant = :tenant)
+
+-- name: result_chunk
+-- Bytes [start, start + length) of a result's JSON text (1-based start, as substring counts):
+-- a chunk the API streams. Bytes, not characters, so chunks add up to result_size exactly.
+SELECT substring(convert_to(body::text, 'UTF8') FROM :start FOR :length) AS chunk
+FROM job_results WHERE id = :result_id

@@ -140,3 +140,17 @@ FROM job_items
 WHERE job_id = :job_id AND item_index > :after_index AND state = 'failed'
 ORDER BY item_index
 LIMIT :limit
+
+-- name: result_size
+-- A result's address and its size in bytes of JSON text, read before it is streamed, so the
+-- API can send Content-Length and then the body a chunk at a time (never whole in memory).
+-- Scoped to the tenant like every read; the body is never sent here.
+SELECT j.state, r.id AS result_id, length(CAST(r.body AS BLOB)) AS size
+FROM jobs AS j LEFT JOIN job_results AS r ON r.id = j.result_id
+WHERE j.id = :job_id AND (:tenant IS NULL OR j.tenant = :tenant)
+
+-- name: result_chunk
+-- Bytes [start, start + length) of a result's JSON text (1-based start, as substr counts on a
+-- blob): a chunk the API streams, adding up to result_size exactly.
+SELECT substr(CAST(body AS BLOB), :start, :length) AS chunk
+FROM job_results WHERE id = :result_id
