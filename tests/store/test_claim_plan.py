@@ -107,9 +107,9 @@ def test_completion_finds_rows_by_index_in_a_plan_prepared_while_tables_are_smal
     store = make_store(store_url)
     store.enqueue_many([new_job() for _ in range(50)])
     store.complete_many([Completion(job.lease, None) for job in store.claim("w", ["default"], 50, 30)])
-    values = {"now": "NULL", "batch": "'[]'", "items": "'[]'", "notify": "false"}
+    values = {"now": "NULL", "batch": "'[]'", "items": "'[]'", "notify": "false", "recheck": "true"}
     nodes, shown = _generic_plan(db, COMPLETE_JOBS, values)
-    scanned = [n for n in nodes if n.get("Relation Name") in ("jobs", "job_attempts", "job_items")]
+    scanned = [n for n in nodes if n.get("Relation Name") in ("jobs", "job_attempts", "job_items", "job_edges")]
     assert scanned, shown
     for node in scanned:
         assert node["Node Type"] != "Seq Scan", f"COMPLETE_JOBS reads all of {node['Relation Name']}\n{shown}"

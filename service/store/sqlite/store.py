@@ -83,6 +83,7 @@ from service.store.sqlite.submit import Submitting
 from service.store.sqlite.timestamps import from_text, to_text
 from service.store.sqlite.tokens import Tokens
 from service.store.sqlite.workers import Workers
+from service.store.sqlite.workflows import insert_dependents, release_children, settle_dependents
 
 BUSY_TIMEOUT_SECONDS = 30.0
 
@@ -302,10 +303,15 @@ class SqliteStore(
                     "total": item.total,
                     **item_deltas(conn, lease, rows),
                 }
-                if conn.execute(COMPLETE_JOBS, params).fetchone() is None:
+                written = conn.execute(COMPLETE_JOBS, params).fetchone()
+                if written is None:
                     if checks.receipt(_receipt(conn, lease), AttemptOutcome.SUCCEEDED) is None:
                         lost.append(lease)
                     continue
+                if written["dependents_version"]:  # workflows: its children count one parent less
+                    release_children(conn, now, lease.job_id)
+                if item.children:  # the jobs its handler enqueued, fenced with the result
+                    insert_dependents(conn, now, item.children, None)
                 conn.execute(STORE_RESULT, params)
                 store_items(conn, rows, now)
                 close_attempt(conn, lease, now, AttemptOutcome.SUCCEEDED)
@@ -329,6 +335,8 @@ class SqliteStore(
                 row = checks.require_receipt(_receipt(conn, lease), lease, AttemptOutcome.FAILED)
             else:
                 close_attempt(conn, lease, now, AttemptOutcome.FAILED, failure.error)
+                if row["state"] in (JobState.FAILED, JobState.CANCELLED):
+                    settle_dependents(conn, now, [lease.job_id])
         return _fail_result(row["state"], row["run_after"])
 
     def release(self, lease: Lease) -> None:
@@ -340,6 +348,8 @@ class SqliteStore(
                 return
             cancelled = row["state"] == JobState.CANCELLED
             close_attempt(conn, lease, now, AttemptOutcome.CANCELLED if cancelled else AttemptOutcome.RELEASED)
+            if cancelled:
+                settle_dependents(conn, now, [lease.job_id])
 
     def acknowledge_cancel(self, lease: Lease) -> None:
         with self._write() as (conn, now):
@@ -347,6 +357,7 @@ class SqliteStore(
                 checks.require_receipt(_receipt(conn, lease), lease, AttemptOutcome.CANCELLED)
                 return
             close_attempt(conn, lease, now, AttemptOutcome.CANCELLED)
+            settle_dependents(conn, now, [lease.job_id])
 
 
 def register_functions(conn: sqlite3.Connection) -> None:

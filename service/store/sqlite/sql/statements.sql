@@ -58,7 +58,7 @@ SET state = 'succeeded',
     finished_at = :now,
     updated_at = :now
 WHERE {{fenced}}
-RETURNING id
+RETURNING id, dependents_version
 
 -- name: store_result
 -- The result row, written only after COMPLETE_JOBS matched (same transaction).

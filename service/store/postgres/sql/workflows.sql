@@ -1,0 +1,220 @@
+-- name: lock_parents
+-- Workflows: the stored parents an enqueue names, locked in id order (no deadlock between two
+-- enqueues naming the same parents) and their dependents_version bumped, in the enqueue's
+-- transaction. Why the bump: a parent's completion that started before this transaction
+-- commits and waited for the row lock sees the new version on the row it locked but not the
+-- edges (its snapshot is older); it notices the difference and completes the parent again
+-- behind a lock, so no child waits for a parent that already succeeded (complete_jobs).
+-- The states come from the rows as locked: a parent that finished before this lock is seen
+-- finished, and one that finishes after it waits for this transaction's commit. An unknown
+-- id, or another tenant's, is simply not returned (the caller refuses the batch).
+WITH locked AS (
+    SELECT id FROM jobs WHERE id = ANY(:ids::uuid[]) ORDER BY id FOR UPDATE
+)
+UPDATE jobs AS j
+SET dependents_version = j.dependents_version + 1
+FROM locked
+WHERE j.id = locked.id
+RETURNING j.id, j.tenant, j.state, j.cancelled_by
+
+-- name: open_transaction
+-- Sent first on a caller's connection that has no transaction open yet (not autocommit): its
+-- own implicit BEGIN then opens the caller's transaction, and the enqueue that follows runs
+-- in a savepoint of it, so it is committed (or rolled back) by the caller, not here.
+SELECT 1 AS opened
+
+-- name: enqueue_dependents
+-- A batch with dependencies (service.workflows decided each job's state, counter and edges):
+-- the jobs and their edges in one statement. A job with unmet parents is held: run_after is
+-- :held_until (never due: the claim, the idle poll and the autoscaler pass it by as they pass a
+-- delayed job, with no predicate of their own), its own due time kept in due_after_parents.
+-- A job whose parent already failed is born cancelled, its error naming the parent.
+WITH n AS (
+    SELECT {{now}} AS ts
+),
+input AS (
+    SELECT i.*, coalesce(i.run_after, n.ts + make_interval(secs => i.delay)) AS due, n.ts
+    FROM jsonb_to_recordset(:batch::jsonb)
+         AS i(id uuid, tenant text, queue text, kind text, payload jsonb, priority int, max_attempts int,
+              max_attempts_default boolean, delay float8, run_after timestamptz, total int, concurrency_key text,
+              idempotency_key text, state text, error text, cancelled_by uuid, parents_total int,
+              parents_pending int, on_parent_failure text, dependents_version int)
+    CROSS JOIN n
+),
+inserted AS (
+    INSERT INTO jobs (id, tenant, queue, kind, payload, state, priority, attempts, max_attempts,
+                      max_attempts_default, done, total, run_after, concurrency_key, idempotency_key,
+                      created_at, updated_at, finished_at, error, cancelled_by, parents_total, parents_pending,
+                      on_parent_failure, due_after_parents, dependents_version)
+    SELECT i.id, i.tenant, i.queue, i.kind, i.payload, i.state, i.priority, 0, i.max_attempts,
+           i.max_attempts_default, 0, i.total,
+           CASE WHEN i.state = 'queued' AND i.parents_pending > 0 THEN :held_until::timestamptz ELSE i.due END,
+           i.concurrency_key, i.idempotency_key, i.ts, i.ts,
+           CASE WHEN i.state = 'cancelled' THEN i.ts END, i.error, i.cancelled_by, i.parents_total,
+           i.parents_pending, i.on_parent_failure, i.due, i.dependents_version
+    FROM input AS i
+    RETURNING id, tenant, state, parents_pending
+),
+edges AS (
+    INSERT INTO job_edges (parent, child)
+    SELECT e.parent, e.child FROM jsonb_to_recordset(:edges::jsonb) AS e(parent uuid, child uuid)
+),{{tenant_counters(inserted)}}
+SELECT count(*) AS inserted,
+       CASE WHEN :notify AND count(*) FILTER (WHERE state = 'queued' AND parents_pending = 0) > 0
+            THEN pg_notify('jobq_jobs', :wake_queues) END AS woke
+FROM inserted
+
+-- name: read_jobs
+-- The statuses of the jobs of a batch just stored (a batch with dependencies is read back:
+-- its held and cancelled jobs are not what a plain enqueue's statuses assume).
+SELECT {{status_columns}} FROM jobs WHERE id = ANY(:ids::uuid[])
+
+-- name: lock_jobs
+-- A completion that raced an enqueue of children (complete_jobs's ``raced``) is written again
+-- behind this lock, in the same transaction: the completion's statement then starts after
+-- the lock, its snapshot sees every edge committed before, and no new one can commit meanwhile.
+SELECT id FROM jobs WHERE id = ANY(:ids::uuid[]) ORDER BY id FOR UPDATE
+
+-- name: settle_dependents
+-- A parent that failed or was cancelled (the jobs :ids, in the transaction that ended them,
+-- whose rows it holds locked: no child can be added to them meanwhile, and this statement's
+-- snapshot, later than the lock, sees every edge). Its dependents that wait with
+-- on_parent_failure 'cancel' are cancelled, and theirs after them, all the way down
+-- (``doomed``; each edge is visited once, so a wide graph costs its edges, not its paths),
+-- each with an error naming the parent that ended it and cancelled_by naming the job whose
+-- replay re-arms it. Dependents with on_parent_failure 'run' count the parent as settled
+-- (``released``): the last settled parent makes them due.
+WITH RECURSIVE n AS (
+    SELECT {{now}} AS ts
+),
+ended AS (
+    SELECT j.id, CASE WHEN j.state = 'failed' THEN 'failed' ELSE 'was cancelled' END AS how,
+           coalesce(j.cancelled_by, j.id) AS root
+    FROM jobs AS j
+    WHERE j.id = ANY(:ids::uuid[]) AND j.state IN ('failed', 'cancelled') AND j.dependents_version <> 0
+),
+doomed(id, parent, how, root) AS (
+    SELECT e.child, e.parent, en.how, en.root
+    FROM ended AS en JOIN job_edges AS e ON e.parent = en.id JOIN jobs AS c ON c.id = e.child
+    WHERE c.state = 'queued' AND c.on_parent_failure = 'cancel'
+    UNION
+    SELECT e.child, e.parent, 'was cancelled', d.root
+    FROM doomed AS d JOIN job_edges AS e ON e.parent = d.id JOIN jobs AS c ON c.id = e.child
+    WHERE c.state = 'queued' AND c.on_parent_failure = 'cancel'
+),
+cancelled AS (
+    UPDATE jobs AS j
+    SET state = 'cancelled', error = 'cancelled: parent job ' || d.parent || ' ' || d.how,
+        cancelled_by = d.root, finished_at = n.ts, updated_at = n.ts
+    FROM (SELECT DISTINCT ON (id) id, parent, how, root FROM doomed ORDER BY id, parent) AS d, n
+    WHERE j.id = d.id AND j.state = 'queued'
+    RETURNING j.id, {{notify_changed}}
+),
+released AS (
+    UPDATE jobs AS c
+    SET parents_pending = c.parents_pending - r.met,
+        run_after = CASE WHEN c.parents_pending = r.met THEN greatest(n.ts, coalesce(c.due_after_parents, n.ts))
+                         ELSE c.run_after END,
+        updated_at = n.ts
+    FROM (
+        SELECT e.child, count(*) AS met
+        FROM job_edges AS e
+        WHERE e.parent IN (SELECT id FROM ended UNION SELECT id FROM doomed)
+        GROUP BY e.child
+    ) AS r, n
+    WHERE c.id = r.child AND c.state = 'queued' AND c.on_parent_failure = 'run' AND c.parents_pending > 0
+    RETURNING c.id, c.queue, c.parents_pending
+)
+SELECT (SELECT count(*) FROM cancelled) AS cancelled,
+       (SELECT count(*) FROM released) AS released,
+       CASE WHEN :notify AND EXISTS (SELECT 1 FROM released WHERE parents_pending = 0)
+            THEN pg_notify('jobq_jobs', (SELECT string_agg(DISTINCT queue, ',') FROM released
+                                         WHERE parents_pending = 0)) END AS woke
+
+-- name: rearm_dependents
+-- Replay's second statement, in its transaction: the jobs that the replayed jobs' failure
+-- cancelled (cancelled_by, transitively) go back to queued, and a replayed job that has parents
+-- of its own waits for them again. Each one's counter is counted afresh from its parents as
+-- they are now, read locked (``others``: their dependents_version bumped, as an enqueue's, so a
+-- parent completing meanwhile that waited for the lock completes again behind one and sees
+-- these children queued). A re-armed job with every parent done is due now. A 'cancel' child
+-- with another parent that failed on its own stays cancelled. Each re-armed job's replay is
+-- recorded in job_replays, naming the job whose replay re-armed it.
+WITH n AS (
+    SELECT {{now}} AS ts
+),
+candidates AS (
+    SELECT j.id, j.state, j.error, j.attempts, j.on_parent_failure, j.cancelled_by
+    FROM jobs AS j
+    WHERE (j.cancelled_by = ANY(:ids::uuid[]) AND j.state = 'cancelled')
+       OR (j.id = ANY(:ids::uuid[]) AND j.parents_total > 0 AND j.state = 'queued')
+),
+others AS (
+    UPDATE jobs AS p
+    SET dependents_version = p.dependents_version + 1
+    FROM (
+        SELECT DISTINCT e.parent FROM job_edges AS e
+        WHERE e.child IN (SELECT id FROM candidates) AND e.parent NOT IN (SELECT id FROM candidates)
+        ORDER BY e.parent
+    ) AS x
+    WHERE p.id = x.parent
+    RETURNING p.id, p.state
+),
+counted AS (
+    -- A replayed job (queued already) is the operator's word: a parent that failed no longer
+    -- holds it. A cancelled one waits for its parents again, unless one failed on its own.
+    SELECT c.id,
+           count(e.parent) FILTER (WHERE o.id IS NULL OR o.state IN ('queued', 'running')) AS pending,
+           count(e.parent) FILTER (WHERE o.state IN ('failed', 'cancelled') AND c.on_parent_failure = 'cancel'
+                                   AND c.state = 'cancelled') AS doomed
+    FROM candidates AS c
+    LEFT JOIN job_edges AS e ON e.child = c.id
+    LEFT JOIN others AS o ON o.id = e.parent
+    GROUP BY c.id
+),
+rearmed AS (
+    UPDATE jobs AS j
+    SET state = 'queued', error = NULL, cancelled_by = NULL, finished_at = NULL,
+        attempts = 0, cancel_requested = false,
+        parents_pending = k.pending,
+        run_after = CASE WHEN k.pending > 0 THEN :held_until::timestamptz
+                         ELSE greatest(n.ts, coalesce(j.due_after_parents, n.ts)) END,
+        updated_at = n.ts
+    FROM counted AS k, n
+    WHERE j.id = k.id AND k.doomed = 0
+    RETURNING j.id, j.tenant, j.queue, j.parents_pending, {{notify_changed}}
+),{{tenant_counters(rearmed)}},
+recorded AS (
+    INSERT INTO job_replays (job_id, replayed_at, replayed_by, previous_state, previous_error, previous_attempts)
+    SELECT c.id, n.ts, :by || ' (re-armed: job ' || c.cancelled_by || ' was replayed)', c.state, c.error, c.attempts
+    FROM candidates AS c JOIN rearmed AS r ON r.id = c.id, n
+    WHERE c.state = 'cancelled'
+)
+SELECT r.id FROM rearmed AS r ORDER BY r.id
+
+-- name: parent_results
+-- ctx.parent_results(): a job's parents and their results, in one query (the edges of the
+-- child, each parent's result through its result_id), in the order the parents were created.
+SELECT p.id, p.state, r.body
+FROM job_edges AS e
+JOIN jobs AS p ON p.id = e.parent
+LEFT JOIN job_results AS r ON r.id = p.result_id
+WHERE e.child = :job_id
+ORDER BY p.id
+
+-- name: job_parents
+-- A job's parents with their states, a page at a time in id order (the job itself is read
+-- first, scoped to the tenant: another tenant's job is not found).
+SELECT p.id, p.kind, p.state
+FROM job_edges AS e JOIN jobs AS p ON p.id = e.parent
+WHERE e.child = :job_id AND (:after::uuid IS NULL OR e.parent > :after::uuid)
+ORDER BY e.parent
+LIMIT :limit
+
+-- name: job_children
+-- A job's children with their states, a page at a time in id order.
+SELECT c.id, c.kind, c.state
+FROM job_edges AS e JOIN jobs AS c ON c.id = e.child
+WHERE e.parent = :job_id AND (:after::uuid IS NULL OR e.child > :after::uuid)
+ORDER BY e.child
+LIMIT :limit

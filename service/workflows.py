@@ -1,0 +1,223 @@
+"""Workflows: jobs that wait for parent jobs. The rules, decided once, for both stores.
+
+A job may name parents (``NewJob.depends_on``): stored jobs by id, or earlier jobs of the same
+batch by position. It is stored ``queued`` with a counter of unmet parents
+(``jobs.parents_pending``) and is not claimable while that counter is above 0; the statement
+that completes a parent decrements it for all the parent's children at once. A parent that
+fails or is cancelled cancels its dependents (transitively, the error naming the parent), or
+counts as settled for a child submitted with ``on_parent_failure="run"``.
+
+Why a cycle is impossible: a job can only name parents that exist before it, stored ones or
+earlier ones of its batch, and edges are never added to a stored job afterwards. So every edge
+points from an older job to a newer one, and a path can never come back. An index that names
+the job itself or a later one is refused (InvalidInput) before anything is written.
+
+This module is pure: :func:`wire` takes the batch and its stored parents (as the store read and
+locked them) and says, for each job, its state, its counter and its edges. The stores persist it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from service.errors import InvalidInput, JobNotFound
+from service.jobs import JSON, JobState, NewJob
+
+MAX_PARENTS = 10_000
+"""Parents one job may name. A child's enqueue locks every stored parent it names (to order
+itself with their completions) and ``ctx.parent_results()`` hands all their results to one
+handler: 10,000 covers the fan-in of a 10,000-job fan-out (the issue's benchmark shape, 9,999 → 1)
+and keeps one enqueue's row locks and one handler's parent results bounded. A wider fan-in is
+better built in layers (group of groups)."""
+
+ON_PARENT_FAILURE = ("cancel", "run")
+
+HELD_UNTIL = "9999-12-31 00:00:00"
+"""A held job's ``run_after`` (UTC): never due, so the claim, the idle poll, the autoscaler's
+count and the queue statistics pass it by without a predicate of their own; its own due time
+waits in ``due_after_parents``. A finite instant, not PostgreSQL's 'infinity', which no Python
+datetime can hold (a status poll would fail to read it)."""
+
+Parent = uuid.UUID | int
+
+
+@dataclass(frozen=True)
+class StoredParent:
+    """A parent as the enqueue's transaction read it, its row locked until that commits."""
+
+    id: uuid.UUID
+    tenant: str
+    state: JobState
+    cancelled_by: uuid.UUID | None
+
+
+@dataclass(frozen=True)
+class Wiring:
+    """What the store writes for one job of the batch."""
+
+    state: JobState  # QUEUED, or CANCELLED when a parent has already failed (on_parent_failure 'cancel')
+    parents: tuple[uuid.UUID, ...]  # its parents' ids, each once, in the order named
+    pending: int  # parents not yet settled
+    error: str | None = None  # why it was cancelled at birth
+    cancelled_by: uuid.UUID | None = None  # the job whose replay re-arms it
+    has_children: bool = False  # a later job of the batch names it: its completion looks for children
+
+
+def stored_parent_ids(jobs: Sequence[NewJob]) -> list[uuid.UUID]:
+    """The stored parents a batch names (by id), each once, sorted: the order the store locks them in."""
+    return sorted({parent for job in jobs for parent in job.depends_on if isinstance(parent, uuid.UUID)})
+
+
+def has_parents(jobs: Sequence[NewJob]) -> bool:
+    return any(job.depends_on for job in jobs)
+
+
+def check_dependencies(jobs: Sequence[NewJob]) -> None:
+    """What needs no database: positions name earlier jobs of the batch, the number of parents,
+    on_parent_failure. InvalidInput, nothing written."""
+    for position, job in enumerate(jobs):
+        if job.on_parent_failure not in ON_PARENT_FAILURE:
+            raise InvalidInput("on_parent_failure must be 'cancel' or 'run'")
+        if not isinstance(job.depends_on, tuple | list):
+            raise InvalidInput("depends_on must be a list of job ids or batch positions")
+        if len(job.depends_on) > MAX_PARENTS:
+            raise InvalidInput(f"a job may depend on at most {MAX_PARENTS} parents")
+        for parent in job.depends_on:
+            if isinstance(parent, bool) or not isinstance(parent, uuid.UUID | int):
+                raise InvalidInput("depends_on must be a list of job ids or batch positions")
+            if isinstance(parent, int) and not 0 <= parent < position:
+                raise InvalidInput(
+                    f"job {position} of the batch depends on position {parent}: a job may only depend on "
+                    "stored jobs or earlier jobs of its batch, so a cycle cannot be made"
+                )
+
+
+def wire(jobs: Sequence[NewJob], ids: Sequence[uuid.UUID], stored: Mapping[uuid.UUID, StoredParent]) -> list[Wiring]:
+    """Each job's state, counter and edges. A stored parent missing from ``stored``, or another
+    tenant's, raises JobNotFound with the same words as any job that is not there."""
+    check_dependencies(jobs)
+    wirings: list[Wiring] = []
+    for job, job_id in zip(jobs, ids, strict=True):
+        parents: list[uuid.UUID] = []
+        pending = 0
+        doomed: tuple[uuid.UUID, str, uuid.UUID] | None = None  # (parent, how it ended, root)
+        for ref in dict.fromkeys(job.depends_on):  # each parent once, in the order named
+            if isinstance(ref, int):
+                parent_id = ids[ref]
+                if parent_id in parents:
+                    continue
+                earlier = wirings[ref]
+                if jobs[ref].tenant != job.tenant:
+                    raise JobNotFound(parent_id)
+                ended = "was cancelled" if earlier.state is JobState.CANCELLED else None
+                root = earlier.cancelled_by or parent_id
+            else:
+                found = stored.get(ref)
+                if found is None or found.tenant != job.tenant or ref == job_id:
+                    raise JobNotFound(ref)
+                parent_id = ref
+                if parent_id in parents:
+                    continue
+                ended = {JobState.FAILED: "failed", JobState.CANCELLED: "was cancelled"}.get(found.state)
+                if found.state is JobState.SUCCEEDED:
+                    parents.append(parent_id)
+                    continue
+                root = found.cancelled_by or parent_id
+            parents.append(parent_id)
+            if ended is None:
+                pending += 1
+            elif job.on_parent_failure == "cancel" and doomed is None:
+                doomed = (parent_id, ended, root)
+        if doomed is not None:
+            parent_id, ended, root = doomed
+            wirings.append(
+                Wiring(JobState.CANCELLED, tuple(parents), pending, parent_failed_error(parent_id, ended), root)
+            )
+        else:
+            wirings.append(Wiring(JobState.QUEUED, tuple(parents), pending))
+    named = {ref for job in jobs for ref in job.depends_on if isinstance(ref, int)}
+    return [replace(wiring, has_children=True) if i in named else wiring for i, wiring in enumerate(wirings)]
+
+
+def parent_failed_error(parent: uuid.UUID, ended: str) -> str:
+    """The error of a job cancelled because a parent ended badly (the stores' SQL words it the same)."""
+    return f"cancelled: parent job {parent} {ended}"
+
+
+@dataclass(frozen=True)
+class ParentResult:
+    """One parent of a job, as its handler reads it (``ctx.parent_results()``)."""
+
+    id: uuid.UUID
+    state: JobState
+    result: JSON  # the parent's result, None unless it succeeded
+
+
+@dataclass(frozen=True)
+class Relative:
+    """A parent or a child of a job, with its state (the dependencies page, the console)."""
+
+    id: uuid.UUID
+    kind: str
+    state: JobState
+
+
+@dataclass(frozen=True)
+class Dependencies:
+    """A page of a job's parents and of its children, each in id order; ``*_after`` is where
+    the next page starts (None: no more)."""
+
+    parents: list[Relative]
+    children: list[Relative]
+    parents_after: uuid.UUID | None
+    children_after: uuid.UUID | None
+
+
+MAX_DEPENDENCIES_PAGE = 1_000
+"""Parents (and children) one dependencies page lists at most."""
+
+
+def check_page(limit: int) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_DEPENDENCIES_PAGE:
+        raise InvalidInput(f"limit must be an integer from 1 to {MAX_DEPENDENCIES_PAGE}")
+
+
+def rearmed_pending(
+    state: JobState, on_parent_failure: str, parents: Sequence[tuple[uuid.UUID, JobState]], rearmed: set[uuid.UUID]
+) -> int | None:
+    """A job that a replay re-arms (cancelled by the replayed job's failure, or replayed itself
+    and having parents): how many parents it waits for again, counted afresh from their states
+    now (a parent re-armed in the same replay waits too). None: it stays cancelled, because
+    another parent failed on its own (with on_parent_failure 'cancel'). A replayed job (queued
+    already) is the operator's word: a parent that failed no longer holds it. PostgreSQL's
+    rearm_dependents counts the same in SQL."""
+    pending = 0
+    for parent, parent_state in parents:
+        if parent in rearmed or parent_state in (JobState.QUEUED, JobState.RUNNING):
+            pending += 1
+        elif (
+            parent_state in (JobState.FAILED, JobState.CANCELLED)
+            and on_parent_failure == "cancel"
+            and state is JobState.CANCELLED
+        ):
+            return None
+    return pending
+
+
+def dependencies_page(
+    parents: Sequence[Mapping[str, Any]], children: Sequence[Mapping[str, Any]], limit: int
+) -> Dependencies:
+    """A dependencies page from rows (id, kind, state) read one past ``limit``, for both stores."""
+
+    def relatives(rows: Sequence[Mapping[str, Any]]) -> list[Relative]:
+        return [Relative(uuid.UUID(str(r["id"])), r["kind"], JobState(r["state"])) for r in rows[:limit]]
+
+    return Dependencies(
+        parents=relatives(parents),
+        children=relatives(children),
+        parents_after=uuid.UUID(str(parents[limit - 1]["id"])) if len(parents) > limit else None,
+        children_after=uuid.UUID(str(children[limit - 1]["id"])) if len(children) > limit else None,
+    )
