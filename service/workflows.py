@@ -207,17 +207,117 @@ def rearmed_pending(
     return pending
 
 
+def relatives(rows: Sequence[Mapping[str, Any]]) -> list[Relative]:
+    """Rows (id, kind, state) as Relatives, for both stores."""
+    return [Relative(uuid.UUID(str(r["id"])), r["kind"], JobState(r["state"])) for r in rows]
+
+
 def dependencies_page(
     parents: Sequence[Mapping[str, Any]], children: Sequence[Mapping[str, Any]], limit: int
 ) -> Dependencies:
     """A dependencies page from rows (id, kind, state) read one past ``limit``, for both stores."""
-
-    def relatives(rows: Sequence[Mapping[str, Any]]) -> list[Relative]:
-        return [Relative(uuid.UUID(str(r["id"])), r["kind"], JobState(r["state"])) for r in rows[:limit]]
-
     return Dependencies(
-        parents=relatives(parents),
-        children=relatives(children),
+        parents=relatives(parents[:limit]),
+        children=relatives(children[:limit]),
         parents_after=uuid.UUID(str(parents[limit - 1]["id"])) if len(parents) > limit else None,
         children_after=uuid.UUID(str(children[limit - 1]["id"])) if len(children) > limit else None,
     )
+
+
+def parents_of(values: object) -> tuple[Parent, ...]:
+    """``depends_on`` as a producer may give it: job ids (UUID or text), statuses (anything with
+    an ``id``), or batch positions (int). InvalidInput for anything else."""
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence | set | frozenset | tuple):
+        raise InvalidInput("depends_on must be a list of job ids or batch positions")
+    parents: list[Parent] = []
+    for value in values:
+        if isinstance(value, bool):
+            raise InvalidInput("depends_on must be a list of job ids or batch positions")
+        if isinstance(value, uuid.UUID | int):
+            parents.append(value)
+        elif isinstance(value, str):
+            try:
+                parents.append(uuid.UUID(value))
+            except ValueError:
+                raise InvalidInput(f"not a job id (expected a UUID): {value!r}") from None
+        elif isinstance(getattr(value, "id", None), uuid.UUID):
+            parents.append(value.id)
+        else:
+            raise InvalidInput("depends_on must be a list of job ids or batch positions")
+    return tuple(parents)
+
+
+# -- the common shapes, as one batch each (Queue.enqueue_workflow) ------------------------------
+
+
+@dataclass(frozen=True)
+class Workflow:
+    """A graph of new jobs in batch order, its edges as batch positions: ``heads`` are the jobs
+    with no parent inside it, ``tails`` those no job inside it waits for. Build it with
+    :func:`chain` and :func:`group` (and :meth:`then`); submit it with one ``enqueue_many``."""
+
+    jobs: tuple[NewJob, ...]
+    heads: tuple[int, ...]
+    tails: tuple[int, ...]
+
+    def then(self, *steps: NewJob | Workflow) -> Workflow:
+        """This, then each of ``steps`` in turn: ``group([...]).then(x)`` is a chord (x waits for all)."""
+        return chain(self, *steps)
+
+
+Step = NewJob | Workflow
+
+
+def _single(job: NewJob) -> Workflow:
+    if any(isinstance(parent, int) for parent in job.depends_on):
+        raise InvalidInput("a job of a chain or group names stored parents by id; positions are the workflow's own")
+    return Workflow((job,), (0,), (0,))
+
+
+def _workflow(step: Step) -> Workflow:
+    if isinstance(step, Workflow):
+        return step
+    if isinstance(step, NewJob):
+        return _single(step)
+    raise InvalidInput("a workflow's steps are NewJob or Workflow values")
+
+
+def _shifted(flow: Workflow, offset: int, extra: tuple[int, ...]) -> list[NewJob]:
+    """``flow``'s jobs placed after ``offset`` others: its positions moved on, its heads also
+    waiting for ``extra`` (positions in the combined batch)."""
+    jobs = []
+    for index, job in enumerate(flow.jobs):
+        moved = tuple(p + offset if isinstance(p, int) else p for p in job.depends_on)
+        if index in flow.heads:
+            moved = moved + extra
+        jobs.append(replace(job, depends_on=moved))
+    return jobs
+
+
+def chain(*steps: Step) -> Workflow:
+    """Each step starts after the previous one succeeded: ``chain(a, b, c)``."""
+    if not steps:
+        raise InvalidInput("a chain needs at least one step")
+    flow = _workflow(steps[0])
+    for step in steps[1:]:
+        nxt = _workflow(step)
+        offset = len(flow.jobs)
+        jobs = list(flow.jobs) + _shifted(nxt, offset, flow.tails)
+        flow = Workflow(tuple(jobs), flow.heads, tuple(t + offset for t in nxt.tails))
+    return flow
+
+
+def group(steps: Sequence[Step]) -> Workflow:
+    """Steps that run side by side (a fan-out); ``.then(x)`` makes x wait for all of them."""
+    if not steps:
+        raise InvalidInput("a group needs at least one step")
+    jobs: list[NewJob] = []
+    heads: list[int] = []
+    tails: list[int] = []
+    for step in steps:
+        flow = _workflow(step)
+        offset = len(jobs)
+        jobs.extend(_shifted(flow, offset, ()))
+        heads.extend(h + offset for h in flow.heads)
+        tails.extend(t + offset for t in flow.tails)
+    return Workflow(tuple(jobs), tuple(heads), tuple(tails))

@@ -330,3 +330,19 @@ def test_a_child_enqueued_in_a_transaction_that_rolls_back_leaves_nothing(pg_url
     finally:
         db.close()
         store.close()
+
+
+def test_explain_says_how_many_parents_it_waits_for_and_names_the_unfinished(store: Store):
+    from service.explain import explain
+
+    done, running, queued = store.enqueue_many([new_job("a"), new_job("b"), new_job("c")])
+    child = store.enqueue(new_job("d", depends_on=(done.id, running.id, queued.id)))
+    jobs = {job.id: job for job in store.claim("worker-a", ["default"], 2, 30)}
+    store.complete(jobs[done.id].lease, "ok")
+
+    explanation = explain(store.explain_facts(child.id, workers_seen_within=60))
+
+    assert explanation.reasons[0].code == "waiting_for_parents"
+    assert explanation.summary == (
+        f"waiting for 2 of 3 parents: {running.id} (b, running), {queued.id} (c, queued)"
+    )

@@ -46,6 +46,7 @@ REARM_DEPENDENTS = _SQL["rearm_dependents"]
 PARENT_RESULTS = _SQL["parent_results"]
 JOB_PARENTS = _SQL["job_parents"]
 JOB_CHILDREN = _SQL["job_children"]
+UNFINISHED_PARENTS = _SQL["unfinished_parents"]
 TENANT_FOR_TOKEN = _SQL["tenant_for_token"]
 READ_BY_IDEMPOTENCY_KEYS = _SQL["read_by_idempotency_keys"]
 

@@ -47,6 +47,7 @@ REARM_JOB = _SQL["rearm_job"]
 PARENT_RESULTS = _SQL["parent_results"]
 JOB_PARENTS = _SQL["job_parents"]
 JOB_CHILDREN = _SQL["job_children"]
+UNFINISHED_PARENTS = _SQL["unfinished_parents"]
 READ_BY_IDEMPOTENCY_KEY = _SQL["read_by_idempotency_keys"]
 RECORD_REPLAY = _SQL["record_replay"]
 

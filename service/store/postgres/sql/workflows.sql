@@ -218,3 +218,11 @@ FROM job_edges AS e JOIN jobs AS c ON c.id = e.child
 WHERE e.parent = :job_id AND (:after::uuid IS NULL OR e.child > :after::uuid)
 ORDER BY e.child
 LIMIT :limit
+
+-- name: unfinished_parents
+-- explain's "waiting for N of M parents": the parents still queued or running, a few by id.
+SELECT p.id, p.kind, p.state
+FROM job_edges AS e JOIN jobs AS p ON p.id = e.parent
+WHERE e.child = :job_id AND p.state IN ('queued', 'running')
+ORDER BY e.parent
+LIMIT :limit
