@@ -36,10 +36,12 @@ better built in layers (group of groups)."""
 ON_PARENT_FAILURE = ("cancel", "run")
 
 HELD_UNTIL = "9999-12-31 00:00:00"
-"""A held job's ``run_after`` (UTC): never due, so the claim, the idle poll, the autoscaler's
-count and the queue statistics pass it by without a predicate of their own; its own due time
-waits in ``due_after_parents``. A finite instant, not PostgreSQL's 'infinity', which no Python
-datetime can hold (a status poll would fail to read it)."""
+"""A held job's ``run_after`` (UTC). The claim never sees a held job: ``ix_jobs_claimable``,
+the one index it reads, leaves out ``parents_pending > 0`` (migration 0011 has the measurement
+that chose it). The far run_after keeps the readers of due times that do not use that index
+(the autoscaler's count) from taking a held job for a due one; its own due time waits in
+``due_after_parents``. A finite instant, not PostgreSQL's 'infinity', which no Python datetime
+can hold (a status poll would fail to read it)."""
 
 Parent = uuid.UUID | int
 

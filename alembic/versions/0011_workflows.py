@@ -9,9 +9,17 @@ Create Date: 2026-12-03
   parent" (what a parent's completion releases), ``ix_job_edges_child_parent`` "the parents of a
   child" (what explain and ``ctx.parent_results()`` read).
 - ``jobs.parents_pending``: the parents not yet settled. A job with parents_pending > 0 stays
-  ``queued`` but is not claimable: its ``run_after`` is held at HELD_UNTIL (9999-12-31), its own
-  due time kept in ``due_after_parents``, and the statement that settles its last parent puts
-  the due time back. ``parents_total``: its parents, for "waiting for N of M parents".
+  ``queued`` but is not claimable: it is left out of ``ix_jobs_claimable`` (rebuilt here with
+  ``AND parents_pending = 0``), which the claim reads alone, so held jobs cost a claim nothing;
+  ``ix_jobs_held`` counts them for the queue statistics. Its ``run_after`` is held at 9999-12-31
+  too (what reads due times without that index, the autoscaler's count, passes it by), its own
+  due time kept in ``due_after_parents``; the statement that settles its last parent puts it
+  back. ``parents_total``: its parents, for "waiting for N of M parents".
+
+  Measured before choosing (PostgreSQL 15, one tenant with 10,000 held jobs and another with
+  3,000 due ones, EXPLAIN ANALYZE of one claim): with the held rows inside the old index the
+  claim's walk read through all of them, 24,534 buffers and 45 ms; left out, 100 buffers and
+  6 ms, as without them.
 - ``jobs.on_parent_failure``: 'cancel' (a failed or cancelled parent cancels the job, the
   default) or 'run' (the job runs anyway once every parent has ended).
 - ``jobs.dependents_version``: grows when a transaction adds (or re-arms) dependents of this job;
@@ -57,6 +65,22 @@ JOIN jobs AS c ON c.id = e.child
 """
 
 
+QUEUED = sa.text("state = 'queued'")
+CLAIMABLE = sa.text("state = 'queued' AND parents_pending = 0")
+HELD = sa.text("state = 'queued' AND parents_pending > 0")
+
+
+def _claimable_index(where: sa.TextClause) -> None:
+    op.drop_index("ix_jobs_claimable", table_name="jobs")
+    op.create_index(
+        "ix_jobs_claimable",
+        "jobs",
+        ["queue", "tenant", sa.text("priority DESC"), "run_after", "id"],
+        postgresql_where=where,
+        sqlite_where=where,
+    )
+
+
 def upgrade() -> None:
     dialect = op.get_bind().dialect.name
     op.add_column("jobs", sa.Column("parents_pending", sa.Integer(), nullable=False, server_default="0"))
@@ -88,12 +112,16 @@ def upgrade() -> None:
         postgresql_where=sa.text("cancelled_by IS NOT NULL"),
         sqlite_where=sa.text("cancelled_by IS NOT NULL"),
     )
+    _claimable_index(CLAIMABLE)
+    op.create_index("ix_jobs_held", "jobs", ["queue", "kind"], postgresql_where=HELD, sqlite_where=HELD)
     op.execute(JOB_DEPENDENCIES)
 
 
 def downgrade() -> None:
     dialect = op.get_bind().dialect.name
     op.execute("DROP VIEW IF EXISTS job_dependencies")
+    op.drop_index("ix_jobs_held", table_name="jobs")
+    _claimable_index(QUEUED)
     op.drop_index("ix_jobs_cancelled_by", table_name="jobs")
     op.drop_index("ix_job_edges_child_parent", table_name="job_edges")
     op.drop_table("job_edges")

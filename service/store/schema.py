@@ -104,7 +104,8 @@ jobs = sa.Table(
     sa.CheckConstraint("parents_pending >= 0 AND parents_pending <= parents_total", name="parents_pending"),
     sa.CheckConstraint("attempts >= 0 AND max_attempts >= 1 AND attempts <= max_attempts", name="attempts"),
     # The claim reads only this index: queued rows, per queue and tenant in claim order
-    # (the fair claim walks it tenant by tenant, a loose index scan). History never enters it.
+    # (the fair claim walks it tenant by tenant, a loose index scan). History never enters it,
+    # nor jobs waiting for parents (migration 0011 says what they cost a claim inside it).
     sa.Index(
         "ix_jobs_claimable",
         "queue",
@@ -112,8 +113,16 @@ jobs = sa.Table(
         sa.text("priority DESC"),
         "run_after",
         "id",
-        postgresql_where=sa.text("state = 'queued'"),
-        sqlite_where=sa.text("state = 'queued'"),
+        postgresql_where=sa.text("state = 'queued' AND parents_pending = 0"),
+        sqlite_where=sa.text("state = 'queued' AND parents_pending = 0"),
+    ),
+    # Queued jobs waiting for parents, for the queue statistics' counts (never the claim).
+    sa.Index(
+        "ix_jobs_held",
+        "queue",
+        "kind",
+        postgresql_where=sa.text("state = 'queued' AND parents_pending > 0"),
+        sqlite_where=sa.text("state = 'queued' AND parents_pending > 0"),
     ),
     # Running jobs only: the reaper's scan and the fair claim's running jobs per tenant.
     # Bounded by fleet size.

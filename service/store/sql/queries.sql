@@ -1,9 +1,17 @@
 -- name: active_counts
 -- Jobs per queue, kind and active state, for /metrics: one arm per partial index, as
--- QUEUE_STATS (ix_jobs_claimable, ix_jobs_running), so a scrape never reads the history.
-SELECT queue, kind, 'queued' AS state, count(*) AS count FROM jobs WHERE state = 'queued' GROUP BY queue, kind
-UNION ALL
-SELECT queue, kind, 'running' AS state, count(*) AS count FROM jobs WHERE state = 'running' GROUP BY queue, kind
+-- QUEUE_STATS (ix_jobs_claimable, ix_jobs_held, ix_jobs_running), so a scrape never reads the
+-- history. Jobs waiting for parents count as queued.
+SELECT queue, kind, state, CAST(sum(count) AS bigint) AS count FROM (
+    SELECT queue, kind, 'queued' AS state, count(*) AS count FROM jobs
+    WHERE state = 'queued' AND parents_pending = 0 GROUP BY queue, kind
+    UNION ALL
+    SELECT queue, kind, 'queued' AS state, count(*) AS count FROM jobs
+    WHERE state = 'queued' AND parents_pending > 0 GROUP BY queue, kind
+    UNION ALL
+    SELECT queue, kind, 'running' AS state, count(*) AS count FROM jobs WHERE state = 'running' GROUP BY queue, kind
+) AS active
+GROUP BY queue, kind, state
 ORDER BY queue, kind, state
 
 -- name: admin_token

@@ -25,9 +25,9 @@ SELECT 1 AS opened
 
 -- name: enqueue_dependents
 -- A batch with dependencies (service.workflows decided each job's state, counter and edges):
--- the jobs and their edges in one statement. A job with unmet parents is held: run_after is
--- :held_until (never due: the claim, the idle poll and the autoscaler pass it by as they pass a
--- delayed job, with no predicate of their own), its own due time kept in due_after_parents.
+-- the jobs and their edges in one statement. A job with unmet parents is held: not in
+-- ix_jobs_claimable (parents_pending > 0, outside its predicate), run_after :held_until (the
+-- autoscaler's count passes it by), its own due time kept in due_after_parents.
 -- A job whose parent already failed is born cancelled, its error naming the parent.
 WITH n AS (
     SELECT {{now}} AS ts
