@@ -186,3 +186,14 @@ def link(ctx: JobContext) -> dict[str, Any]:
     """A link of a chain: its parent's result is the previous link's number."""
     _marker(ctx, "link", n=ctx.payload["n"], parent=list(ctx.parent_results().values()))
     return {"n": ctx.payload["n"]}
+
+
+@app.handler("parenting")
+def parenting(ctx: JobContext) -> dict[str, Any]:
+    """Enqueue three children naming this attempt; the first attempt then sleeps ``seconds``
+    (not told to stop: a paused worker wakes and tries to write its result and children)."""
+    for n in range(3):
+        ctx.enqueue("leaf", {"n": n, "attempt": ctx.attempt})
+    if ctx.attempt == 1:
+        time.sleep(float(ctx.payload.get("seconds", 0)))
+    return {"attempt": ctx.attempt}

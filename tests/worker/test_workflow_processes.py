@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -93,3 +94,29 @@ def test_a_chain_of_a_hundred_runs_each_link_after_its_parent_once(
     seen = sorted(marker_lines(tmp_path, "link"), key=lambda m: m["n"])
     assert [m["n"] for m in seen] == list(range(100))
     assert seen[0]["parent"] == [] and all(m["parent"] == [{"n": m["n"] - 1}] for m in seen[1:])
+
+
+def test_children_of_a_worker_paused_past_its_lease_never_appear(
+    fleet: Fleet, pg_url: str, make_store: Any, pg: Database
+) -> None:
+    """SIGSTOP the worker running a handler that enqueued children; another worker reclaims the
+    job and succeeds with its own children; the paused one, resumed, tries to write its result
+    and children: fenced out, neither is written."""
+    store: Store = make_store(pg_url)
+    args = ("--concurrency", "1", "--lease-seconds", "2", "--poll-seconds", "0.5")
+    paused = fleet.start(*args)
+    paused.wait_started()
+    job = store.enqueue(NewJob("parenting", {"seconds": 6}))
+    wait_until(lambda: pg.count("job_attempts", "job_id = %(id)s", id=job.id) == 1, 20, what="the first claim")
+    time.sleep(0.5)
+    paused.signal(signal.SIGSTOP)
+    fleet.start(*args)
+    wait_until(lambda: store.get(job.id).state.value == "succeeded", 60, what="the other worker to succeed")
+    paused.signal(signal.SIGCONT)
+    wait_until(lambda: paused.events("job.lease_lost"), 30, what="the resumed worker to find its lease gone")
+    time.sleep(1)  # its finisher's write, had anything been written
+
+    children = pg.rows("SELECT payload FROM jobs WHERE kind = 'leaf'")
+    assert sorted(c["payload"]["n"] for c in children) == [0, 1, 2]
+    assert {c["payload"]["attempt"] for c in children} == {2}  # the winning attempt's, once
+    assert store.get_result(job.id) == {"attempt": 2}
