@@ -343,6 +343,27 @@ def test_explain_says_how_many_parents_it_waits_for_and_names_the_unfinished(sto
     explanation = explain(store.explain_facts(child.id, workers_seen_within=60))
 
     assert explanation.reasons[0].code == "waiting_for_parents"
-    assert explanation.summary == (
-        f"waiting for 2 of 3 parents: {running.id} (b, running), {queued.id} (c, queued)"
+    assert explanation.summary == (f"waiting for 2 of 3 parents: {running.id} (b, running), {queued.id} (c, queued)")
+
+
+def test_a_parent_is_settled_once_a_stale_write_or_a_second_cancel_counts_nothing(store: Store):
+    from service.errors import InvalidTransition
+
+    first, second, child = store.enqueue_many(
+        [
+            new_job(),
+            new_job(),
+            new_job(depends_on=(0, 1), on_parent_failure="run"),
+        ]
     )
+    store.cancel(first.id)
+    assert store.get(child.id).parents_pending == 1
+    with pytest.raises(InvalidTransition):
+        store.cancel(first.id)
+    assert store.get(child.id).parents_pending == 1  # the second cancel settled nothing
+    running = claim_one(store)
+    assert running.id == second.id
+    store.acknowledge_cancel(running.lease)  # ends it cancelled: the child's last parent
+    store.acknowledge_cancel(running.lease)  # the same write again (its receipt answers): changes nothing
+    status = store.get(child.id)
+    assert (status.state, status.parents_pending) == (JobState.QUEUED, 0)

@@ -34,6 +34,7 @@ from service.workflows import (
 _SQL = statements("sqlite")
 
 LOCK_PARENTS = _SQL["lock_parents"]
+BUMP_PARENTS = _SQL["bump_parents"]
 ENQUEUE_DEPENDENT = _SQL["enqueue_dependent"]
 INSERT_EDGE = _SQL["insert_edge"]
 READ_JOBS = _SQL["read_jobs"]
@@ -190,6 +191,7 @@ def insert_dependents(
         )
         for row in conn.execute(LOCK_PARENTS, {"ids": json.dumps(parents)}).fetchall()
     }
+    conn.execute(BUMP_PARENTS, {"ids": json.dumps(parents)})
     wirings = wire(jobs, ids, stored)  # refuses before anything is inserted (and rolls back)
     taken = _taken_keys(conn, now, jobs)
     if taken is not None:

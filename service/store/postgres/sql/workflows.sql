@@ -7,15 +7,19 @@
 -- behind a lock, so no child waits for a parent that already succeeded (complete_jobs).
 -- The states come from the rows as locked: a parent that finished before this lock is seen
 -- finished, and one that finishes after it waits for this transaction's commit. An unknown
--- id, or another tenant's, is simply not returned (the caller refuses the batch).
+-- id, or another tenant's, is simply not returned (the caller refuses the batch). Only parents
+-- still queued or running are bumped: a finished one has no completion left to race, and a
+-- terminal job changes only through replay (invariant 5).
 WITH locked AS (
-    SELECT id FROM jobs WHERE id = ANY(:ids::uuid[]) ORDER BY id FOR UPDATE
+    SELECT id, tenant, state, cancelled_by FROM jobs WHERE id = ANY(:ids::uuid[]) ORDER BY id FOR UPDATE
+),
+bumped AS (
+    UPDATE jobs AS j
+    SET dependents_version = j.dependents_version + 1
+    FROM locked
+    WHERE j.id = locked.id AND locked.state IN ('queued', 'running')
 )
-UPDATE jobs AS j
-SET dependents_version = j.dependents_version + 1
-FROM locked
-WHERE j.id = locked.id
-RETURNING j.id, j.tenant, j.state, j.cancelled_by
+SELECT id, tenant, state, cancelled_by FROM locked
 
 -- name: open_transaction
 -- Sent first on a caller's connection that has no transaction open yet (not autocommit): its
@@ -84,6 +88,10 @@ SELECT id FROM jobs WHERE id = ANY(:ids::uuid[]) ORDER BY id FOR UPDATE
 -- each with an error naming the parent that ended it and cancelled_by naming the job whose
 -- replay re-arms it. Dependents with on_parent_failure 'run' count the parent as settled
 -- (``released``): the last settled parent makes them due.
+-- Only a job this very transaction ended is settled (its row's xmin is this transaction's id):
+-- the store sends this statement after every fail, cancel, release and cancel acknowledged,
+-- also one that matched nothing (a stale token, a job already ended), and a job's dependents
+-- are settled once, when it ends (a 'run' child counts each parent once).
 WITH RECURSIVE n AS (
     SELECT {{now}} AS ts
 ),
@@ -92,6 +100,7 @@ ended AS (
            coalesce(j.cancelled_by, j.id) AS root
     FROM jobs AS j
     WHERE j.id = ANY(:ids::uuid[]) AND j.state IN ('failed', 'cancelled') AND j.dependents_version <> 0
+      AND j.xmin = (pg_current_xact_id()::text::bigint % 4294967296)::text::xid
 ),
 doomed(id, parent, how, root) AS (
     SELECT e.child, e.parent, en.how, en.root

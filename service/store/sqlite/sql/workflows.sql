@@ -1,10 +1,13 @@
 -- name: lock_parents
 -- Workflows: the stored parents an enqueue names, read in its write transaction (BEGIN
--- IMMEDIATE: no completion can run until it commits), their dependents_version bumped so
--- that their completions look for children (release_children). Unknown ids are not returned.
+-- IMMEDIATE: no completion can run until it commits). Unknown ids are not returned.
+SELECT id, tenant, state, cancelled_by FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))
+
+-- name: bump_parents
+-- Those still queued or running: their dependents_version grows, so that their completions
+-- look for children (release_children). A finished one is left alone (invariant 5).
 UPDATE jobs SET dependents_version = dependents_version + 1
-WHERE id IN (SELECT value FROM json_each(:ids))
-RETURNING id, tenant, state, cancelled_by
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('queued', 'running')
 
 -- name: enqueue_dependent
 -- One job of a batch with dependencies, as service.workflows wired it: held (run_after
