@@ -187,26 +187,49 @@ def check_page(limit: int) -> None:
         raise InvalidInput(f"limit must be an integer from 1 to {MAX_DEPENDENCIES_PAGE}")
 
 
-def rearmed_pending(
-    state: JobState, on_parent_failure: str, parents: Sequence[tuple[uuid.UUID, JobState]], rearmed: set[uuid.UUID]
-) -> int | None:
-    """A job that a replay re-arms (cancelled by the replayed job's failure, or replayed itself
-    and having parents): how many parents it waits for again, counted afresh from their states
-    now (a parent re-armed in the same replay waits too). None: it stays cancelled, because
-    another parent failed on its own (with on_parent_failure 'cancel'). A replayed job (queued
-    already) is the operator's word: a parent that failed no longer holds it. PostgreSQL's
-    rearm_dependents counts the same in SQL."""
-    pending = 0
-    for parent, parent_state in parents:
-        if parent in rearmed or parent_state in (JobState.QUEUED, JobState.RUNNING):
-            pending += 1
-        elif (
-            parent_state in (JobState.FAILED, JobState.CANCELLED)
-            and on_parent_failure == "cancel"
-            and state is JobState.CANCELLED
-        ):
-            return None
-    return pending
+@dataclass(frozen=True)
+class RearmCandidate:
+    """A job a replay may re-arm, with its parents' states as the replay's transaction read them."""
+
+    id: uuid.UUID
+    state: JobState  # CANCELLED (its parent's failure cancelled it) or QUEUED (replayed itself)
+    on_parent_failure: str
+    parents: tuple[tuple[uuid.UUID, JobState], ...]
+
+
+def rearm(candidates: Sequence[RearmCandidate]) -> dict[uuid.UUID, int]:
+    """Which of the candidates wait for their parents again, and for how many: the rule of
+    both stores. A parent re-armed in the same replay waits too; one still queued or running
+    counts; a cancelled candidate with another parent that failed on its own (and
+    on_parent_failure 'cancel') stays cancelled, and so do the candidates below it. A
+    replayed job (queued already) is the operator's word: a failed parent no longer holds it."""
+    staying: set[uuid.UUID] = set()
+    while True:  # a candidate that stays cancelled is a cancelled parent to those below it: again
+        chosen = {c.id for c in candidates} - staying
+        pending: dict[uuid.UUID, int] = {}
+        for candidate in candidates:
+            if candidate.id in staying:
+                continue
+            count = 0
+            for parent, state in candidate.parents:
+                if parent in chosen:
+                    count += 1
+                    continue
+                if parent in staying:
+                    state = JobState.CANCELLED
+                if state in (JobState.QUEUED, JobState.RUNNING):
+                    count += 1
+                elif (
+                    state in (JobState.FAILED, JobState.CANCELLED)
+                    and candidate.on_parent_failure == "cancel"
+                    and candidate.state is JobState.CANCELLED
+                ):
+                    staying.add(candidate.id)
+                    break
+            else:
+                pending[candidate.id] = count
+        if set(pending) == {c.id for c in candidates} - staying and not (chosen & staying):
+            return pending
 
 
 def relatives(rows: Sequence[Mapping[str, Any]]) -> list[Relative]:

@@ -367,3 +367,26 @@ def test_a_parent_is_settled_once_a_stale_write_or_a_second_cancel_counts_nothin
     store.acknowledge_cancel(running.lease)  # the same write again (its receipt answers): changes nothing
     status = store.get(child.id)
     assert (status.state, status.parents_pending) == (JobState.QUEUED, 0)
+
+
+def test_replay_leaves_cancelled_a_job_whose_other_parent_failed_and_the_jobs_below_it(store: Store):
+    first, second, child, grandchild = store.enqueue_many(
+        [
+            new_job(),
+            new_job(),
+            new_job(depends_on=(0, 1)),
+            new_job(depends_on=(2,)),
+        ]
+    )
+    jobs = {job.id: job for job in store.claim("worker-a", ["default"], 2, 30)}
+    fail_job(store, jobs[first.id], "boom", retryable=False)
+    fail_job(store, jobs[second.id], "boom too", retryable=False)
+
+    store.replay(ReplayFilter(ids=(first.id,)), by="ops")
+
+    # the child's other parent failed on its own: it stays cancelled, and so does its child,
+    # rather than wait for a parent that will not run
+    assert store.get(child.id).state is JobState.CANCELLED
+    assert store.get(grandchild.id).state is JobState.CANCELLED
+    store.replay(ReplayFilter(ids=(second.id,)), by="ops")
+    assert store.get(child.id).state is JobState.CANCELLED  # cancelled by the first one's failure

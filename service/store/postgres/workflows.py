@@ -27,9 +27,11 @@ from service.workflows import (
     HELD_UNTIL,
     Dependencies,
     ParentResult,
+    RearmCandidate,
     StoredParent,
     check_page,
     dependencies_page,
+    rearm,
     stored_parent_ids,
     wire,
 )
@@ -42,7 +44,8 @@ ENQUEUE_DEPENDENTS = _SQL["enqueue_dependents"]
 READ_JOBS = _SQL["read_jobs"]
 LOCK_JOBS = _SQL["lock_jobs"]
 SETTLE_DEPENDENTS = _SQL["settle_dependents"]
-REARM_DEPENDENTS = _SQL["rearm_dependents"]
+REARM_CANDIDATES = _SQL["rearm_candidates"]
+REARM_JOBS = _SQL["rearm_jobs"]
 PARENT_RESULTS = _SQL["parent_results"]
 JOB_PARENTS = _SQL["job_parents"]
 JOB_CHILDREN = _SQL["job_children"]
@@ -166,10 +169,17 @@ class Workflows(Connected):
         return self._params(ids=list(ids))
 
     def _rearm(self, conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID], by: str) -> list[uuid.UUID]:
+        """Replay's second step, in its transaction: REARM_CANDIDATES (their parents locked),
+        service.workflows.rearm decides, REARM_JOBS writes and records."""
         if not ids:
             return []
-        rows = conn.execute(REARM_DEPENDENTS, self._params(ids=list(ids), by=by, held_until=HELD_UNTIL_PG))
-        return [row["id"] for row in rows.fetchall()]
+        rows = conn.execute(REARM_CANDIDATES, self._params(ids=list(ids))).fetchall()
+        chosen = rearm([_candidate(row) for row in rows])
+        if not chosen:
+            return []
+        batch = json.dumps([{"id": str(job_id), "pending": pending} for job_id, pending in chosen.items()])
+        written = conn.execute(REARM_JOBS, self._params(batch=batch, by=by, held_until=HELD_UNTIL_PG))
+        return [row["id"] for row in written.fetchall()]
 
     # -- reads -----------------------------------------------------------------------------
     def parent_results(self, job_id: uuid.UUID) -> list[ParentResult]:
@@ -190,3 +200,12 @@ class Workflows(Connected):
         parents = self._fetchall(JOB_PARENTS, self._params(job_id=job_id, after=parents_after, limit=limit + 1))
         children = self._fetchall(JOB_CHILDREN, self._params(job_id=job_id, after=children_after, limit=limit + 1))
         return dependencies_page(parents, children, limit)
+
+
+def _candidate(row: dict[str, Any]) -> RearmCandidate:
+    return RearmCandidate(
+        id=row["id"],
+        state=JobState(row["state"]),
+        on_parent_failure=row["on_parent_failure"],
+        parents=tuple((uuid.UUID(p["id"]), JobState(p["state"])) for p in row["parents"]),
+    )

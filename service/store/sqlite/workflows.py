@@ -23,10 +23,11 @@ from service.workflows import (
     HELD_UNTIL,
     Dependencies,
     ParentResult,
+    RearmCandidate,
     StoredParent,
     check_page,
     dependencies_page,
-    rearmed_pending,
+    rearm,
     stored_parent_ids,
     wire,
 )
@@ -78,17 +79,22 @@ def settle_dependents(conn: sqlite3.Connection, now: str, ids: Sequence[uuid.UUI
 
 def rearm_dependents(conn: sqlite3.Connection, now: str, ids: Sequence[uuid.UUID], by: str) -> list[uuid.UUID]:
     """Replay's second step: the jobs the replayed jobs' failure cancelled wait for their
-    parents again (service.workflows.rearmed_pending), recorded in job_replays."""
+    parents again (service.workflows.rearm decides), each recorded in job_replays."""
     if not ids:
         return []
-    candidates = conn.execute(REARM_CANDIDATES, {"ids": json.dumps([str(i) for i in ids])}).fetchall()
-    rearmed = {uuid.UUID(row["id"]) for row in candidates}
-    done = []
-    for row in candidates:
-        parents = [(uuid.UUID(p["id"]), JobState(p["state"])) for p in conn.execute(PARENTS_OF, {"id": row["id"]})]
-        pending = rearmed_pending(JobState(row["state"]), row["on_parent_failure"], parents, rearmed)
-        if pending is None:
-            continue
+    rows = {row["id"]: row for row in conn.execute(REARM_CANDIDATES, {"ids": json.dumps([str(i) for i in ids])})}
+    candidates = [
+        RearmCandidate(
+            id=uuid.UUID(job_id),
+            state=JobState(row["state"]),
+            on_parent_failure=row["on_parent_failure"],
+            parents=tuple((uuid.UUID(p["id"]), JobState(p["state"])) for p in conn.execute(PARENTS_OF, {"id": job_id})),
+        )
+        for job_id, row in rows.items()
+    ]
+    chosen = rearm(candidates)
+    for job_id, pending in sorted(chosen.items()):
+        row = rows[str(job_id)]
         conn.execute(REARM_JOB, {"id": row["id"], "pending": pending, "held_until": HELD_UNTIL_TEXT, "now": now})
         conn.execute(TENANT_COUNTER, {"tenant": row["tenant"]})
         if row["state"] == JobState.CANCELLED:
@@ -103,8 +109,7 @@ def rearm_dependents(conn: sqlite3.Connection, now: str, ids: Sequence[uuid.UUID
                     "attempts": row["attempts"],
                 },
             )
-        done.append(uuid.UUID(row["id"]))
-    return sorted(done)
+    return sorted(chosen)
 
 
 class Workflows(Connected):

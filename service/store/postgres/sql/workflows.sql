@@ -140,66 +140,75 @@ SELECT (SELECT count(*) FROM cancelled) AS cancelled,
             THEN pg_notify('jobq_jobs', (SELECT string_agg(DISTINCT queue, ',') FROM released
                                          WHERE parents_pending = 0)) END AS woke
 
--- name: rearm_dependents
+-- name: rearm_candidates
 -- Replay's second statement, in its transaction: the jobs that the replayed jobs' failure
--- cancelled (cancelled_by, transitively) go back to queued, and a replayed job that has parents
--- of its own waits for them again. Each one's counter is counted afresh from its parents as
--- they are now, read locked (``others``: their dependents_version bumped, as an enqueue's, so a
--- parent completing meanwhile that waited for the lock completes again behind one and sees
--- these children queued). A re-armed job with every parent done is due now. A 'cancel' child
--- with another parent that failed on its own stays cancelled. Each re-armed job's replay is
--- recorded in job_replays, naming the job whose replay re-armed it.
-WITH n AS (
-    SELECT {{now}} AS ts
-),
-candidates AS (
-    SELECT j.id, j.state, j.error, j.attempts, j.on_parent_failure, j.cancelled_by
+-- cancelled (cancelled_by, transitively), and replayed jobs that have parents of their own,
+-- with their parents. The parents outside that set are locked and their dependents_version
+-- bumped, as an enqueue's (lock_parents): a parent completing meanwhile that waited for the
+-- lock completes again behind one and sees these children queued. The states are the rows'
+-- as locked. service.workflows.rearm decides which jobs wait again, and for how many parents.
+WITH candidates AS (
+    SELECT j.id, j.tenant, j.state, j.error, j.attempts, j.on_parent_failure, j.cancelled_by
     FROM jobs AS j
     WHERE (j.cancelled_by = ANY(:ids::uuid[]) AND j.state = 'cancelled')
        OR (j.id = ANY(:ids::uuid[]) AND j.parents_total > 0 AND j.state = 'queued')
 ),
+edges AS (
+    SELECT e.child, e.parent FROM job_edges AS e WHERE e.child IN (SELECT id FROM candidates)
+),
 others AS (
+    SELECT p.id, p.state FROM jobs AS p
+    WHERE p.id IN (SELECT parent FROM edges) AND p.id NOT IN (SELECT id FROM candidates)
+    ORDER BY p.id
+    FOR UPDATE
+),
+bumped AS (
     UPDATE jobs AS p
     SET dependents_version = p.dependents_version + 1
-    FROM (
-        SELECT DISTINCT e.parent FROM job_edges AS e
-        WHERE e.child IN (SELECT id FROM candidates) AND e.parent NOT IN (SELECT id FROM candidates)
-        ORDER BY e.parent
-    ) AS x
-    WHERE p.id = x.parent
-    RETURNING p.id, p.state
+    FROM others AS o
+    WHERE p.id = o.id AND o.state IN ('queued', 'running')
+)
+SELECT c.id, c.tenant, c.state, c.error, c.attempts, c.on_parent_failure, c.cancelled_by,
+       coalesce(json_agg(json_build_object('id', e.parent, 'state', coalesce(o.state, k.state)))
+                FILTER (WHERE e.parent IS NOT NULL), '[]') AS parents
+FROM candidates AS c
+LEFT JOIN edges AS e ON e.child = c.id
+LEFT JOIN others AS o ON o.id = e.parent
+LEFT JOIN candidates AS k ON k.id = e.parent
+GROUP BY c.id, c.tenant, c.state, c.error, c.attempts, c.on_parent_failure, c.cancelled_by
+
+-- name: rearm_jobs
+-- The jobs service.workflows.rearm chose, back to queued and waiting for :batch's count of
+-- parents (due now when none); the replay of each one a failure had cancelled is recorded in
+-- job_replays, naming the job whose replay re-armed it (invariant 5).
+WITH n AS (
+    SELECT {{now}} AS ts
 ),
-counted AS (
-    -- A replayed job (queued already) is the operator's word: a parent that failed no longer
-    -- holds it. A cancelled one waits for its parents again, unless one failed on its own.
-    SELECT c.id,
-           count(e.parent) FILTER (WHERE o.id IS NULL OR o.state IN ('queued', 'running')) AS pending,
-           count(e.parent) FILTER (WHERE o.state IN ('failed', 'cancelled') AND c.on_parent_failure = 'cancel'
-                                   AND c.state = 'cancelled') AS doomed
-    FROM candidates AS c
-    LEFT JOIN job_edges AS e ON e.child = c.id
-    LEFT JOIN others AS o ON o.id = e.parent
-    GROUP BY c.id
+input AS (
+    SELECT * FROM jsonb_to_recordset(:batch::jsonb) AS i(id uuid, pending int)
+),
+before AS (
+    SELECT j.id, j.state, j.error, j.attempts, j.cancelled_by FROM jobs AS j WHERE j.id IN (SELECT id FROM input)
 ),
 rearmed AS (
     UPDATE jobs AS j
     SET state = 'queued', error = NULL, cancelled_by = NULL, finished_at = NULL,
         attempts = 0, cancel_requested = false,
-        parents_pending = k.pending,
-        run_after = CASE WHEN k.pending > 0 THEN :held_until::timestamptz
+        parents_pending = i.pending,
+        run_after = CASE WHEN i.pending > 0 THEN :held_until::timestamptz
                          ELSE greatest(n.ts, coalesce(j.due_after_parents, n.ts)) END,
         updated_at = n.ts
-    FROM counted AS k, n
-    WHERE j.id = k.id AND k.doomed = 0
-    RETURNING j.id, j.tenant, j.queue, j.parents_pending, {{notify_changed}}
+    FROM input AS i, n
+    WHERE j.id = i.id
+    RETURNING j.id, j.tenant, {{notify_changed}}
 ),{{tenant_counters(rearmed)}},
 recorded AS (
     INSERT INTO job_replays (job_id, replayed_at, replayed_by, previous_state, previous_error, previous_attempts)
-    SELECT c.id, n.ts, :by || ' (re-armed: job ' || c.cancelled_by || ' was replayed)', c.state, c.error, c.attempts
-    FROM candidates AS c JOIN rearmed AS r ON r.id = c.id, n
-    WHERE c.state = 'cancelled'
+    SELECT b.id, n.ts, :by || ' (re-armed: job ' || b.cancelled_by || ' was replayed)', b.state, b.error, b.attempts
+    FROM before AS b, n
+    WHERE b.state = 'cancelled'
 )
-SELECT r.id FROM rearmed AS r ORDER BY r.id
+SELECT id FROM rearmed ORDER BY id
 
 -- name: parent_results
 -- ctx.parent_results(): a job's parents and their results, in one query (the edges of the
