@@ -207,6 +207,10 @@ def _instant(text: str) -> datetime | None:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
+DEPENDENCIES_SHOWN = 100
+"""Parents (and children) the job page lists; GET /v1/jobs/{id}/dependencies pages through all."""
+
+
 @console.get("/jobs/{job_id}")
 async def job(request: Request, job_id: str, who: OperatorDep, store: StoreDep, notice: str = "") -> Response:
     status = await _find(store, job_id)
@@ -216,6 +220,8 @@ async def job(request: Request, job_id: str, who: OperatorDep, store: StoreDep, 
     payload = await blocking(store.get_payload, status.id)
     facts = await blocking(functools.partial(store.explain_facts, status.id, workers_seen_within=WORKER_ALIVE_SECONDS))
     reasons = [reason.message for reason in explain(facts).reasons]  # the words of `jobq explain`
+    # Workflows: its parents and children with their states, both ways linked (a first page each).
+    dependencies = await blocking(functools.partial(store.dependencies, status.id, limit=DEPENDENCIES_SHOWN))
     if notice == "cancel-requested" and status.state.terminal:
         notice = ""  # the page reloaded because the job ended: the request is history
     return render(
@@ -226,6 +232,7 @@ async def job(request: Request, job_id: str, who: OperatorDep, store: StoreDep, 
         attempts=attempts,
         payload=payload,
         reasons=reasons,
+        dependencies=dependencies,
         tag=change_tag(status),
         notice=NOTICES.get(notice),
         max_wait=MAX_WAIT_SECONDS,
