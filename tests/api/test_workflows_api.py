@@ -62,9 +62,18 @@ def test_another_tenants_parent_is_the_same_404_as_a_missing_job(api: LiveApi, d
 
 def test_a_position_that_is_not_earlier_is_refused_and_nothing_is_stored(api: LiveApi, db: Database) -> None:
     http = api.http(api.token())
-    response = http.post(
-        "/v1/jobs/batch", json={"jobs": [{"kind": "a", "depends_on": [{"index": 1}]}, {"kind": "b"}]}
-    )
+    response = http.post("/v1/jobs/batch", json={"jobs": [{"kind": "a", "depends_on": [{"index": 1}]}, {"kind": "b"}]})
     problem = assert_problem(response, 422)
     assert "earlier jobs of its batch" in problem["detail"]
     assert db.count("jobs") == 0
+
+
+def test_the_http_client_submits_parents_by_id_and_batch_position(api: LiveApi) -> None:
+    from service.client import Client, JobSpec
+
+    with Client(api.url, token=api.token()) as jobq:
+        parent = jobq.submit("transcribe")
+        child = jobq.submit("translate", depends_on=[parent.id], on_parent_failure="run")
+        first, second = jobq.submit_many([JobSpec("a"), JobSpec("b", depends_on=(0, parent.id))])
+    assert (api.store.get(child.id).parents_pending, api.store.get(second.id).parents_pending) == (1, 2)
+    assert {p.id for p in api.store.dependencies(second.id).parents} == {first.id, parent.id}
