@@ -144,6 +144,12 @@ def wire(jobs: Sequence[NewJob], ids: Sequence[uuid.UUID], stored: Mapping[uuid.
     return [replace(wiring, has_children=True) if i in named else wiring for i, wiring in enumerate(wirings)]
 
 
+def children_refused(exc: JobNotFound) -> InvalidInput:
+    """A handler's children (ctx.enqueue) that name a job that is not there (or another tenant's):
+    the result is refused with them, as a result the database refuses (the job fails, saying so)."""
+    return InvalidInput(f"a job enqueued by the handler names a parent that does not exist: {exc}")
+
+
 def parent_failed_error(parent: uuid.UUID, ended: str) -> str:
     """The error of a job cancelled because a parent ended badly (the stores' SQL words it the same)."""
     return f"cancelled: parent job {parent} {ended}"

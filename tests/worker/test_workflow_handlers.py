@@ -101,3 +101,13 @@ def test_context_enqueue_keys_children_by_job_and_number_and_refuses_forward_pos
     with pytest.raises(ValueError, match="earlier jobs"):
         ctx.enqueue("c", depends_on=[5])
     assert len(ctx.children()) == 2
+
+
+def test_children_naming_a_missing_parent_refuse_the_result_with_them(store: Store, db: Database):
+    store.enqueue(new_job())
+    job = claim_one(store)
+    child = NewJob("child", depends_on=(uuid.uuid4(),), idempotency_key=f"jobq-child:{job.id}:0")
+    with pytest.raises(ValueError, match="names a parent that does not exist"):
+        store.complete_many([Completion(job.lease, "ok", children=(child,))])
+    assert store.get(job.id).state is JobState.RUNNING  # nothing written: the finisher fails it, saying why
+    assert db.count("jobs", "kind = 'child'") == 0

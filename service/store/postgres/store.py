@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from service.errors import LeaseLost
+from service.errors import JobNotFound, LeaseLost
 from service.jobs import (
     JSON,
     AttemptOutcome,
@@ -59,6 +59,7 @@ from service.store.postgres.tokens import Tokens
 from service.store.postgres.workers import Workers
 from service.store.postgres.workflows import LOCK_JOBS, SETTLE_DEPENDENTS
 from service.store.rows import claimed_job
+from service.workflows import children_refused
 
 
 class PostgresStore(
@@ -235,7 +236,10 @@ class PostgresStore(
                 cursor.execute(LOCK_JOBS, self._params(ids=[item.lease.job_id]))
                 if not cursor.execute(COMPLETE_JOBS, params).fetchall():
                     return False
-                self._insert_dependents(cursor, item.children, None)
+                try:
+                    self._insert_dependents(cursor, item.children, None)
+                except JobNotFound as exc:  # rolls the result back with them
+                    raise children_refused(exc) from None
                 return True
 
         if self._retrying(run):

@@ -28,7 +28,7 @@ import urllib.parse
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 
-from service.errors import InvalidInput, LeaseLost
+from service.errors import InvalidInput, JobNotFound, LeaseLost
 from service.jobs import (
     JSON,
     AttemptOutcome,
@@ -84,6 +84,7 @@ from service.store.sqlite.timestamps import from_text, to_text
 from service.store.sqlite.tokens import Tokens
 from service.store.sqlite.workers import Workers
 from service.store.sqlite.workflows import insert_dependents, release_children, settle_dependents
+from service.workflows import children_refused
 
 BUSY_TIMEOUT_SECONDS = 30.0
 
@@ -311,7 +312,10 @@ class SqliteStore(
                 if written["dependents_version"]:  # workflows: its children count one parent less
                     release_children(conn, now, lease.job_id)
                 if item.children:  # the jobs its handler enqueued, fenced with the result
-                    insert_dependents(conn, now, item.children, None)
+                    try:
+                        insert_dependents(conn, now, item.children, None)
+                    except JobNotFound as exc:  # the batch rolls back; the finisher writes it job by job
+                        raise children_refused(exc) from None
                 conn.execute(STORE_RESULT, params)
                 store_items(conn, rows, now)
                 close_attempt(conn, lease, now, AttemptOutcome.SUCCEEDED)
