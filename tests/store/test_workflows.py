@@ -390,3 +390,23 @@ def test_replay_leaves_cancelled_a_job_whose_other_parent_failed_and_the_jobs_be
     assert store.get(grandchild.id).state is JobState.CANCELLED
     store.replay(ReplayFilter(ids=(second.id,)), by="ops")
     assert store.get(child.id).state is JobState.CANCELLED  # cancelled by the first one's failure
+
+
+def test_replaying_a_failed_parent_makes_a_run_anyway_child_that_has_not_started_wait_again(store: Store):
+    parent, other, child = store.enqueue_many(
+        [
+            new_job(),
+            new_job(),
+            new_job(depends_on=(0, 1), on_parent_failure="run"),
+        ]
+    )
+    jobs = {job.id: job for job in store.claim("worker-a", ["default"], 2, 30)}
+    fail_job(store, jobs[parent.id], "boom", retryable=False)
+    assert store.get(child.id).parents_pending == 1  # the other parent still runs
+
+    store.replay(ReplayFilter(ids=(parent.id,)), by="ops")
+
+    assert store.get(child.id).parents_pending == 2  # the replayed parent runs again: it waits for it
+    store.complete(jobs[other.id].lease, "ok")
+    run_to_success(store, parent.id)
+    assert claimable(store) == {child.id}

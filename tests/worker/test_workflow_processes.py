@@ -53,7 +53,7 @@ def test_fan_out_then_fan_in_under_sigkill_runs_the_last_job_once_after_every_le
         kills += 1
         fleet.start(*args)
 
-    assert kills >= 2
+    assert kills >= 1
     assert pg.count("jobs", "kind = 'leaf'") == LEAVES  # the fan-out's children were written once
     assert pg.count("jobs", "kind = 'fan_in'") == 1
     assert pg.count("jobs", "kind = 'leaf' AND state = 'succeeded'") == LEAVES

@@ -142,8 +142,9 @@ SELECT (SELECT count(*) FROM cancelled) AS cancelled,
 
 -- name: rearm_candidates
 -- Replay's second statement, in its transaction: the jobs that the replayed jobs' failure
--- cancelled (cancelled_by, transitively), and replayed jobs that have parents of their own,
--- with their parents. The parents outside that set are locked and their dependents_version
+-- cancelled (cancelled_by, transitively), replayed jobs that have parents of their own, and
+-- the queued children of the replayed jobs (a 'run' child released by the failure waits for
+-- the parent again), with their parents. The parents outside that set are locked and their dependents_version
 -- bumped, as an enqueue's (lock_parents): a parent completing meanwhile that waited for the
 -- lock completes again behind one and sees these children queued. The states are the rows'
 -- as locked. service.workflows.rearm decides which jobs wait again, and for how many parents.
@@ -152,6 +153,7 @@ WITH candidates AS (
     FROM jobs AS j
     WHERE (j.cancelled_by = ANY(:ids::uuid[]) AND j.state = 'cancelled')
        OR (j.id = ANY(:ids::uuid[]) AND j.parents_total > 0 AND j.state = 'queued')
+       OR (j.state = 'queued' AND j.id IN (SELECT e.child FROM job_edges AS e WHERE e.parent = ANY(:ids::uuid[])))
 ),
 edges AS (
     SELECT e.child, e.parent FROM job_edges AS e WHERE e.child IN (SELECT id FROM candidates)
@@ -192,8 +194,10 @@ before AS (
 ),
 rearmed AS (
     UPDATE jobs AS j
-    SET state = 'queued', error = NULL, cancelled_by = NULL, finished_at = NULL,
-        attempts = 0, cancel_requested = false,
+    SET state = 'queued', cancelled_by = NULL, finished_at = NULL, cancel_requested = false,
+        -- a cancelled job starts afresh; a queued one (waiting for a retry, say) keeps its own
+        error = CASE WHEN j.state = 'cancelled' THEN NULL ELSE j.error END,
+        attempts = CASE WHEN j.state = 'cancelled' THEN 0 ELSE j.attempts END,
         parents_pending = i.pending,
         run_after = CASE WHEN i.pending > 0 THEN :held_until::timestamptz
                          ELSE greatest(n.ts, coalesce(j.due_after_parents, n.ts)) END,

@@ -92,6 +92,7 @@ WHERE id IN (SELECT child FROM r) AND state = 'queued' AND on_parent_failure = '
 SELECT id, state, error, attempts, on_parent_failure, cancelled_by, tenant FROM jobs
 WHERE (cancelled_by IN (SELECT value FROM json_each(:ids)) AND state = 'cancelled')
    OR (id IN (SELECT value FROM json_each(:ids)) AND parents_total > 0 AND state = 'queued')
+   OR (state = 'queued' AND id IN (SELECT child FROM job_edges WHERE parent IN (SELECT value FROM json_each(:ids))))
 
 -- name: parents_of
 -- A job's parents and their states (re-arming counts them afresh).
@@ -100,7 +101,9 @@ SELECT e.parent AS id, p.state FROM job_edges AS e JOIN jobs AS p ON p.id = e.pa
 -- name: rearm_job
 -- One job back to waiting for its parents (or due now when none is unmet).
 UPDATE jobs
-SET state = 'queued', error = NULL, cancelled_by = NULL, finished_at = NULL, attempts = 0, cancel_requested = 0,
+SET state = 'queued', cancelled_by = NULL, finished_at = NULL, cancel_requested = 0,
+    error = CASE WHEN state = 'cancelled' THEN NULL ELSE error END,
+    attempts = CASE WHEN state = 'cancelled' THEN 0 ELSE attempts END,
     parents_pending = :pending,
     run_after = CASE WHEN :pending > 0 THEN :held_until ELSE max(:now, coalesce(due_after_parents, :now)) END,
     updated_at = :now
