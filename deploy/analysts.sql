@@ -64,9 +64,9 @@ $$;
 -- nothing on tables by default; this undoes a grant someone may have made).
 -- The application keeps its access: it connects as the owner.
 REVOKE ALL ON TABLE jobs, job_results, job_attempts, job_replays, job_items, workers, api_tokens, alembic_version,
-    job_daily_rollup, job_daily_histogram, rollup_watermark, console_sessions, console_audit FROM PUBLIC;
+    job_daily_rollup, job_daily_histogram, rollup_watermark, console_sessions, console_audit, job_edges FROM PUBLIC;
 REVOKE ALL ON SEQUENCE job_attempts_id_seq, job_replays_id_seq, console_audit_id_seq FROM PUBLIC;
-REVOKE ALL ON TABLE job_history, attempt_history, job_item_history, daily_jobs, daily_histogram, daily_queue_wait, daily_run_time
+REVOKE ALL ON TABLE job_history, attempt_history, job_item_history, daily_jobs, daily_histogram, daily_queue_wait, daily_run_time, job_dependencies
     FROM PUBLIC;
 
 -- What the role may do: connect, look up names in the schema, read the views.
@@ -76,5 +76,5 @@ BEGIN
     EXECUTE format('GRANT USAGE ON SCHEMA %I TO jobq_analyst', current_schema());
 END
 $$;
-GRANT SELECT ON TABLE job_history, attempt_history, job_item_history, daily_jobs, daily_histogram, daily_queue_wait, daily_run_time
+GRANT SELECT ON TABLE job_history, attempt_history, job_item_history, daily_jobs, daily_histogram, daily_queue_wait, daily_run_time, job_dependencies
     TO jobq_analyst;

@@ -17,8 +17,10 @@ from service.errors import JobCancelled, JobFailed, JobqError, PermanentError
 
 if TYPE_CHECKING:
     from service.client import Client
+    from service.jobs import NewJob
     from service.queue import Queue
     from service.worker import App, JobContext, JobStopped, StopReason
+    from service.workflows import chain, group
 
 __all__ = [
     "App",
@@ -28,9 +30,12 @@ __all__ = [
     "JobFailed",
     "JobStopped",
     "JobqError",
+    "NewJob",
     "PermanentError",
     "Queue",
     "StopReason",
+    "chain",
+    "group",
 ]
 
 _LAZY = {
@@ -40,6 +45,9 @@ _LAZY = {
     "StopReason": "service.worker",
     "Client": "service.client",
     "Queue": "service.queue",
+    "NewJob": "service.jobs",
+    "chain": "service.workflows",
+    "group": "service.workflows",
 }
 
 

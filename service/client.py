@@ -175,9 +175,15 @@ class JobSpec:
     delay_seconds: float | None = None
     total: int | None = None
     concurrency_key: str | None = None
+    depends_on: tuple[uuid.UUID | str | int, ...] | None = None
+    """Workflows: parent job ids, or (in submit_many) the position of an earlier job of the batch."""
+    on_parent_failure: str | None = None  # 'cancel' (the API's default) or 'run'
 
     def to_json(self) -> dict[str, Any]:
-        return {name: value for name, value in asdict(self).items() if value is not None}
+        body = {name: value for name, value in asdict(self).items() if value is not None}
+        if self.depends_on is not None:
+            body["depends_on"] = [{"index": p} if isinstance(p, int) else str(p) for p in self.depends_on]
+        return body
 
 
 @dataclass(frozen=True)
@@ -230,8 +236,12 @@ class Client:
         total: int | None = None,
         concurrency_key: str | None = None,
         idempotency_key: str | None = None,
+        depends_on: Iterable[uuid.UUID | str] | None = None,
+        on_parent_failure: str | None = None,
     ) -> Job:
-        """Queue a job. With ``idempotency_key``, a retry after a lost answer returns the same job."""
+        """Queue a job. With ``idempotency_key``, a retry after a lost answer returns the same job.
+        ``depends_on``: parent job ids; the job runs once every one succeeded (see the README's
+        Workflows)."""
         spec = JobSpec(
             kind=kind,
             payload=dict(payload or {}),
@@ -241,6 +251,8 @@ class Client:
             delay_seconds=delay_seconds,
             total=total,
             concurrency_key=concurrency_key,
+            depends_on=tuple(depends_on) if depends_on is not None else None,
+            on_parent_failure=on_parent_failure,
         )
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else None
         response = self._request("POST", "/v1/jobs", json=spec.to_json(), headers=headers)

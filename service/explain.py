@@ -20,9 +20,13 @@ from typing import Any
 from service.durations import format_duration
 from service.jobs import WORKER_LATE_SECONDS, JobState, JobStatus, WorkerInfo
 from service.limits import ScopeUsage
+from service.workflows import Relative
 
 SHOWN_RUNNING_IDS = 20
 """A full scope lists at most this many of its running jobs that the caller may see."""
+
+SHOWN_PARENTS = 20
+"""A job waiting for parents names at most this many of the unfinished ones."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class JobFacts:
     live_workers: tuple[WorkerInfo, ...]  # seen recently
     lease_worker: WorkerInfo | None  # running: the worker holding the lease, if registered
     ahead_in_tenant: int  # due jobs of the tenant in the job's queue ahead of it in its line
+    unfinished_parents: tuple[Relative, ...] = ()  # workflows: parents still queued or running (a few)
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,7 @@ class Reason:
 
 
 REASON_CODES = (
+    "waiting_for_parents",
     "not_due",
     "no_worker_for_queue",
     "no_worker_for_kind",
@@ -105,7 +111,25 @@ def _at(moment: datetime | None) -> str | None:
 def _queued(facts: JobFacts) -> list[Reason]:
     status, now = facts.status, facts.now
     reasons: list[Reason] = []
-    if status.run_after > now:
+    if status.parents_pending > 0:
+        # Held until its parents are done: its run_after is the hold's, not a due time to word.
+        unfinished = facts.unfinished_parents[:SHOWN_PARENTS]
+        names = ", ".join(f"{p.id} ({p.kind}, {p.state.value})" for p in unfinished)
+        more = status.parents_pending - len(unfinished)
+        reasons.append(
+            Reason(
+                "waiting_for_parents",
+                f"waiting for {status.parents_pending} of {status.parents_total} parents"
+                + (f": {names}" if names else "")
+                + (f" and {more} more" if more > 0 else ""),
+                {
+                    "parents_pending": status.parents_pending,
+                    "parents_total": status.parents_total,
+                    "unfinished": [{"job_id": str(p.id), "kind": p.kind, "state": p.state.value} for p in unfinished],
+                },
+            )
+        )
+    elif status.run_after > now:
         wait = format_duration((status.run_after - now).total_seconds())
         last = facts.last_attempt
         if status.attempts > 0 and status.error:

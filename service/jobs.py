@@ -115,6 +115,12 @@ class NewJob:
     tenant: str = "default"
     concurrency_key: str | None = None
     idempotency_key: str | None = None
+    depends_on: tuple[uuid.UUID | int, ...] = ()
+    """Parent jobs (service.workflows): ids of stored jobs, or, in a batch, the position of an
+    earlier job of the same batch. The job is not claimable until every parent succeeded."""
+    on_parent_failure: str = "cancel"
+    """'cancel': a parent that fails or is cancelled cancels this job; 'run': it runs anyway,
+    once every parent has ended."""
 
 
 @dataclass(frozen=True)
@@ -149,6 +155,7 @@ class Completion:
     done: int | None = None
     total: int | None = None
     items: tuple[ItemOutcome, ...] = ()  # item outcomes not yet written, written with the result
+    children: tuple[NewJob, ...] = ()  # jobs the handler enqueued (ctx.enqueue), written with the result
 
 
 class ItemState(enum.StrEnum):
@@ -267,6 +274,8 @@ class JobStatus:
     result_id: uuid.UUID | None
     items_ok: int = 0  # items recorded ok / failed so far (kept on the job row: a poll stays one read)
     items_failed: int = 0
+    parents_total: int = 0  # workflows: the job's parents, and those not yet settled (it waits for them)
+    parents_pending: int = 0
 
     @property
     def current_error(self) -> str | None:

@@ -40,6 +40,7 @@ from service.jobs import JSON, JobPage, JobQuery, JobState, JobStatus, NewJob
 from service.payloads import check_payload_size, validate_new_job
 from service.store import Store, open_store
 from service.store.base import JOB_CHANGED
+from service.workflows import Workflow, parents_of
 
 _OPTIONS = frozenset(f.name for f in fields(NewJob)) - {"kind", "payload", "tenant"}
 _POLL_SECONDS = 0.2
@@ -78,7 +79,8 @@ class Queue:
         **options: Any,
     ) -> JobStatus:
         """Queue one job; its status (``queued``). ``options``: queue, priority, max_attempts,
-        delay_seconds, run_after, total, concurrency_key, idempotency_key (as ``NewJob``).
+        delay_seconds, run_after, total, concurrency_key, idempotency_key, depends_on (parent ids
+        or statuses; the job waits until every one succeeded), on_parent_failure (as ``NewJob``).
 
         With an idempotency key this tenant already used, the first job is returned and
         nothing is added; used for a different job, IdempotencyConflict.
@@ -92,6 +94,11 @@ class Queue:
         Each job is a ``NewJob`` or a mapping with ``kind``, ``payload`` and the options.
         A key used for another job: IdempotencyConflict, and none of them is added."""
         return self.store.enqueue_many([self._of(job) for job in jobs], connection=connection)
+
+    def enqueue_workflow(self, workflow: Workflow, *, connection: object | None = None) -> list[JobStatus]:
+        """Queue a workflow built with ``chain`` and ``group`` (service.workflows) as one batch,
+        all or none; the statuses in the workflow's job order."""
+        return self.enqueue_many(workflow.jobs, connection=connection)
 
     # -- reading ----------------------------------------------------------------------
     def get(self, job_id: uuid.UUID | str) -> JobStatus:
@@ -173,6 +180,8 @@ class Queue:
         if unknown:
             raise InvalidInput(f"unknown enqueue option(s): {', '.join(unknown)}; known: {', '.join(sorted(_OPTIONS))}")
         given = {name: value for name, value in options.items() if value is not None}
+        if "depends_on" in given:  # ids, statuses or batch positions
+            given["depends_on"] = parents_of(given["depends_on"])
         if isinstance(payload, Mapping):
             payload = dict(payload)  # a copy: the caller may change its dict after the call
         job = NewJob(kind=kind, payload={} if payload is None else payload, tenant=self.tenant, **given)

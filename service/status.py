@@ -38,6 +38,11 @@ class JobOut(BaseModel):
     )
     stale: bool = Field(description="Running, but its lease expired: its worker is gone or stuck.")
     cancel_requested: bool
+    parents_total: int = Field(description="Workflows: the parent jobs this job waits for (0: none).")
+    parents_pending: int = Field(
+        description="Parents not yet succeeded (or ended, with on_parent_failure 'run'): while above 0 the "
+        "job is queued but not claimed; GET /v1/jobs/{job_id}/dependencies lists them."
+    )
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -64,10 +69,12 @@ class JobOut(BaseModel):
             # Scheduled later than its last change (enqueue or retry): the database set it in
             # the future, and a status is read without a clock of its own to compare.
             run_after=_utc(status.run_after)
-            if status.state is JobState.QUEUED and status.run_after > status.updated_at
+            if status.state is JobState.QUEUED and status.run_after > status.updated_at and not status.parents_pending
             else None,
             stale=status.stale,
             cancel_requested=status.cancel_requested,
+            parents_total=status.parents_total,
+            parents_pending=status.parents_pending,
             created_at=_utc(status.created_at),
             started_at=_utc(status.started_at),
             finished_at=_utc(status.finished_at),

@@ -30,6 +30,7 @@ from service.api.problems import Problem, problem_handler
 from service.api.routes import health, router
 from service.api.routes_limits import limits_router
 from service.api.routes_ops import ops
+from service.api.routes_workflows import workflows_router
 from service.config import Settings
 from service.errors import JobqError
 from service.store import Store
@@ -104,6 +105,7 @@ def mount_api(app: JobqApi, settings: Settings) -> None:
     app.fast_submit = SubmitFastPath(app.state)  # and a plain POST /v1/jobs (see fast_submit)
     app.include_router(ops)  # first: its literal /v1/jobs/replay wins over /v1/jobs/{job_id}
     app.include_router(limits_router)
+    app.include_router(workflows_router)
     app.include_router(router)
     app.include_router(health)
     mount_docs(app)

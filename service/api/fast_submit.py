@@ -120,6 +120,8 @@ class SubmitFastPath:
             # the route answers what is wrong with it
             return _replaying(messages, receive)
 
+        if request.depends_on:  # a workflow's job goes alone, through the route: never coalesced with others
+            return _replaying(messages, receive)
         # The store puts the job in the token's tenant, when there is a token.
         job = request.to_new_job(caller.tenant or DEFAULT_TENANT, heads.key)
         now = self.state.clock()

@@ -11,7 +11,7 @@ agree (the checks raise InvalidInput, a ValueError, which pydantic turns into a 
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -38,6 +38,7 @@ from service.payloads import (
     storable_text,
 )
 from service.status import ItemOut, JobOut
+from service.workflows import MAX_PARENTS
 
 MAX_BATCH_JOBS = 1_000
 # "Holds a character that is not blank", for names: blank as service.jobs.validate_new_job sees
@@ -84,6 +85,15 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+ParentId = Annotated[uuid.UUID, Field(strict=False)]  # a job id as JSON text (strict models take no str)
+
+
+class BatchPosition(_Request):
+    """A parent named by its place in the same batch (0 is the batch's first job)."""
+
+    index: Annotated[int, Field(ge=0, lt=MAX_BATCH_JOBS), BeforeValidator(whole_number)]
+
+
 class JobSubmit(_Request):
     """A job to run: which handler (``kind``) and its input (``payload``)."""
 
@@ -114,10 +124,26 @@ class JobSubmit(_Request):
         "without one, the key only groups jobs (and `jobq explain` names it).",
     )
 
+    depends_on: list[ParentId] = Field(
+        default_factory=list,
+        max_length=MAX_PARENTS,
+        description="Workflows: parent jobs (ids of your jobs). The job stays queued, and is not claimed, "
+        "until every parent succeeded; a parent that fails or is cancelled cancels it (see "
+        "on_parent_failure). An unknown id, or another tenant's job, is a 404 and nothing is stored.",
+    )
+    on_parent_failure: Literal["cancel", "run"] = Field(
+        default="cancel",
+        description="'cancel': a failed or cancelled parent cancels this job (its error names the parent); "
+        "'run': it runs anyway once every parent has ended.",
+    )
+
     @field_validator("payload")
     @classmethod
     def _storable_payload(cls, payload: dict[str, Any]) -> dict[str, Any]:
         return storable_json(payload, "payload")  # type: ignore[no-any-return]
+
+    def parents(self) -> tuple[uuid.UUID | int, ...]:
+        return tuple(self.depends_on)
 
     def to_new_job(self, tenant: str, idempotency_key: str | None) -> NewJob:
         return NewJob(
@@ -131,11 +157,25 @@ class JobSubmit(_Request):
             tenant=tenant,
             concurrency_key=self.concurrency_key,
             idempotency_key=idempotency_key,
+            depends_on=self.parents(),
+            on_parent_failure=self.on_parent_failure,
         )
 
 
 class BatchJob(JobSubmit):
     """A job of a batch: as a single submit, with its Idempotency-Key in the body."""
+
+    depends_on: list[ParentId | BatchPosition] = Field(  # type: ignore[assignment]
+        default_factory=list,
+        max_length=MAX_PARENTS,
+        description='Workflows: parent jobs, each the id of one of your jobs or {"index": N}, the Nth '
+        "job of this batch (0 is the first), which must come before this one: so a whole graph is one "
+        "request, all or none, and a cycle cannot be written. The job is not claimed until every parent "
+        "succeeded.",
+    )
+
+    def parents(self) -> tuple[uuid.UUID | int, ...]:
+        return tuple(p.index if isinstance(p, BatchPosition) else p for p in self.depends_on)
 
     idempotency_key: IdempotencyKeyText | None = Field(
         default=None,

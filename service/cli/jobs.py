@@ -22,6 +22,7 @@ from service.errors import InvalidInput
 from service.jobs import JobQuery, JobState, JobStatus, NewJob
 from service.payloads import check_payload_size, validate_new_job
 from service.status import JobOut
+from service.workflows import check_dependencies, parents_of
 
 
 def status_fields(status: JobStatus) -> dict[str, Any]:
@@ -42,7 +43,11 @@ def format_status(fields: dict[str, Any]) -> str:
             value = f"{value} of {fields['total']}"
         elif name == "attempts":
             value = f"{value} of {fields['max_attempts']}"
-        elif name in ("total", "max_attempts", "stale"):
+        elif name == "parents_total":
+            if not value:
+                continue
+            name, value = "parents", f"{value - fields['parents_pending']} of {value} done"
+        elif name in ("total", "max_attempts", "stale", "parents_pending"):
             continue
         elif isinstance(value, bool):
             value = "yes" if value else "no"
@@ -132,6 +137,19 @@ def enqueue(
             "another job with a used key is refused.",
         ),
     ] = None,
+    after: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--after",
+            metavar="ID",
+            help="A parent job (repeat for more): this job waits until every one succeeded; a parent "
+            "that fails or is cancelled cancels it (see --on-parent-failure).",
+        ),
+    ] = None,
+    on_parent_failure: Annotated[
+        str,
+        typer.Option(metavar="cancel|run", help="When a parent fails: cancel this job (default) or run it anyway."),
+    ] = _DEFAULTS.on_parent_failure,
 ) -> None:
     """Add a job to the queue; print only its id on stdout."""
     job = NewJob(
@@ -144,10 +162,13 @@ def enqueue(
         delay_seconds=delay,
         tenant=tenant,
         idempotency_key=idempotency_key,
+        depends_on=parents_of(after or []),
+        on_parent_failure=on_parent_failure,
     )
     validate_new_job(job)  # reject bad input before touching the database
     # The API's and Queue's bound on a payload, from the same setting (JOBQ_MAX_BODY_BYTES).
     check_payload_size(job.payload, cli_state(ctx).settings().max_body_bytes)
+    check_dependencies([job])
     with open_cli_store(ctx) as store:
         status = store.enqueue(job)  # a key naming an earlier, different job: IdempotencyConflict
     print(status.id)

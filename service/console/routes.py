@@ -338,6 +338,10 @@ async def _open_by_prefix(request: Request, who: Operator, store: StoreDep, text
     )
 
 
+DEPENDENCIES_SHOWN = 100
+"""Parents (and children) the job page lists; GET /v1/jobs/{id}/dependencies pages through all."""
+
+
 @console.get("/jobs/{job_id}")
 async def job(
     request: Request,
@@ -380,6 +384,8 @@ async def job(
         next_items = f"/ui/jobs/{status.id}?" + urlencode(
             {**({"items": items} if items else {}), "items_after": item_page.next_after_index}
         )
+    # Workflows: its parents and children with their states, both ways linked (a first page each).
+    dependencies = await blocking(functools.partial(store.dependencies, status.id, limit=DEPENDENCIES_SHOWN))
     return render(
         request,
         "job.html",
@@ -390,6 +396,7 @@ async def job(
         audit=audit,
         payload=payload,
         reasons=reasons,
+        dependencies=dependencies,
         tag=change_tag(status),
         max_wait=MAX_WAIT_SECONDS,
         item_page=item_page,

@@ -51,6 +51,7 @@ from service.jobs import (
 from service.limits import Limit, ScopeUsage
 from service.retry import Decision
 from service.schedules import Schedule, ScheduleSpec
+from service.workflows import Dependencies, ParentResult
 
 Clock = Callable[[], datetime]
 
@@ -165,6 +166,25 @@ class Store(Protocol):
         idempotency keys; with them, the keys taken are read back in the same transaction, and
         one IdempotencyConflict writes none of the jobs. ``connection`` and ``token_hash`` as for
         ``enqueue``."""
+        ...
+
+    # -- workflows (service.workflows) ------------------------------------------------
+    def parent_results(self, job_id: uuid.UUID) -> list[ParentResult]:
+        """A job's parents with their states and results (None unless succeeded), oldest
+        first, in one query: what ``ctx.parent_results()`` hands a child's handler."""
+        ...
+
+    def dependencies(
+        self,
+        job_id: uuid.UUID,
+        tenant: str | None = None,
+        *,
+        limit: int = 100,
+        parents_after: uuid.UUID | None = None,
+        children_after: uuid.UUID | None = None,
+    ) -> Dependencies:
+        """A page of a job's parents and of its children with their states, each in id order.
+        Scoped by ``tenant`` like every job read. Raises JobNotFound."""
         ...
 
     # -- the worker's hot path (each write fenced by the lease) -------------------

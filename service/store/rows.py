@@ -74,6 +74,8 @@ def job_status(row: Mapping[str, Any], read: Readers) -> JobStatus:
         result_id=_maybe(read.ident, row["result_id"]),
         items_ok=row["items_ok"],
         items_failed=row["items_failed"],
+        parents_total=row["parents_total"],
+        parents_pending=row["parents_pending"],
     )
 
 

@@ -79,6 +79,18 @@ jobs = sa.Table(
     # Written by heartbeats, so never indexed: the heartbeat stays a HOT update.
     sa.Column("items_ok", sa.Integer, nullable=False, server_default="0"),
     sa.Column("items_failed", sa.Integer, nullable=False, server_default="0"),
+    # Workflows (migration 0011, service.workflows). The parents not yet settled: while above 0
+    # the job is queued but held (run_after = HELD_UNTIL, its own due time in due_after_parents),
+    # and the statement that settles its last parent puts the due time back.
+    sa.Column("parents_pending", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("parents_total", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("on_parent_failure", sa.Text, nullable=False, server_default="cancel"),
+    sa.Column("due_after_parents", Timestamp, nullable=True),
+    # Grows when a transaction adds or re-arms dependents of this job: a completion that waited
+    # for the row compares it with its snapshot's, so no edge committed meanwhile is missed.
+    sa.Column("dependents_version", sa.Integer, nullable=False, server_default="0"),
+    # The job whose failure or cancellation cancelled this one; replaying it re-arms this one.
+    sa.Column("cancelled_by", Id, nullable=True),
     sa.CheckConstraint("state IN ('queued','running','succeeded','failed','cancelled')", name="state"),
     sa.CheckConstraint("state <> 'failed' OR (error IS NOT NULL AND error <> '')", name="failed_has_error"),
     sa.CheckConstraint(
@@ -88,9 +100,12 @@ jobs = sa.Table(
     sa.CheckConstraint("total IS NULL OR total <= 0 OR done <= total", name="done_within_total"),
     sa.CheckConstraint("done >= 0 AND (total IS NULL OR total >= 0)", name="progress_non_negative"),
     sa.CheckConstraint("priority >= 0", name="priority_non_negative"),
+    sa.CheckConstraint("on_parent_failure IN ('cancel','run')", name="on_parent_failure"),
+    sa.CheckConstraint("parents_pending >= 0 AND parents_pending <= parents_total", name="parents_pending"),
     sa.CheckConstraint("attempts >= 0 AND max_attempts >= 1 AND attempts <= max_attempts", name="attempts"),
     # The claim reads only this index: queued rows, per queue and tenant in claim order
-    # (the fair claim walks it tenant by tenant, a loose index scan). History never enters it.
+    # (the fair claim walks it tenant by tenant, a loose index scan). History never enters it,
+    # nor jobs waiting for parents (migration 0011 says what they cost a claim inside it).
     sa.Index(
         "ix_jobs_claimable",
         "queue",
@@ -98,8 +113,16 @@ jobs = sa.Table(
         sa.text("priority DESC"),
         "run_after",
         "id",
-        postgresql_where=sa.text("state = 'queued'"),
-        sqlite_where=sa.text("state = 'queued'"),
+        postgresql_where=sa.text("state = 'queued' AND parents_pending = 0"),
+        sqlite_where=sa.text("state = 'queued' AND parents_pending = 0"),
+    ),
+    # Queued jobs waiting for parents, for the queue statistics' counts (never the claim).
+    sa.Index(
+        "ix_jobs_held",
+        "queue",
+        "kind",
+        postgresql_where=sa.text("state = 'queued' AND parents_pending > 0"),
+        sqlite_where=sa.text("state = 'queued' AND parents_pending > 0"),
     ),
     # Running jobs only: the reaper's scan and the fair claim's running jobs per tenant.
     # Bounded by fleet size.
@@ -130,6 +153,13 @@ jobs = sa.Table(
         postgresql_where=sa.text("idempotency_key IS NOT NULL"),
         sqlite_where=sa.text("idempotency_key IS NOT NULL"),
     ),
+    # The jobs a failure cancelled, by the job that failed: what its replay re-arms.
+    sa.Index(
+        "ix_jobs_cancelled_by",
+        "cancelled_by",
+        postgresql_where=sa.text("cancelled_by IS NOT NULL"),
+        sqlite_where=sa.text("cancelled_by IS NOT NULL"),
+    ),
     # Finished jobs by time: failures and rates over a window, pruning and analysts'
     # date ranges read a slice of this, never the whole history. Written once, at finish.
     sa.Index("ix_jobs_finished_at", "finished_at"),
@@ -159,6 +189,19 @@ job_results = sa.Table(
     sa.Column("body", Json, nullable=False),
     sa.Column("created_at", Timestamp, nullable=False),
     sa.Index("ix_job_results_job_id", "job_id"),
+)
+
+# Workflows: one row per dependency (the child waits for the parent). The primary key is "the
+# children of a parent", what a parent's completion releases; the other index "the parents of a
+# child", what explain and ctx.parent_results() read.
+job_edges = sa.Table(
+    "job_edges",
+    metadata,
+    sa.Column("parent", Id, sa.ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("child", Id, sa.ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    sa.PrimaryKeyConstraint("parent", "child"),
+    sa.CheckConstraint("parent <> child", name="not_self"),
+    sa.Index("ix_job_edges_child_parent", "child", "parent"),
 )
 
 job_attempts = sa.Table(

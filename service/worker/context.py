@@ -23,13 +23,14 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, Protocol, TypeVar
 
 from service import items as item_rule
 from service.errors import InvalidInput, TooManyItemFailures
-from service.jobs import JSON, ClaimedJob, ItemOutcome, ItemState, JobItem
+from service.jobs import JSON, ClaimedJob, ItemOutcome, ItemState, JobItem, NewJob
 from service.payloads import check_progress, dump_json
 from service.worker.tracebacks import format_error
+from service.workflows import ParentResult, check_dependencies
 
 T = TypeVar("T")
 
@@ -40,6 +41,16 @@ ITEM_ERROR_CHARS = 2_000
 """A failed item's stored error: its first line and the end of its traceback, cut past this size."""
 SNAPSHOT_EVERY_SECONDS = 0.2
 """``items()`` copies ``ctx.state`` into the checkpoint at most this often (and after the last item)."""
+
+
+MAX_CHILDREN = 10_000
+"""Jobs one handler may enqueue with its result (``ctx.enqueue``): one transaction writes them."""
+
+
+class ParentReads(Protocol):
+    """What the context reads for ``ctx.parent_results()`` (the store)."""
+
+    def parent_results(self, job_id: uuid.UUID) -> list[ParentResult]: ...
 
 
 class StopReason(enum.StrEnum):
@@ -95,6 +106,9 @@ class JobContext:
       written with the heartbeats; failed items do not fail the job (see ``max_item_failures``).
     - ``should_stop``, ``stop_reason``, ``raise_if_stopped()``, ``wait(seconds)``,
       ``await sleep(seconds)``: learning that the job must stop.
+    - ``parent_results()``: the results of the job's parents (a workflow's fan-in), one read.
+    - ``enqueue(kind, payload, ...)``: a follow-up job, written in the same transaction as this
+      job's result and fenced like it (an attempt that lost its lease writes neither).
     """
 
     def __init__(
@@ -104,6 +118,7 @@ class JobContext:
         *,
         clock: Callable[[], float] = time.monotonic,
         max_item_failures: item_rule.ItemFailureLimit = None,
+        parents: ParentReads | None = None,
     ) -> None:
         self.job_id: uuid.UUID = job.id
         self.kind = job.kind
@@ -132,12 +147,57 @@ class JobContext:
         self._pending_items: list[ItemOutcome] = []
         self._first_errors: list[str] = []
         self._mine: set[int] = set()  # indexes this attempt recorded
+        self._parent_reads = parents
+        self._parents: list[ParentResult] | None = None
+        self._children: list[NewJob] = []
         self.state: dict[str, JSON] = _restored_state(job.checkpoint)
         """Handler state that ``items()`` saves with each checkpoint and gives back on resume.
         Keep it JSON (dicts, lists, strings, numbers)."""
 
     def __repr__(self) -> str:
         return f"JobContext({self.kind} {self.job_id} attempt {self.attempt})"
+
+    # -- workflows -----------------------------------------------------------------------
+    def parents(self) -> list[ParentResult]:
+        """The job's parents with their states and results, oldest first (one read, then kept)."""
+        if self._parents is None:
+            if self._parent_reads is None:
+                raise InvalidInput("this context reads no parents (a worker's contexts do)")
+            self._parents = self._parent_reads.parent_results(self.job_id)
+        return list(self._parents)
+
+    def parent_results(self) -> dict[uuid.UUID, JSON]:
+        """The parents' results by parent id, oldest parent first; None for a parent that did
+        not succeed (a job submitted with on_parent_failure="run"). One query for all of them."""
+        return {parent.id: parent.result for parent in self.parents()}
+
+    def enqueue(
+        self,
+        kind: str,
+        payload: dict[str, JSON] | None = None,
+        *,
+        depends_on: Sequence[uuid.UUID | int] = (),
+        **fields: Any,
+    ) -> int:
+        """Add a follow-up job, written with this job's result in one transaction, fenced like
+        it: if this attempt lost its lease, neither is written; a job that succeeds always has
+        its children, once (each child's idempotency key defaults to this job's id and the
+        child's number, so a job that runs again writes none twice). ``depends_on``: stored
+        job ids, or the numbers ``enqueue`` returned for earlier children. Returns this
+        child's number. The child belongs to this job's tenant."""
+        fields.setdefault("idempotency_key", f"jobq-child:{self.job_id}:{len(self._children)}")
+        child = NewJob(kind=kind, payload=payload or {}, tenant=self.tenant, depends_on=tuple(depends_on), **fields)
+        with self._lock:
+            if len(self._children) >= MAX_CHILDREN:
+                raise InvalidInput(f"a handler may enqueue at most {MAX_CHILDREN} jobs")
+            check_dependencies([*self._children, child])
+            self._children.append(child)
+            return len(self._children) - 1
+
+    def children(self) -> tuple[NewJob, ...]:
+        """The follow-up jobs enqueued so far (the finisher writes them with the result)."""
+        with self._lock:
+            return tuple(self._children)
 
     # -- progress and checkpoints ------------------------------------------------------
     def progress(self, done: int, total: int | None = None) -> None:

@@ -41,6 +41,7 @@ from typing import Protocol
 from service.errors import InvalidInput
 from service.jobs import JSON, ClaimedJob, ClaimRequest, Lease
 from service.store.base import COMPLETE_BATCH, Store
+from service.worker.context import ParentReads
 from service.worker.logs import job_event, log_event
 from service.worker.running import Phase, RunningJob
 from service.worker.settler import DISCARDED, Settler
@@ -96,6 +97,8 @@ def _smoothed(average: float | None, sample: float, weight: float) -> float:
 class FinishedSlots(Protocol):
     """What the finisher asks of the worker's slots (:class:`service.worker.slots.Slots`)."""
 
+    parents: ParentReads | None
+
     def held(self) -> list[RunningJob]:
         """The jobs holding slots, whose results a batch may wait for (see :class:`Pace`)."""
         ...
@@ -131,6 +134,8 @@ class Finisher:
         self.settler = settler
         self.worker_id = settler.worker_id
         self._slots = slots
+        # The jobs' contexts read their parents' results from the store the finisher writes to.
+        slots.parents = store
         self.pace = pace or Pace()
         self._clock = clock
         self._queue: queue.SimpleQueue[Success] = queue.SimpleQueue()

@@ -51,9 +51,10 @@ class RunningJob:
         """The success to write: the result, and the progress and item outcomes the handler reported
         after the last heartbeat. Call it holding ``writing``."""
         pending = self.ctx.pending()
+        children = self.ctx.children()
         if pending is None:
-            return Completion(self.job.lease, result)
-        return Completion(self.job.lease, result, pending.done, pending.total, pending.items)
+            return Completion(self.job.lease, result, children=children)
+        return Completion(self.job.lease, result, pending.done, pending.total, pending.items, children)
 
     def finished(self) -> None:
         with self._lock:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from service.jobs import ClaimedJob, ClaimRequest, Lease
-from service.worker.context import JobContext
+from service.worker.context import JobContext, ParentReads
 from service.worker.logs import job_event
 from service.worker.registry import App
 from service.worker.running import RunningJob
@@ -48,6 +48,8 @@ class Slots:
         self.stopping = threading.Event()
         """Set at shutdown: no more claims, by anyone."""
         self.claimed = 0
+        self.parents: ParentReads | None = None
+        """Where contexts read parent results (the store; the finisher hands it over)."""
 
     def held(self) -> list[RunningJob]:
         with self._lock:
@@ -75,7 +77,9 @@ class Slots:
             running = RunningJob(
                 job=job,
                 spec=spec,
-                ctx=JobContext(job, self.request.worker, max_item_failures=spec.max_item_failures),
+                ctx=JobContext(
+                    job, self.request.worker, max_item_failures=spec.max_item_failures, parents=self.parents
+                ),
                 lease_seconds=spec.lease_seconds or self.request.lease_seconds,
                 started=sent,
                 handed=self._clock(),

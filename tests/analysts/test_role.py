@@ -24,11 +24,11 @@ from tests.store.builders import claim_one, new_job
 
 TABLES = [
     "jobs", "job_results", "job_attempts", "job_replays", "job_items", "workers", "api_tokens", "alembic_version",
-    "job_daily_rollup", "job_daily_histogram", "rollup_watermark", "console_sessions", "console_audit",
+    "job_daily_rollup", "job_daily_histogram", "rollup_watermark", "console_sessions", "console_audit", "job_edges",
 ]  # fmt: skip
 VIEWS = [
     "job_history", "attempt_history", "job_item_history", "daily_jobs", "daily_histogram", "daily_queue_wait",
-    "daily_run_time",
+    "daily_run_time", "job_dependencies",
 ]  # fmt: skip
 TOKEN_HASH = hashlib.sha256(b"jobq-test-token").hexdigest()
 
@@ -203,6 +203,7 @@ def test_running_the_script_twice_grants_the_same(seeded: str):
             ("daily_jobs", "jobq_analyst", "SELECT"),
             ("daily_queue_wait", "jobq_analyst", "SELECT"),
             ("daily_run_time", "jobq_analyst", "SELECT"),
+            ("job_dependencies", "jobq_analyst", "SELECT"),
             ("job_history", "jobq_analyst", "SELECT"),
             ("job_item_history", "jobq_analyst", "SELECT"),
         ]

@@ -227,6 +227,7 @@ def test_downgrade_drops_the_views_and_upgrade_brings_them_back(store_url: str, 
         "daily_jobs",
         "daily_queue_wait",
         "daily_run_time",
+        "job_dependencies",
         "job_history",
         "job_item_history",
     ]

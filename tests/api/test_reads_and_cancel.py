@@ -19,7 +19,7 @@ from tests.store.builders import fail_job
 STATUS_FIELDS = {
     "job_id", "kind", "queue", "state", "done", "total", "items_ok", "items_failed", "attempts", "max_attempts", "error", "run_after", "stale",
     "cancel_requested", "created_at", "started_at", "finished_at", "updated_at", "result_url",
-    "poll_after_seconds",
+    "poll_after_seconds", "parents_total", "parents_pending",
 }  # fmt: skip
 
 
@@ -40,13 +40,17 @@ def test_status_has_the_documented_fields_and_reads_no_result_body(api: LiveApi,
     assert result.json() == {"job_id": job_id, "result": {"answer": "a large body" * 100}}
 
 
-def test_error_shows_for_a_failed_job_and_a_job_waiting_to_retry(api: LiveApi, make_store: Callable[..., Store], store_url: str) -> None:
+def test_error_shows_for_a_failed_job_and_a_job_waiting_to_retry(
+    api: LiveApi, make_store: Callable[..., Store], store_url: str
+) -> None:
     owner_store = make_store(store_url)
     at_once = RetryPolicy(base_seconds=0.0, cap_seconds=0.0)
     http = api.http(api.token())
     job_id = http.post("/v1/jobs", json={"kind": "x", "max_attempts": 2}).json()["job_id"]
     claimed = owner_store.claim("w", ["default"], 1, 60)[0]
-    fail_job(owner_store, claimed, "Traceback: boom", retryable=True, policy=at_once)  # back to queued, error kept for the record
+    fail_job(
+        owner_store, claimed, "Traceback: boom", retryable=True, policy=at_once
+    )  # back to queued, error kept for the record
     queued = http.get(f"/v1/jobs/{job_id}").json()
     assert queued["state"] == "queued" and queued["error"] == "Traceback: boom" and queued["attempts"] == 1
     fail_job(owner_store, owner_store.claim("w", ["default"], 1, 60)[0], "Traceback: boom again", retryable=True)

@@ -32,7 +32,8 @@ JOBQ = [str(JOBQ_SCRIPT)] if JOBQ_SCRIPT.exists() else [sys.executable, "-m", "s
 
 STATUS_FIELDS = [
     "job_id", "kind", "queue", "state", "done", "total", "items_ok", "items_failed", "attempts", "max_attempts", "error", "run_after",
-    "stale", "cancel_requested", "created_at", "started_at", "finished_at", "updated_at",
+    "stale", "cancel_requested", "parents_total", "parents_pending", "created_at", "started_at", "finished_at",
+    "updated_at",
 ]  # fmt: skip
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
@@ -297,7 +298,9 @@ def test_a_database_that_was_never_migrated_is_unavailable(empty_url: str, tmp_p
     assert_one_line_error(jobq(*args, url=empty_url, cwd=tmp_path), EXIT_UNAVAILABLE)
 
 
-@pytest.mark.parametrize("args", [["migrate"], ["enqueue", "x"], ["status", NOT_A_JOB]], ids=["migrate", "enqueue", "status"])
+@pytest.mark.parametrize(
+    "args", [["migrate"], ["enqueue", "x"], ["status", NOT_A_JOB]], ids=["migrate", "enqueue", "status"]
+)
 def test_an_unreachable_sqlite_file_is_unavailable(tmp_path: Path, args: list[str]) -> None:
     url = sqlite_url_for(tmp_path / "no-such-dir" / "jobq.db")
     assert_one_line_error(jobq(*args, url=url, cwd=tmp_path), EXIT_UNAVAILABLE)
@@ -328,3 +331,26 @@ def test_no_command_shows_the_help_and_fails(tmp_path: Path) -> None:
     assert result.returncode == EXIT_USAGE
     assert "enqueue" in result.stdout
     assert not (tmp_path / "jobq.db").exists()
+
+
+# -- workflows: jobq enqueue --after ------------------------------------------------------------
+
+
+def test_enqueue_after_parents_waits_for_them_and_status_shows_the_count(run: Run, db: Database) -> None:
+    first, second = enqueue(run, "transcribe"), enqueue(run, "transcribe")
+    child = enqueue(run, "publish", "--after", str(first), "--after", str(second), "--on-parent-failure", "run")
+
+    row = db.job(str(child))
+    assert (row["parents_total"], row["parents_pending"], row["on_parent_failure"]) == (2, 2, "run")
+    status = run("status", str(child))
+    assert "parents           0 of 2 done" in status.stdout
+    explained = run("explain", str(child))
+    assert explained.returncode == 0 and "waiting for 2 of 2 parents" in explained.stdout
+
+
+def test_enqueue_after_an_unknown_job_is_refused_in_one_line(run: Run, db: Database) -> None:
+    result = run("enqueue", "publish", "--after", str(uuid.uuid4()))
+    assert_one_line_error(result, 1)
+    assert "not found" in result.stderr
+    assert db.count("jobs") == 0
+    assert_one_line_error(run("enqueue", "publish", "--after", "nope"), 2)

@@ -166,7 +166,9 @@ def test_the_schedules_page_shows_each_schedules_next_run(api: LiveApi) -> None:
         ScheduleSpec(name="nightly", cron="30 2 * * *", kind="report", timezone="Europe/Berlin"),
         datetime(2031, 1, 2, 1, 30, tzinfo=UTC),
     )
-    api.store.save_schedule(ScheduleSpec(name="held", cron="* * * * *", kind="report"), datetime(2031, 1, 1, tzinfo=UTC))
+    api.store.save_schedule(
+        ScheduleSpec(name="held", cron="* * * * *", kind="report"), datetime(2031, 1, 1, tzinfo=UTC)
+    )
     api.store.set_schedule_paused("held", True)
 
     page = http.get("/ui/schedules").text
@@ -220,8 +222,38 @@ def test_the_workers_page_shows_each_worker_and_the_jobs_it_runs_now(api: LiveAp
     assert first and second, page
     facts = dict(re.findall(r"<dt>([^<]+)</dt><dd[^>]*>(.*?)</dd>", first.group(1)))
     assert {name: facts[name] for name in ("Host", "PID", "Queues", "Kinds", "Concurrency")} == {
-        "Host": "host-1", "PID": "4242", "Queues": "pages", "Kinds": "resize", "Concurrency": "3"}
+        "Host": "host-1",
+        "PID": "4242",
+        "Queues": "pages",
+        "Kinds": "resize",
+        "Concurrency": "3",
+    }
     assert facts["Started"] and facts["Last seen"] and "alive" in first.group(1)
     assert "Running 1 of 3" in first.group(1) and f'href="/ui/jobs/{job.id}"' in first.group(1)
     assert "4 / 10" in first.group(1)
     assert "Running 0 of 1" in second.group(1) and "any" in second.group(1)  # no kinds given: any kind
+
+
+def test_the_job_page_shows_a_workflows_parents_and_children_linked_both_ways(api: LiveApi) -> None:
+    store = api.store
+    http = api.http()
+    assert log_in(http, admin_token(api)).status_code == 303
+    split, left, right, merge = store.enqueue_many(
+        [
+            new_job("split", queue="pages"),
+            new_job("left", queue="pages", depends_on=(0,)),
+            new_job("right", queue="pages", depends_on=(0,)),
+            new_job("merge", queue="pages", depends_on=(1, 2)),
+        ]
+    )
+    [running] = store.claim("worker-a", ["pages"], 1, 30)
+    store.complete(running.lease, "split")
+
+    top = http.get(f"/ui/jobs/{split.id}").text
+    assert 'id="children"' in top and f'href="/ui/jobs/{left.id}"' in top and f'href="/ui/jobs/{right.id}"' in top
+    assert "Children: 0 of 2 succeeded" in top
+    last = http.get(f"/ui/jobs/{merge.id}").text
+    assert "Parents: 0 of 2 done" in last and f'href="/ui/jobs/{left.id}"' in last
+    assert "waiting for 2 of 2 parents" in last  # the words of `jobq explain`
+    middle = http.get(f"/ui/jobs/{left.id}").text
+    assert "Parents: 1 of 1 done" in middle and f'href="/ui/jobs/{split.id}"' in middle

@@ -42,14 +42,14 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from service.errors import InvalidTransition, LeaseLost, LimitNotFound
+from service.errors import IdempotencyConflict, InvalidTransition, LeaseLost, LimitNotFound
 from service.jobs import JobState, Lease, NewJob, ReplayFilter
 from service.limits import Limit
 from service.retry import GiveUp, Retry, RetryPolicy
 from tests.conftest import Database, FakeClock
 from tests.store.builders import reap
 
-TABLES_CHILD_FIRST = ("job_replays", "job_attempts", "job_results", "jobs", "scope_counters", "limits")
+TABLES_CHILD_FIRST = ("job_replays", "job_attempts", "job_results", "job_edges", "jobs", "scope_counters", "limits")
 TENANTS = ("t1", "t2")
 SCOPES = ("tenant:*", "tenant:t1", "key:g1", "key:g2", "queue:a", "kind:k")
 SCOPE_COLUMN = {"tenant": "tenant", "kind": "kind", "queue": "queue", "key": "concurrency_key"}
@@ -93,6 +93,7 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
             clock.set(FakeClock.START)
             self.model = Model(jobs=[], leases=[], claims={}, replays=0, terminal={})
             self.replayed_now: set[str] = set()
+            self.operator_replayed: set[str] = set()  # replayed by id: the operator's word overrides its parents
             self.zombie = False
 
         @initialize(
@@ -131,7 +132,8 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
             if self.zombie:
                 rows = self.rows()
                 zombies = [
-                    lease for lease in leases
+                    lease
+                    for lease in leases
                     if rows[str(lease.job_id)]["state"] == "running" and not self.is_current(lease)
                 ] or [lease for lease in leases if not self.is_current(lease)]
                 if zombies:
@@ -160,7 +162,20 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
         )
         def enqueue(self, priority, max_attempts, delay, queue, total, key, tenant="t1", group=None):
             before = {r["id"] for r in self.rows().values()}
-            status = store.enqueue(
+            try:
+                status = self._enqueue_keyed(priority, max_attempts, delay, queue, total, key, tenant, group)
+            except IdempotencyConflict:  # the key names another job: refused, nothing written
+                assert key is not None and db.count("jobs", "idempotency_key = %(k)s", k=key) > 0
+                return
+            if str(status.id) in before:
+                assert key is not None, "a job without an idempotency key was not inserted"
+            else:
+                assert status.state is JobState.QUEUED and status.attempts == 0
+                self.model.jobs.append(status.id)
+                self.model.claims[str(status.id)] = 0
+
+        def _enqueue_keyed(self, priority, max_attempts, delay, queue, total, key, tenant, group):
+            return store.enqueue(
                 NewJob(
                     kind="k",
                     payload={"n": len(self.model.jobs)},
@@ -174,12 +189,37 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
                     concurrency_key=group,
                 )
             )
-            if str(status.id) in before:
-                assert key is not None, "a job without an idempotency key was not inserted"
+
+        @precondition(lambda self: self.model.jobs)
+        @rule(which=st.lists(st.integers(0, 50), min_size=1, max_size=3), run_anyway=st.booleans())
+        def enqueue_child(self, which, run_anyway):
+            """Workflows: a job waiting for one to three earlier jobs of one tenant."""
+            rows = self.rows()
+            first = self.choose(self.model.jobs, which[0])
+            tenant = rows[str(first)]["tenant"]
+            parents = tuple(
+                dict.fromkeys(
+                    p for p in (self.choose(self.model.jobs, i) for i in which) if rows[str(p)]["tenant"] == tenant
+                )
+            )
+            status = store.enqueue(
+                NewJob(
+                    kind="k",
+                    payload={"n": len(self.model.jobs)},
+                    queue="a",
+                    tenant=tenant,
+                    depends_on=parents,
+                    on_parent_failure="run" if run_anyway else "cancel",
+                )
+            )
+            self.model.jobs.append(status.id)
+            self.model.claims[str(status.id)] = 0
+            ended = [p for p in parents if rows[str(p)]["state"] in ("failed", "cancelled")]
+            unfinished = [p for p in parents if rows[str(p)]["state"] in ("queued", "running")]
+            if ended and not run_anyway:
+                assert status.state is JobState.CANCELLED and status.error, "a child of a failed parent was queued"
             else:
-                assert status.state is JobState.QUEUED and status.attempts == 0
-                self.model.jobs.append(status.id)
-                self.model.claims[str(status.id)] = 0
+                assert (status.state, status.parents_pending) == (JobState.QUEUED, len(unfinished))
 
         # -- the worker's side ----------------------------------------------------------
         @rule(
@@ -191,8 +231,11 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
         def claim(self, worker, limit, queues, lease_seconds):
             now = clock.now()
             due = sorted(
-                (r for r in self.rows().values()
-                 if r["state"] == "queued" and r["queue"] in queues and r["run_after"] <= now),
+                (
+                    r
+                    for r in self.rows().values()
+                    if r["state"] == "queued" and r["queue"] in queues and r["run_after"] <= now
+                ),
                 key=lambda r: (-r["priority"], r["run_after"], r["id"]),
             )
             counters_before = {u.scope: u.running for u in store.scope_usage()}
@@ -216,6 +259,14 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
             for job in claimed:
                 row = after[str(job.id)]
                 assert (row["state"], row["lease_owner"], row["attempts"]) == ("running", worker, job.attempt)
+                # Workflows: no job with an unfinished parent ever starts.
+                for edge in db.rows("SELECT parent FROM job_edges WHERE child = %(c)s", c=str(job.id)):
+                    parent = after[edge["parent"]]["state"]
+                    settled = parent == "succeeded" or (
+                        parent in ("failed", "cancelled")
+                        and (row["on_parent_failure"] == "run" or str(job.id) in self.operator_replayed)
+                    )
+                    assert settled, f"job {job.id} started while its parent {edge['parent']} is {parent}"
                 self.model.claims[str(job.id)] += 1
                 self.model.leases.append(job.lease)
 
@@ -302,8 +353,7 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
         def reap(self):
             now = clock.now()
             expired = {
-                r["id"]: r for r in self.rows().values()
-                if r["state"] == "running" and r["lease_expires_at"] < now
+                r["id"]: r for r in self.rows().values() if r["state"] == "running" and r["lease_expires_at"] < now
             }
             result = reap(store)
             assert result.total == len(expired)
@@ -358,10 +408,21 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
             after = self.rows()
             for job_id in replayed:
                 assert (after[job_id]["state"], after[job_id]["attempts"], after[job_id]["error"]) == (
-                    "queued", 0, None,
+                    "queued",
+                    0,
+                    None,
                 )
-            self.model.replays += len(replayed)
-            self.replayed_now = replayed
+            # Workflows: the jobs a replayed job's failure cancelled are re-armed, each replay recorded.
+            rearmed = {
+                i for i, r in after.items()
+                if i not in replayed and before_rows[i]["state"] == "cancelled" and r["state"] == "queued"
+            }  # fmt: skip
+            for job_id in rearmed:
+                assert before_rows[job_id]["cancelled_by"] in replayed, f"{job_id} re-armed by no replayed job"
+            self.model.replays += len(replayed) + len(rearmed)
+            self.replayed_now = replayed | rearmed
+            if by_id:
+                self.operator_replayed |= replayed
 
         def write(self, which, action, done, retryable):
             if action == "heartbeat":
@@ -423,7 +484,9 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
                     assert row["lease_owner"] and row["lease_expires_at"] is not None
                     assert len(opened) == 1, f"running job {job_id} has {len(opened)} open attempts"
                     assert (opened[0]["worker"], opened[0]["attempt"], opened[0]["claim"]) == (
-                        row["lease_owner"], row["attempts"], row["claims"],
+                        row["lease_owner"],
+                        row["attempts"],
+                        row["claims"],
                     ), "the open attempt is not the current holder's"
                 else:
                     assert opened == [], f"{row['state']} job {job_id} still has an open attempt"
@@ -440,11 +503,21 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
             for job_id, was in self.model.terminal.items():
                 if job_id not in self.replayed_now:
                     assert jobs[job_id] == was, f"terminal job {job_id} changed without a replay"
-            self.model.terminal = {
-                i: r for i, r in jobs.items() if r["state"] in {"succeeded", "failed", "cancelled"}
-            }
+            self.model.terminal = {i: r for i, r in jobs.items() if r["state"] in {"succeeded", "failed", "cancelled"}}
             self.replayed_now = set()
             assert db.count("job_replays") == self.model.replays
+
+        @invariant()
+        def a_waiting_job_counts_exactly_its_unfinished_parents(self):
+            """Workflows: a queued job's parents_pending is its parents still queued or running."""
+            rows = db.rows(
+                "SELECT c.id, c.parents_pending, c.run_after,"
+                " (SELECT count(*) FROM job_edges e JOIN jobs p ON p.id = e.parent"
+                "  WHERE e.child = c.id AND p.state IN ('queued', 'running')) AS unfinished"
+                " FROM jobs c WHERE c.state = 'queued' AND c.parents_total > 0"
+            )
+            for row in rows:
+                assert row["parents_pending"] == row["unfinished"], row
 
         @invariant()
         def every_counter_equals_the_running_jobs_it_counts(self):
@@ -455,8 +528,11 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
                 assert usage.running == actual, f"{usage.scope} counts {usage.running}, {actual} run: a slot leaked"
                 own = limited.get(usage.scope)
                 default = limited.get("tenant:*") if kind == "tenant" else None
-                expected = own.concurrency if own and own.concurrency is not None else (
-                    default.concurrency if default else None)
+                expected = (
+                    own.concurrency
+                    if own and own.concurrency is not None
+                    else (default.concurrency if default else None)
+                )
                 assert usage.concurrency == expected, f"{usage.scope} holds limit {usage.concurrency}, not {expected}"
             for scope, limit in limited.items():
                 if scope != "tenant:*" and limit.concurrency is not None:

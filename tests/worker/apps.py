@@ -148,3 +148,52 @@ def numbered(ctx: JobContext) -> list[Any]:
         return {"index": index, "attempt": ctx.attempt}
 
     return ctx.map(list(range(int(ctx.payload["count"]))), one)
+
+
+# -- workflows: a fan-out from a handler, its leaves, the fan-in, and a chain's links ----------
+
+
+@app.handler("fan_out")
+def fan_out(ctx: JobContext) -> dict[str, Any]:
+    """Enqueue ``leaves`` leaf jobs and one fan_in job waiting for all of them (ctx.enqueue)."""
+    leaves = [ctx.enqueue("leaf", {"n": n, "markers": ctx.payload["markers"]}) for n in range(ctx.payload["leaves"])]
+    ctx.enqueue("fan_in", {"markers": ctx.payload["markers"]}, depends_on=leaves)
+    return {"leaves": len(leaves)}
+
+
+@app.handler("leaf")
+def leaf(ctx: JobContext) -> dict[str, Any]:
+    time.sleep(0.05 + (ctx.payload["n"] % 5) * 0.05)
+    return {"n": ctx.payload["n"]}
+
+
+@app.handler("fan_in")
+def fan_in(ctx: JobContext) -> dict[str, Any]:
+    """Record what it saw of its parents: how many, in which states, their results."""
+    parents = ctx.parents()
+    _marker(
+        ctx,
+        "fan_in",
+        parents=len(parents),
+        states=sorted({p.state.value for p in parents}),
+        ns=[p.result["n"] if isinstance(p.result, dict) else None for p in parents],
+    )
+    return {"parents": len(parents)}
+
+
+@app.handler("link")
+def link(ctx: JobContext) -> dict[str, Any]:
+    """A link of a chain: its parent's result is the previous link's number."""
+    _marker(ctx, "link", n=ctx.payload["n"], parent=list(ctx.parent_results().values()))
+    return {"n": ctx.payload["n"]}
+
+
+@app.handler("parenting")
+def parenting(ctx: JobContext) -> dict[str, Any]:
+    """Enqueue three children naming this attempt; the first attempt then sleeps ``seconds``
+    (not told to stop: a paused worker wakes and tries to write its result and children)."""
+    for n in range(3):
+        ctx.enqueue("leaf", {"n": n, "attempt": ctx.attempt})
+    if ctx.attempt == 1:
+        time.sleep(float(ctx.payload.get("seconds", 0)))
+    return {"attempt": ctx.attempt}

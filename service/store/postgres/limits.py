@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
-from service.explain import SHOWN_RUNNING_IDS, JobFacts
+from service.explain import SHOWN_PARENTS, SHOWN_RUNNING_IDS, JobFacts
 from service.limits import Limit, ScopeUsage, check_scope, job_scopes
 from service.store import checks
 from service.store.postgres.connection import READ
 from service.store.postgres.queries import EXPLAIN_FACTS, LIST_LIMITS, RUNNING_IN_SCOPE, SCOPE_USAGE
 from service.store.postgres.reads import Reads
 from service.store.postgres.workers import Workers
+from service.store.postgres.workflows import UNFINISHED_PARENTS
 from service.store.rows import job_facts, limit_row, scope_usage_row
 from service.store.sqlfiles import statements
+from service.workflows import relatives
 
 _SQL = statements("postgres")
 
@@ -79,4 +82,8 @@ class Limits(Reads, Workers):
             )
             return [row["id"] for row in rows]
 
-        return job_facts(status, facts, facts["now"], READ, usage, running_ids, self.list_workers(workers_seen_within))
+        found = job_facts(status, facts, facts["now"], READ, usage, running_ids, self.list_workers(workers_seen_within))
+        if not status.parents_pending:
+            return found
+        rows = self._fetchall(UNFINISHED_PARENTS, self._params(job_id=job_id, limit=SHOWN_PARENTS + 1))
+        return replace(found, unfinished_parents=tuple(relatives(rows)))

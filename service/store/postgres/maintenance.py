@@ -5,6 +5,9 @@ and the database's health figures."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
+
+import psycopg
 
 from service.jobs import LEASE_EXPIRED_ERROR, LEASE_EXPIRED_GROUP, ReapResult
 from service.store import checks
@@ -12,6 +15,7 @@ from service.store.base import PRUNE_BATCH, REAP_BATCH, ROLLUP_BATCH, DatabaseHe
 from service.store.postgres.leadership import Fenced
 from service.store.postgres.queries import HEALTH_STATS
 from service.store.postgres.rollup import FOLD_ROLLUP
+from service.store.postgres.workflows import SETTLE_DEPENDENTS
 from service.store.sqlfiles import statements
 
 _SQL = statements("postgres")
@@ -34,7 +38,17 @@ class Maintenance(Fenced):
             lease_expired_error=LEASE_EXPIRED_ERROR,
             delays=checks.reap_delays(delays),
         )
-        rows = self._fenced(leader, lambda conn: conn.execute(REAP_EXPIRED, params).fetchall())
+
+        def reap(conn: psycopg.Connection[dict[str, Any]]) -> list[dict[str, Any]]:
+            # The jobs it ended failed or cancelled settle their dependents in its transaction.
+            with conn.transaction():
+                rows = conn.execute(REAP_EXPIRED, params).fetchall()
+                parents = [job_id for row in rows for job_id in row["parents"] or ()]
+                if parents:
+                    conn.execute(SETTLE_DEPENDENTS, self._params(ids=parents))
+                return rows
+
+        rows = self._fenced(leader, reap)
         return checks.reap_result({row["state"]: row["jobs"] for row in rows})
 
     def prune(self, older_than_seconds: float, limit: int = PRUNE_BATCH, *, leader: LeaderLease | None = None) -> int:

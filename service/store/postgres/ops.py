@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from service.jobs import (
     ActiveCount,
@@ -32,6 +33,7 @@ from service.store.postgres.queries import (
     THROUGHPUT,
 )
 from service.store.postgres.reads import Reads
+from service.store.postgres.workflows import SETTLE_DEPENDENTS, Workflows
 from service.store.sqlfiles import statements
 
 _SQL = statements("postgres")
@@ -41,11 +43,21 @@ MAKE_DUE = _SQL["make_due"]
 REPLAY_JOBS = _SQL["replay_jobs"]
 
 
-class Operations(Reads):
+class Operations(Reads, Workflows):
     """cancel, replay, failure groups, outcomes, histograms, throughput, queue statistics."""
 
     def cancel(self, job_id: uuid.UUID, tenant: str | None = None) -> JobStatus:
-        row = self._fetchone(CANCEL_JOB, self._params(job_id=job_id, tenant=tenant))
+        params = self._params(job_id=job_id, tenant=tenant)
+
+        def run() -> dict[str, Any] | None:
+            # A queued job cancelled now settles its dependents in the same transaction (see _ending).
+            with self._connection() as conn:
+                with conn.pipeline():
+                    cancelled = conn.execute(CANCEL_JOB, params)
+                    conn.execute(SETTLE_DEPENDENTS, self._params(ids=[job_id]))
+                return cancelled.fetchone()
+
+        row = self._retrying(run)
         if row is not None:
             return status(row)
         raise checks.not_cancellable(self.get(job_id, tenant))
@@ -62,7 +74,9 @@ class Operations(Reads):
         def run() -> list[uuid.UUID]:
             with self._connection() as conn:
                 with conn.transaction(force_rollback=dry_run):
-                    return [row["id"] for row in conn.execute(REPLAY_JOBS, params).fetchall()]
+                    replayed = [row["id"] for row in conn.execute(REPLAY_JOBS, params).fetchall()]
+                    self._rearm(conn, replayed, by)  # the jobs their failure cancelled, and their own parents
+                    return replayed
 
         return self._retrying(run)
 

@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from service.errors import LeaseLost
+from service.errors import JobNotFound, LeaseLost
 from service.jobs import (
     JSON,
     AttemptOutcome,
@@ -58,7 +58,9 @@ from service.store.postgres.statements import (
 from service.store.postgres.submit import Submitting
 from service.store.postgres.tokens import Tokens
 from service.store.postgres.workers import Workers
+from service.store.postgres.workflows import LOCK_JOBS, SETTLE_DEPENDENTS
 from service.store.rows import claimed_job
+from service.workflows import children_refused
 
 
 class PostgresStore(
@@ -189,9 +191,13 @@ class PostgresStore(
     def complete_many(self, finished: Sequence[Completion]) -> list[Lease]:
         if not finished:
             return []
+        if any(item.children for item in finished):
+            plain = [item for item in finished if not item.children]
+            parenting = [item for item in finished if item.children]
+            return self.complete_many(plain) + [item.lease for item in parenting if not self._complete_parenting(item)]
         finished = sorted(finished, key=lambda item: item.lease.job_id)  # rows lock in id order
         rows = self._fetchall(COMPLETE_JOBS, self._complete_params(finished))
-        return self._lost(finished, rows)
+        return self._lost(finished, self._complete_raced(finished, rows))
 
     def complete_and_claim(
         self, finished: Sequence[Completion], claim: ClaimRequest
@@ -199,6 +205,10 @@ class PostgresStore(
         # COMPLETE_JOBS and the claim statement as they are, one after the other in one
         # transaction and one round trip (as the claim), so a steady worker pays one round trip
         # and one commit per batch of jobs, finished and refilled.
+        if any(item.children for item in finished):  # their own transactions (_complete_parenting)
+            return self.complete_many(finished), self.claim(
+                claim.worker, claim.queues, claim.limit, claim.lease_seconds, claim.kinds, dict(claim.max_attempts)
+            )
         finished = sorted(finished, key=lambda item: item.lease.job_id)
         complete_params = self._complete_params(finished) if finished else None
         claim_statement, claim_params = self._claim_statement(claim)
@@ -220,13 +230,54 @@ class PostgresStore(
             # the completion alone, then the claim alone, each wait holding nothing else.
             completed = self._fetchall(COMPLETE_JOBS, complete_params) if complete_params else []
             claimed = self._claim_rows(claim_statement, claim_params)
-        return self._lost(finished, completed), self._claimed(claim, claimed)
+        return self._lost(finished, self._complete_raced(finished, completed)), self._claimed(claim, claimed)
 
-    def _complete_params(self, finished: Sequence[Completion]) -> dict[str, Any]:
+    def _complete_params(self, finished: Sequence[Completion], recheck: bool = True) -> dict[str, Any]:
         return self._params(
             batch=_completion_batch(finished, self.max_result_bytes),
             items=item_batch([(item.lease, item.items) for item in finished], self.max_result_bytes),
+            recheck=recheck,
         )
+
+    def _complete_parenting(self, item: Completion) -> bool:
+        """A result with the jobs its handler enqueued (ctx.enqueue), in one transaction: the job
+        locked, COMPLETE_JOBS (fenced), and only if it wrote, the children (as a batch with
+        dependencies). A lost lease writes neither. False when the lease was lost."""
+        params = self._complete_params([item], recheck=False)
+
+        def run() -> bool:
+            with self._connection() as conn, conn.transaction(), conn.cursor() as cursor:
+                cursor.execute(LOCK_JOBS, self._params(ids=[item.lease.job_id]))
+                if not cursor.execute(COMPLETE_JOBS, params).fetchall():
+                    return False
+                try:
+                    self._insert_dependents(cursor, item.children, None)
+                except JobNotFound as exc:  # rolls the result back with them
+                    raise children_refused(exc) from None
+                return True
+
+        if self._retrying(run):
+            return True
+        return checks.receipt(self._receipt(item.lease), AttemptOutcome.SUCCEEDED) is not None
+
+    def _complete_raced(self, finished: Sequence[Completion], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """COMPLETE_JOBS's written rows, with the jobs it left unwritten because children were
+        added to them while it waited for their rows (``raced``) written again now: LOCK_JOBS
+        first, then COMPLETE_JOBS, in one transaction, so its snapshot sees those edges."""
+        raced = {row["id"] for row in rows if row["raced"]}
+        if not raced:
+            return rows
+        again = [item for item in finished if item.lease.job_id in raced]
+        params = self._complete_params(again, recheck=False)
+
+        def run() -> list[dict[str, Any]]:
+            with self._connection() as conn:
+                with conn.pipeline():
+                    conn.execute(LOCK_JOBS, self._params(ids=sorted(raced)))
+                    done = conn.execute(COMPLETE_JOBS, params)
+                return done.fetchall()
+
+        return [row for row in rows if not row["raced"]] + self._retrying(run)
 
     def _lost(self, finished: Sequence[Completion], written_rows: list[dict[str, Any]]) -> list[Lease]:
         written = {row["id"] for row in written_rows}
@@ -239,7 +290,7 @@ class PostgresStore(
 
     def fail(self, lease: Lease, error: str, decision: Decision) -> FailResult:
         failure = checks.fail_args(error, decision)
-        row = self._fetchone(FAIL_JOB, self._params(**fence(lease), **failure.params()))
+        row = self._ending(FAIL_JOB, self._params(**fence(lease), **failure.params()), lease)
         if row is None:
             row = checks.require_receipt(self._receipt(lease), lease, AttemptOutcome.FAILED)
         return FailResult(
@@ -247,14 +298,29 @@ class PostgresStore(
         )
 
     def release(self, lease: Lease) -> None:
-        row = self._fetchone(RELEASE_JOB, self._params(**fence(lease)))
+        row = self._ending(RELEASE_JOB, self._params(**fence(lease)), lease)
         if row is None or row["released"] == 0:
             checks.require_receipt(self._receipt(lease), lease, AttemptOutcome.RELEASED, AttemptOutcome.CANCELLED)
 
     def acknowledge_cancel(self, lease: Lease) -> None:
-        row = self._fetchone(ACKNOWLEDGE_CANCEL, self._params(**fence(lease)))
+        row = self._ending(ACKNOWLEDGE_CANCEL, self._params(**fence(lease)), lease)
         if row is None or row["stopped"] == 0:
             checks.require_receipt(self._receipt(lease), lease, AttemptOutcome.CANCELLED)
+
+    def _ending(self, statement: str, params: Mapping[str, Any], lease: Lease) -> dict[str, Any] | None:
+        """A fenced write that may end the job failed or cancelled, and SETTLE_DEPENDENTS after
+        it in the same transaction (one pipeline, one round trip): the job's row is locked by
+        then, so no child can be added to it, and the second statement's snapshot sees every
+        edge. A job without dependents is settled by a read of its own row."""
+
+        def run() -> dict[str, Any] | None:
+            with self._connection() as conn:
+                with conn.pipeline():
+                    ended = conn.execute(statement, params)
+                    conn.execute(SETTLE_DEPENDENTS, self._params(ids=[lease.job_id]))
+                return ended.fetchone()
+
+        return self._retrying(run)
 
     def _receipt(self, lease: Lease) -> dict[str, Any] | None:
         """The attempt's row, read when a fenced write matched nothing (see checks.receipt)."""

@@ -20,10 +20,12 @@ from service.jobs import JSON, JobStatus, NewJob, new_job_ids, queued_statuses, 
 from service.payloads import dump_batch, dump_values, validate_new_jobs
 from service.store import checks
 from service.store.postgres.caller import caller_connection
-from service.store.postgres.connection import Connected, status
+from service.store.postgres.connection import status
 from service.store.postgres.errors import translate_errors
 from service.store.postgres.queries import GET_PAYLOAD
+from service.store.postgres.workflows import Workflows
 from service.store.sqlfiles import statements
+from service.workflows import has_parents
 
 _SQL = statements("postgres")
 
@@ -80,7 +82,7 @@ class _JsonbText(Dumper):
         return b"\x01" + obj.encode()
 
 
-class Submitting(Connected):
+class Submitting(Workflows):
     """enqueue and enqueue_many."""
 
     def enqueue(self, job: NewJob, *, connection: object | None = None, token_hash: str | None = None) -> JobStatus:
@@ -97,6 +99,8 @@ class Submitting(Connected):
         if not jobs:
             return []
         caller = caller_connection(connection) if connection is not None else None
+        if has_parents(jobs):  # a workflow's batch: its own path, so a plain batch pays nothing for it
+            return self._enqueue_dependents(jobs, caller, token_hash)
         ids = new_job_ids(len(jobs))
         keyed = any(job.idempotency_key is not None for job in jobs)
         # COPY checks no token: an API batch (a token_hash) is one statement whatever its size.

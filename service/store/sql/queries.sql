@@ -1,9 +1,17 @@
 -- name: active_counts
 -- Jobs per queue, kind and active state, for /metrics: one arm per partial index, as
--- QUEUE_STATS (ix_jobs_claimable, ix_jobs_running), so a scrape never reads the history.
-SELECT queue, kind, 'queued' AS state, count(*) AS count FROM jobs WHERE state = 'queued' GROUP BY queue, kind
-UNION ALL
-SELECT queue, kind, 'running' AS state, count(*) AS count FROM jobs WHERE state = 'running' GROUP BY queue, kind
+-- QUEUE_STATS (ix_jobs_claimable, ix_jobs_held, ix_jobs_running), so a scrape never reads the
+-- history. Jobs waiting for parents count as queued.
+SELECT queue, kind, state, CAST(sum(count) AS bigint) AS count FROM (
+    SELECT queue, kind, 'queued' AS state, count(*) AS count FROM jobs
+    WHERE state = 'queued' AND parents_pending = 0 GROUP BY queue, kind
+    UNION ALL
+    SELECT queue, kind, 'queued' AS state, count(*) AS count FROM jobs
+    WHERE state = 'queued' AND parents_pending > 0 GROUP BY queue, kind
+    UNION ALL
+    SELECT queue, kind, 'running' AS state, count(*) AS count FROM jobs WHERE state = 'running' GROUP BY queue, kind
+) AS active
+GROUP BY queue, kind, state
 ORDER BY queue, kind, state
 
 -- name: admin_token
@@ -35,7 +43,7 @@ LIMIT :limit
     id, tenant, queue, kind, state, priority, attempts, max_attempts, done, total, error,
     cancel_requested, concurrency_key, idempotency_key, lease_owner, lease_expires_at,
     run_after, created_at, started_at, finished_at, updated_at, result_id, items_ok, items_failed,
-    (state = 'running' AND lease_expires_at < {{now}}) AS stale
+    parents_total, parents_pending, (state = 'running' AND lease_expires_at < {{now}}) AS stale
 
 -- name: running_in_scope
 -- Running jobs in one scope that the caller may see (a tenant sees only its own ids).

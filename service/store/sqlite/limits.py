@@ -7,9 +7,10 @@ import json
 import sqlite3
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
-from service.explain import SHOWN_RUNNING_IDS, JobFacts
+from service.explain import SHOWN_PARENTS, SHOWN_RUNNING_IDS, JobFacts
 from service.limits import Limit, ScopeUsage, check_scope, job_scopes
 from service.store import checks
 from service.store.rows import job_facts, limit_row, scope_usage_row
@@ -19,6 +20,8 @@ from service.store.sqlite.queries import EXPLAIN_FACTS, LIST_LIMITS, RUNNING_IN_
 from service.store.sqlite.reads import Reads
 from service.store.sqlite.timestamps import from_text, to_text
 from service.store.sqlite.workers import Workers
+from service.store.sqlite.workflows import UNFINISHED_PARENTS
+from service.workflows import relatives
 
 _SQL = statements("sqlite")
 
@@ -73,7 +76,11 @@ class Limits(Reads, Workers):
                 rows = conn.execute(RUNNING_IN_SCOPE, {"tenant": tenant, "scope": scope, "limit": SHOWN_RUNNING_IDS})
                 return [row["id"] for row in rows.fetchall()]
 
-            return job_facts(status, facts, from_text(now), READ, usage, running_ids, workers)
+            found = job_facts(status, facts, from_text(now), READ, usage, running_ids, workers)
+            if not status.parents_pending:
+                return found
+            rows = conn.execute(UNFINISHED_PARENTS, {"job_id": str(job_id), "limit": SHOWN_PARENTS + 1}).fetchall()
+            return replace(found, unfinished_parents=tuple(relatives([dict(r) for r in rows])))
 
 
 def _refresh_counters(conn: sqlite3.Connection, scope: str) -> None:

@@ -8,7 +8,7 @@ import uuid
 from collections import Counter
 from collections.abc import Sequence
 
-from service.jobs import LEASE_EXPIRED_GROUP, AttemptOutcome, Lease, ReapResult, lease_expired_error
+from service.jobs import LEASE_EXPIRED_GROUP, AttemptOutcome, JobState, Lease, ReapResult, lease_expired_error
 from service.store import checks
 from service.store.base import PRUNE_BATCH, REAP_BATCH, ROLLUP_BATCH, DatabaseHealth, LeaderLease
 from service.store.sqlfiles import statements
@@ -16,6 +16,7 @@ from service.store.sqlite import rollup
 from service.store.sqlite.connection import Connected, close_attempt, fence
 from service.store.sqlite.leadership import check_leader
 from service.store.sqlite.statements import FAIL_JOB
+from service.store.sqlite.workflows import settle_dependents
 
 _SQL = statements("sqlite")
 
@@ -57,6 +58,8 @@ class Maintenance(Connected):
                 ).fetchone()
                 close_attempt(conn, lease, now, AttemptOutcome.LEASE_EXPIRED, LEASE_EXPIRED_GROUP)
                 counts[row["state"]] += 1
+                if row["state"] in (JobState.FAILED, JobState.CANCELLED):
+                    settle_dependents(conn, now, [lease.job_id])
         return checks.reap_result(counts)
 
     def prune(self, older_than_seconds: float, limit: int = PRUNE_BATCH, *, leader: LeaderLease | None = None) -> int:

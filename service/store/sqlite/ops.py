@@ -36,6 +36,7 @@ from service.store.sqlite.queries import (
 from service.store.sqlite.reads import Reads
 from service.store.sqlite.statements import TENANT_COUNTER
 from service.store.sqlite.timestamps import from_text, to_text
+from service.store.sqlite.workflows import rearm_dependents, settle_dependents
 
 _SQL = statements("sqlite")
 
@@ -53,6 +54,8 @@ class Operations(Reads):
     def cancel(self, job_id: uuid.UUID, tenant: str | None = None) -> JobStatus:
         with self._write() as (conn, now):
             row = conn.execute(CANCEL_JOB, {"job_id": str(job_id), "tenant": tenant, "now": now}).fetchone()
+            if row is not None and row["state"] == JobState.CANCELLED:
+                settle_dependents(conn, now, [job_id])
         if row is not None:
             return status(row)
         raise checks.not_cancellable(self.get(job_id, tenant))
@@ -89,6 +92,8 @@ class Operations(Reads):
                             "attempts": job["attempts"],
                         },
                     )
+                # the jobs their failure cancelled, and their own parents
+                rearm_dependents(conn, now, [uuid.UUID(job["id"]) for job in picked], by)
         return [uuid.UUID(job["id"]) for job in picked]
 
     def failure_groups(self, since: datetime, kind: str | None = None, tenant: str | None = None) -> list[FailureGroup]:

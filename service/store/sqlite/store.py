@@ -28,7 +28,7 @@ import urllib.parse
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 
-from service.errors import InvalidInput, LeaseLost
+from service.errors import InvalidInput, JobNotFound, LeaseLost
 from service.jobs import (
     JSON,
     AttemptOutcome,
@@ -84,6 +84,8 @@ from service.store.sqlite.submit import Submitting
 from service.store.sqlite.timestamps import from_text, to_text
 from service.store.sqlite.tokens import Tokens
 from service.store.sqlite.workers import Workers
+from service.store.sqlite.workflows import insert_dependents, release_children, settle_dependents
+from service.workflows import children_refused
 
 BUSY_TIMEOUT_SECONDS = 30.0
 
@@ -316,10 +318,18 @@ class SqliteStore(
                     "total": item.total,
                     **item_deltas(conn, lease, rows),
                 }
-                if conn.execute(COMPLETE_JOBS, params).fetchone() is None:
+                written = conn.execute(COMPLETE_JOBS, params).fetchone()
+                if written is None:
                     if checks.receipt(_receipt(conn, lease), AttemptOutcome.SUCCEEDED) is None:
                         lost.append(lease)
                     continue
+                if written["dependents_version"]:  # workflows: its children count one parent less
+                    release_children(conn, now, lease.job_id)
+                if item.children:  # the jobs its handler enqueued, fenced with the result
+                    try:
+                        insert_dependents(conn, now, item.children, None)
+                    except JobNotFound as exc:  # the batch rolls back; the finisher writes it job by job
+                        raise children_refused(exc) from None
                 conn.execute(STORE_RESULT, params)
                 store_items(conn, rows, now)
                 close_attempt(conn, lease, now, AttemptOutcome.SUCCEEDED)
@@ -343,6 +353,8 @@ class SqliteStore(
                 row = checks.require_receipt(_receipt(conn, lease), lease, AttemptOutcome.FAILED)
             else:
                 close_attempt(conn, lease, now, AttemptOutcome.FAILED, failure.error)
+                if row["state"] in (JobState.FAILED, JobState.CANCELLED):
+                    settle_dependents(conn, now, [lease.job_id])
         return _fail_result(row["state"], row["run_after"])
 
     def release(self, lease: Lease) -> None:
@@ -354,6 +366,8 @@ class SqliteStore(
                 return
             cancelled = row["state"] == JobState.CANCELLED
             close_attempt(conn, lease, now, AttemptOutcome.CANCELLED if cancelled else AttemptOutcome.RELEASED)
+            if cancelled:
+                settle_dependents(conn, now, [lease.job_id])
 
     def acknowledge_cancel(self, lease: Lease) -> None:
         with self._write() as (conn, now):
@@ -361,6 +375,7 @@ class SqliteStore(
                 checks.require_receipt(_receipt(conn, lease), lease, AttemptOutcome.CANCELLED)
                 return
             close_attempt(conn, lease, now, AttemptOutcome.CANCELLED)
+            settle_dependents(conn, now, [lease.job_id])
 
 
 def register_functions(conn: sqlite3.Connection) -> None:

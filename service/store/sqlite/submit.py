@@ -12,10 +12,12 @@ from service.jobs import JobStatus, NewJob, new_job_id
 from service.payloads import dump_json
 from service.store import checks
 from service.store.sqlfiles import statements
-from service.store.sqlite.connection import Connected, status
+from service.store.sqlite.connection import status
 from service.store.sqlite.queries import GET_PAYLOAD, TENANT_FOR_TOKEN
 from service.store.sqlite.statements import TENANT_COUNTER
 from service.store.sqlite.timestamps import to_text
+from service.store.sqlite.workflows import Workflows
+from service.workflows import has_parents
 
 _SQL = statements("sqlite")
 
@@ -23,7 +25,7 @@ ENQUEUE_JOBS = _SQL["enqueue_jobs"]
 READ_BY_IDEMPOTENCY_KEYS = _SQL["read_by_idempotency_keys"]
 
 
-class Submitting(Connected):
+class Submitting(Workflows):
     """enqueue and enqueue_many."""
 
     def enqueue(self, job: NewJob, *, connection: object | None = None, token_hash: str | None = None) -> JobStatus:
@@ -37,6 +39,8 @@ class Submitting(Connected):
                 "an enqueue inside the caller's transaction (connection=) needs PostgreSQL; "
                 "on SQLite the Queue commits each enqueue itself"
             )
+        if has_parents(jobs):  # a workflow's batch: its own path, so a plain batch pays nothing for it
+            return self._enqueue_dependents(jobs, token_hash)
         ids = [new_job_id() for _ in jobs]
         rows = checks.enqueue_rows(jobs, ids, payload=lambda value: dump_json(value, "payload"), time=to_text)
         statuses = []

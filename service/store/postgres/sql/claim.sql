@@ -35,7 +35,7 @@ walk(tenant, lap, first, step) AS (
         FROM q CROSS JOIN LATERAL (
             SELECT j.tenant
             FROM jobs AS j
-            WHERE j.state = 'queued' AND j.queue = q.queue AND j.tenant > coalesce(w.tenant, '')
+            WHERE j.state = 'queued' AND j.parents_pending = 0 AND j.queue = q.queue AND j.tenant > coalesce(w.tenant, '')
               AND j.run_after <= (SELECT ts FROM n)
               AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[]))
             ORDER BY j.tenant
@@ -214,11 +214,12 @@ SELECT * FROM claimed ORDER BY id
 
 -- fragment: tenant_line(tenant)
 -- A tenant's line in one queue (jobs alias j, the queue q.queue), in the order of
--- ix_jobs_claimable: its due queued jobs of the worker's kinds, skipping jobs in a kind,
+-- ix_jobs_claimable (``parents_pending = 0`` is its predicate: a job waiting for parents is
+-- not in it, so it costs a claim nothing): its due queued jobs of the worker's kinds, skipping jobs in a kind,
 -- queue or key scope with no room (the tenant's own room is judged once, in ``tenants``).
 -- The clock is a scalar, never a join to n: beside a long history the planner guesses
 -- the line at one row, puts n outside, and loses the index's order.
-j.state = 'queued' AND j.queue = q.queue AND j.tenant = {tenant}
+j.state = 'queued' AND j.parents_pending = 0 AND j.queue = q.queue AND j.tenant = {tenant}
               AND j.run_after <= (SELECT ts FROM n)
               AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[]))
               AND NOT EXISTS (
@@ -258,7 +259,7 @@ SELECT EXISTS (
     CROSS JOIN LATERAL (
         SELECT 1
         FROM jobs AS j
-        WHERE j.state = 'queued' AND j.queue = q.queue
+        WHERE j.state = 'queued' AND j.parents_pending = 0 AND j.queue = q.queue
           AND j.run_after <= {{now}}
           AND (:kinds::text[] IS NULL OR j.kind = ANY(:kinds::text[]))
         LIMIT 1

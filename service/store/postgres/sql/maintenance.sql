@@ -41,7 +41,8 @@ reaped AS (
         updated_at = n.ts
     FROM expired AS e, n
     WHERE j.id = e.id
-    RETURNING j.id, j.state, j.claims, j.tenant, j.kind, j.queue, j.concurrency_key, {{notify_changed}}
+    RETURNING j.id, j.state, j.claims, j.tenant, j.kind, j.queue, j.concurrency_key, j.dependents_version,
+              {{notify_changed}}
 ),{{give_back(reaped)}},
 closed AS (
     UPDATE job_attempts AS a
@@ -49,7 +50,11 @@ closed AS (
     FROM reaped AS r, n
     WHERE a.job_id = r.id AND a.claim = r.claims AND a.finished_at IS NULL
 )
-SELECT state, count(*) AS jobs FROM reaped GROUP BY state
+-- ``parents``: the jobs that ended failed or cancelled and have dependents, which the store
+-- settles next in this transaction (settle_dependents).
+SELECT state, count(*) AS jobs,
+       array_agg(id) FILTER (WHERE dependents_version <> 0 AND state IN ('failed', 'cancelled')) AS parents
+FROM reaped GROUP BY state
 
 -- name: prune_finished
 -- Retention: terminal jobs finished before the cutoff, oldest first, a small batch

@@ -86,10 +86,17 @@ held AS (
     -- pushed inside), then the token is checked on the row as locked, its newest version.
     -- With the fence inside, a generic plan reads ix_jobs_running (state = 'running'),
     -- dead entries and all, for every job of the batch.
-    SELECT i.*
+    -- Workflows: ``raced`` is a job that gained children while this statement waited for its
+    -- row (an enqueue's lock_parents bumped dependents_version, committed after this
+    -- statement's snapshot, whose edges it cannot see). Such a job is not written here; the
+    -- store writes it again behind lock_jobs (:recheck false), so no child is left waiting for
+    -- a parent that succeeded. A job that never had children (version 0) reads nothing more.
+    SELECT i.*, j.dependents_version,
+           (:recheck AND j.dependents_version <> 0
+            AND j.dependents_version <> (SELECT s.dependents_version FROM jobs AS s WHERE s.id = i.job_id)) AS raced
     FROM input AS i
     CROSS JOIN LATERAL (
-        SELECT j.claims, j.attempts, j.lease_owner, j.state
+        SELECT j.claims, j.attempts, j.lease_owner, j.state, j.dependents_version
         FROM jobs AS j
         WHERE j.id = i.job_id
         FOR UPDATE
@@ -111,10 +118,34 @@ finished AS (
         finished_at = n.ts,
         updated_at = n.ts
     FROM held AS i LEFT JOIN deltas AS d ON d.job_id = i.job_id, n
-    WHERE j.id = i.job_id
+    WHERE j.id = i.job_id AND NOT i.raced
     RETURNING j.id, j.attempts, n.ts, i.claim, i.result_id, i.body, j.tenant, j.kind, j.queue, j.concurrency_key,
-              {{notify_changed}}
+              j.dependents_version, {{notify_changed}}
 ),{{give_back(finished)}},
+released AS (
+    -- Workflows: the children of the finished jobs count one parent less, all in this
+    -- statement (a fan-out of 10,000 is one update of 10,000 rows, not 10,000 statements); a
+    -- child whose last parent this was gets its own due time back and becomes claimable.
+    -- Only jobs that ever had children look for edges.
+    UPDATE jobs AS c
+    SET parents_pending = c.parents_pending - r.met,
+        run_after = CASE WHEN c.parents_pending = r.met THEN greatest(n.ts, coalesce(c.due_after_parents, n.ts))
+                         ELSE c.run_after END,
+        updated_at = n.ts
+    FROM (
+        SELECT e.child, count(*) AS met
+        FROM finished AS f JOIN job_edges AS e ON e.parent = f.id
+        WHERE f.dependents_version <> 0
+        GROUP BY e.child
+    ) AS r, n
+    WHERE c.id = r.child AND c.state = 'queued' AND c.parents_pending > 0
+    RETURNING c.queue, c.parents_pending
+),
+woke AS (
+    -- One JOBS_QUEUED wake-up for the children made due, whatever their number.
+    SELECT CASE WHEN :notify THEN pg_notify('jobq_jobs', string_agg(DISTINCT queue, ',')) END AS woke
+    FROM released WHERE parents_pending = 0 HAVING count(*) > 0
+),
 written AS (
     SELECT id, attempts, ts FROM finished
 ),
@@ -134,7 +165,9 @@ closed AS (
     FROM finished AS f, n
     WHERE a.job_id = f.id AND a.claim = f.claim AND a.outcome IS NULL
 )
-SELECT id FROM finished
+SELECT id, false AS raced, (SELECT count(*) FROM woke) AS woke FROM finished
+UNION ALL
+SELECT job_id, true, 0 FROM held WHERE raced
 
 -- name: fail_job
 -- Invariant 1: fenced like COMPLETE_JOBS. Invariant 3: the error is stored on the

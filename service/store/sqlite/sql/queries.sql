@@ -79,7 +79,9 @@ SELECT queue, sum(queued) AS queued, sum(due) AS due, sum(running) AS running,
 FROM (
     SELECT queue, count(*) AS queued, count(*) FILTER (WHERE run_after <= :now) AS due, 0 AS running,
            min(run_after) FILTER (WHERE run_after <= :now) AS oldest_due
-    FROM jobs WHERE state = 'queued' GROUP BY queue
+    FROM jobs WHERE state = 'queued' AND parents_pending = 0 GROUP BY queue
+    UNION ALL
+    SELECT queue, count(*), 0, 0, NULL FROM jobs WHERE state = 'queued' AND parents_pending > 0 GROUP BY queue
     UNION ALL
     SELECT queue, 0, 0, count(*), NULL FROM jobs WHERE state = 'running' GROUP BY queue
 )
@@ -108,7 +110,7 @@ SELECT a.attempt, a.worker, a.started_at AS attempt_started_at, a.finished_at AS
        EXISTS (SELECT 1 FROM limits WHERE scope = 'tenant:*'
                AND (concurrency IS NOT NULL OR rate IS NOT NULL)) AS every_tenant_limited,
        (SELECT count(*) FROM jobs AS o
-        WHERE o.state = 'queued' AND o.queue = :queue AND o.tenant = :tenant AND o.run_after <= :now
+        WHERE o.state = 'queued' AND o.parents_pending = 0 AND o.queue = :queue AND o.tenant = :tenant AND o.run_after <= :now
           AND (o.priority > :priority
                OR (o.priority = :priority AND (o.run_after < :run_after
                                               OR (o.run_after = :run_after AND o.id < :job_id))))

@@ -8,7 +8,7 @@ SELECT strftime('%Y-%m-%d %H:%M:%f', 'now') AS now
 -- outside any write transaction: an idle worker never takes the file's write lock.
 SELECT EXISTS (
     SELECT 1 FROM jobs INDEXED BY ix_jobs_claimable
-    WHERE state = 'queued' AND queue IN (SELECT value FROM json_each(:queues)) AND run_after <= :now
+    WHERE state = 'queued' AND parents_pending = 0 AND queue IN (SELECT value FROM json_each(:queues)) AND run_after <= :now
       AND (:kinds IS NULL OR kind IN (SELECT value FROM json_each(:kinds)))
 ) AS claimable
 
@@ -58,7 +58,7 @@ SET state = 'succeeded',
     finished_at = :now,
     updated_at = :now
 WHERE {{fenced}}
-RETURNING id
+RETURNING id, dependents_version
 
 -- name: store_result
 -- The result row, written only after COMPLETE_JOBS matched (same transaction).
@@ -125,7 +125,7 @@ WHERE job_id = :job_id AND claim = :claim AND finished_at IS NULL
 --
 -- The next tenant after :after (name order) with a due job of the worker's kinds in :queue.
 SELECT tenant FROM jobs INDEXED BY ix_jobs_claimable
-WHERE state = 'queued' AND queue = :queue AND tenant > :after AND run_after <= :now
+WHERE state = 'queued' AND parents_pending = 0 AND queue = :queue AND tenant > :after AND run_after <= :now
   AND (:kinds IS NULL OR kind IN (SELECT value FROM json_each(:kinds)))
 ORDER BY tenant
 LIMIT 1
@@ -134,7 +134,7 @@ LIMIT 1
 -- A tenant's next due jobs in one queue, in its own priority order, skipping jobs in
 -- a kind, queue or key scope that has no room (room is checked exactly in Python).
 SELECT id, tenant, kind, queue, concurrency_key, priority, run_after FROM jobs INDEXED BY ix_jobs_claimable
-WHERE state = 'queued' AND queue = :queue AND tenant = :tenant AND run_after <= :now
+WHERE state = 'queued' AND parents_pending = 0 AND queue = :queue AND tenant = :tenant AND run_after <= :now
   AND (:kinds IS NULL OR kind IN (SELECT value FROM json_each(:kinds)))
   AND NOT EXISTS (SELECT 1 FROM scope_counters AS s
                   WHERE s.scope IN ({{scopes_below_tenant(jobs)}})

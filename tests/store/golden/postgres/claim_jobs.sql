@@ -16,7 +16,7 @@ walk(tenant, lap, first, step) AS (
         FROM q CROSS JOIN LATERAL (
             SELECT j.tenant
             FROM jobs AS j
-            WHERE j.state = 'queued' AND j.queue = q.queue AND j.tenant > coalesce(w.tenant, '')
+            WHERE j.state = 'queued' AND j.parents_pending = 0 AND j.queue = q.queue AND j.tenant > coalesce(w.tenant, '')
               AND j.run_after <= (SELECT ts FROM n)
               AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[]))
             ORDER BY j.tenant
@@ -50,7 +50,7 @@ cand AS (
         FROM q CROSS JOIN LATERAL (
             SELECT j.id, j.tenant, j.priority, j.run_after
             FROM jobs AS j
-            WHERE j.state = 'queued' AND j.queue = q.queue AND j.tenant = t.tenant
+            WHERE j.state = 'queued' AND j.parents_pending = 0 AND j.queue = q.queue AND j.tenant = t.tenant
               AND j.run_after <= (SELECT ts FROM n)
               AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[]))
               AND NOT EXISTS (
@@ -83,7 +83,7 @@ picked AS (
         FROM q CROSS JOIN LATERAL (
             SELECT j.id, j.tenant, j.kind, j.queue, j.concurrency_key, j.priority, j.run_after
             FROM jobs AS j
-            WHERE j.state = 'queued' AND j.queue = q.queue AND j.tenant = sh.tenant
+            WHERE j.state = 'queued' AND j.parents_pending = 0 AND j.queue = q.queue AND j.tenant = sh.tenant
               AND j.run_after <= (SELECT ts FROM n)
               AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[]))
               AND NOT EXISTS (

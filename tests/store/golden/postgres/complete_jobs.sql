@@ -22,10 +22,12 @@ deltas AS (SELECT x.job_id,
     ) AS p ON true
     GROUP BY x.job_id),
 held AS (
-    SELECT i.*
+    SELECT i.*, j.dependents_version,
+           (%(recheck)s AND j.dependents_version <> 0
+            AND j.dependents_version <> (SELECT s.dependents_version FROM jobs AS s WHERE s.id = i.job_id)) AS raced
     FROM input AS i
     CROSS JOIN LATERAL (
-        SELECT j.claims, j.attempts, j.lease_owner, j.state
+        SELECT j.claims, j.attempts, j.lease_owner, j.state, j.dependents_version
         FROM jobs AS j
         WHERE j.id = i.job_id
         FOR UPDATE
@@ -46,9 +48,9 @@ finished AS (
         finished_at = n.ts,
         updated_at = n.ts
     FROM held AS i LEFT JOIN deltas AS d ON d.job_id = i.job_id, n
-    WHERE j.id = i.job_id
+    WHERE j.id = i.job_id AND NOT i.raced
     RETURNING j.id, j.attempts, n.ts, i.claim, i.result_id, i.body, j.tenant, j.kind, j.queue, j.concurrency_key,
-              CASE WHEN %(notify)s THEN pg_notify('jobq_job_changes', j.id::text) END AS notified
+              j.dependents_version, CASE WHEN %(notify)s THEN pg_notify('jobq_job_changes', j.id::text) END AS notified
 ),freed AS (
     UPDATE scope_counters AS c
     SET running = c.running - e.jobs
@@ -60,6 +62,25 @@ finished AS (
         ORDER BY s.scope
     ) AS e
     WHERE c.scope = e.scope
+),
+released AS (
+    UPDATE jobs AS c
+    SET parents_pending = c.parents_pending - r.met,
+        run_after = CASE WHEN c.parents_pending = r.met THEN greatest(n.ts, coalesce(c.due_after_parents, n.ts))
+                         ELSE c.run_after END,
+        updated_at = n.ts
+    FROM (
+        SELECT e.child, count(*) AS met
+        FROM finished AS f JOIN job_edges AS e ON e.parent = f.id
+        WHERE f.dependents_version <> 0
+        GROUP BY e.child
+    ) AS r, n
+    WHERE c.id = r.child AND c.state = 'queued' AND c.parents_pending > 0
+    RETURNING c.queue, c.parents_pending
+),
+woke AS (
+    SELECT CASE WHEN %(notify)s THEN pg_notify('jobq_jobs', string_agg(DISTINCT queue, ',')) END AS woke
+    FROM released WHERE parents_pending = 0 HAVING count(*) > 0
 ),
 written AS (
     SELECT id, attempts, ts FROM finished
@@ -80,4 +101,6 @@ closed AS (
     FROM finished AS f, n
     WHERE a.job_id = f.id AND a.claim = f.claim AND a.outcome IS NULL
 )
-SELECT id FROM finished
+SELECT id, false AS raced, (SELECT count(*) FROM woke) AS woke FROM finished
+UNION ALL
+SELECT job_id, true, 0 FROM held WHERE raced

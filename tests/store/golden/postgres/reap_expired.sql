@@ -31,7 +31,8 @@ reaped AS (
         updated_at = n.ts
     FROM expired AS e, n
     WHERE j.id = e.id
-    RETURNING j.id, j.state, j.claims, j.tenant, j.kind, j.queue, j.concurrency_key, CASE WHEN %(notify)s THEN pg_notify('jobq_job_changes', j.id::text) END AS notified
+    RETURNING j.id, j.state, j.claims, j.tenant, j.kind, j.queue, j.concurrency_key, j.dependents_version,
+              CASE WHEN %(notify)s THEN pg_notify('jobq_job_changes', j.id::text) END AS notified
 ),freed AS (
     UPDATE scope_counters AS c
     SET running = c.running - e.jobs
@@ -50,4 +51,6 @@ closed AS (
     FROM reaped AS r, n
     WHERE a.job_id = r.id AND a.claim = r.claims AND a.finished_at IS NULL
 )
-SELECT state, count(*) AS jobs FROM reaped GROUP BY state
+SELECT state, count(*) AS jobs,
+       array_agg(id) FILTER (WHERE dependents_version <> 0 AND state IN ('failed', 'cancelled')) AS parents
+FROM reaped GROUP BY state

@@ -10,4 +10,4 @@ SET state = 'succeeded',
     finished_at = :now,
     updated_at = :now
 WHERE id = :job_id AND claims = :claim AND attempts = :attempt AND lease_owner = :owner AND state = 'running'
-RETURNING id
+RETURNING id, dependents_version

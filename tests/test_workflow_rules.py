@@ -1,0 +1,114 @@
+"""service.workflows' rules, without a database: wiring a batch, the common shapes, re-arming."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from service.errors import InvalidInput, JobNotFound
+from service.jobs import JobState, NewJob
+from service.workflows import (
+    RearmCandidate,
+    StoredParent,
+    chain,
+    group,
+    parents_of,
+    rearm,
+    wire,
+)
+
+A, B, C = (uuid.UUID(int=n) for n in (1, 2, 3))
+
+
+def ids(n: int) -> list[uuid.UUID]:
+    return [uuid.UUID(int=100 + i) for i in range(n)]
+
+
+def test_wiring_counts_unfinished_parents_once_each_and_marks_parents_with_children():
+    stored = {
+        A: StoredParent(A, "t", JobState.RUNNING, None),
+        B: StoredParent(B, "t", JobState.SUCCEEDED, None),
+    }
+    jobs = [NewJob("a", tenant="t"), NewJob("b", tenant="t", depends_on=(A, B, 0, A, 0))]
+    first, second = wire(jobs, ids(2), stored)
+    assert (first.pending, first.has_children, second.has_children) == (0, True, False)
+    assert second.parents == (A, B, ids(2)[0]) and second.pending == 2 and second.state is JobState.QUEUED
+
+
+def test_a_failed_parent_cancels_at_birth_naming_it_and_the_root_for_replay():
+    stored = {A: StoredParent(A, "t", JobState.CANCELLED, C)}  # cancelled by C's failure before
+    cancelled, runs = wire(
+        [NewJob("x", tenant="t", depends_on=(A,)), NewJob("y", tenant="t", depends_on=(A, 0), on_parent_failure="run")],
+        ids(2),
+        stored,
+    )
+    assert (cancelled.state, cancelled.error, cancelled.cancelled_by) == (
+        JobState.CANCELLED,
+        f"cancelled: parent job {A} was cancelled",
+        C,
+    )
+    assert (runs.state, runs.pending) == (JobState.QUEUED, 0)  # both parents ended: it runs
+
+
+def test_another_tenants_parent_and_a_missing_one_read_as_missing():
+    stored = {A: StoredParent(A, "other", JobState.QUEUED, None)}
+    with pytest.raises(JobNotFound, match=str(A)):
+        wire([NewJob("x", tenant="t", depends_on=(A,))], ids(1), stored)
+    with pytest.raises(JobNotFound, match=str(B)):
+        wire([NewJob("x", tenant="t", depends_on=(B,))], ids(1), stored)
+    with pytest.raises(JobNotFound):
+        wire([NewJob("x", tenant="t"), NewJob("y", tenant="u", depends_on=(0,))], ids(2), {})
+
+
+@pytest.mark.parametrize("bad", [-1, 1, 2, True, "0", 1.0])
+def test_a_position_must_be_an_earlier_job_of_the_batch(bad: object):
+    with pytest.raises(InvalidInput):
+        wire([NewJob("a"), NewJob("b", depends_on=(bad,))], ids(2), {})  # type: ignore[arg-type]
+
+
+def test_parents_are_ids_text_statuses_or_positions():
+    class Status:
+        id = A
+
+    assert parents_of([A, str(B), Status(), 0]) == (A, B, A, 0)
+    for bad in ("abc", [1.5], ["nope"], None):
+        with pytest.raises(InvalidInput):
+            parents_of(bad)
+
+
+def test_chain_group_and_then_are_batches_of_positions():
+    flow = chain(NewJob("split"), group([NewJob("x"), chain(NewJob("y1"), NewJob("y2"))]), NewJob("merge"))
+    assert [j.kind for j in flow.jobs] == ["split", "x", "y1", "y2", "merge"]
+    assert [j.depends_on for j in flow.jobs] == [(), (0,), (0,), (2,), (1, 3)]
+    assert (flow.heads, flow.tails) == ((0,), (4,))
+    chord = group([NewJob("a"), NewJob("b", depends_on=(A,))]).then(NewJob("c"))
+    assert [j.depends_on for j in chord.jobs] == [(), (A,), (0, 1)]
+    with pytest.raises(InvalidInput):
+        chain(NewJob("a", depends_on=(0,)))
+    with pytest.raises(InvalidInput):
+        group([])
+
+
+def test_rearm_keeps_cancelled_a_job_with_another_failed_parent_and_everything_below_it():
+    child, grandchild, other = uuid.UUID(int=10), uuid.UUID(int=11), uuid.UUID(int=12)
+    chosen = rearm(
+        [
+            RearmCandidate(child, JobState.CANCELLED, "cancel", ((A, JobState.QUEUED), (B, JobState.FAILED))),
+            RearmCandidate(grandchild, JobState.CANCELLED, "cancel", ((child, JobState.CANCELLED),)),
+            RearmCandidate(other, JobState.CANCELLED, "cancel", ((A, JobState.QUEUED), (C, JobState.SUCCEEDED))),
+        ]
+    )
+    assert chosen == {other: 1}
+
+
+def test_rearm_counts_re_armed_parents_and_lets_an_operators_replay_run_past_a_failed_parent():
+    child, grandchild, replayed = uuid.UUID(int=10), uuid.UUID(int=11), uuid.UUID(int=12)
+    chosen = rearm(
+        [
+            RearmCandidate(child, JobState.CANCELLED, "cancel", ((A, JobState.QUEUED),)),
+            RearmCandidate(grandchild, JobState.CANCELLED, "run", ((child, JobState.CANCELLED), (B, JobState.FAILED))),
+            RearmCandidate(replayed, JobState.QUEUED, "cancel", ((B, JobState.FAILED), (C, JobState.RUNNING))),
+        ]
+    )
+    assert chosen == {child: 1, grandchild: 1, replayed: 1}
