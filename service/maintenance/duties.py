@@ -9,8 +9,9 @@ Two kinds of duty:
   nothing. A duty skipped because this worker does not lead stays due: the tick after it
   gains the lead, it runs (a new leader reaps at once). A write refused for a lost lease
   (LeadershipLost) makes this worker stop leading until it takes the lease again;
-- **worker duties** — taking or renewing the lease, the workers-table touch, writing the
-  app's declared schedules — are this worker's own and run on every worker.
+- **worker duties** — taking or renewing the lease with the worker's check-in, which is
+  also its workers-table touch (service.maintenance.presence), writing the app's declared
+  schedules — are this worker's own and run on every worker.
 
 ``is_leader`` is asked at every tick for every due fleet duty, so it must not do I/O:
 it reads what the lease's own duty last learnt. The lease's duty is first in the list,
@@ -30,7 +31,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Protocol
 
 from service.errors import LeadershipLost, StoreUnavailable
@@ -57,6 +57,9 @@ RETENTION_EVERY = 5.0
 a day from one worker, nine times 100,000 a day, while each turn is a few milliseconds of one
 backend, too short and too rare for a claim to notice (docs/PERFORMANCE.md, "Retention").
 """
+
+ROLLUP_IDLE_SECONDS = 60.0
+"""After a fold that folded nothing, the next is due in this (+-20 %) instead of ``rollup_every``."""
 
 ROLLUP_RETENTION_EVERY = 3_600.0
 """Seconds between a worker's turns at the rollup's retention: whole days go, so hourly is enough."""
@@ -86,6 +89,12 @@ class Duty:
     fleet: bool = True
     once: bool = False
     interval: Callable[[], float] | None = None
+    due_at: Callable[[], float] | None = None
+    """When given, the duty is due when it says (asked at every tick; the scheduler's, which
+    its own reads and the check-ins move), instead of ``due``."""
+
+    def is_due(self, now: float) -> bool:
+        return now >= (self.due_at() if self.due_at is not None else self.due)
 
     def next_due(self, now: float) -> float:
         if self.interval is not None:
@@ -119,12 +128,12 @@ class Maintenance:
         ran: list[str] = []
         for duty in self.duties:
             now = self.clock()
-            if now < duty.due or (duty.fleet and not self.is_leader()):
+            if not duty.is_due(now) or (duty.fleet and not self.is_leader()):
                 continue
             duty.due = duty.next_due(now)
             ran.append(duty.name)
             try:
-                duty.run()
+                self._run(duty)
             except StoreUnavailable as exc:
                 self.health.failed(exc, f"maintenance.{duty.name}")
             except LeadershipLost as exc:
@@ -153,6 +162,15 @@ class Maintenance:
                 )
         return ran
 
+    def _run(self, duty: Duty) -> None:
+        try:
+            duty.run()
+        finally:
+            if duty.interval is not None:
+                # Asked again once the run is over: its answer is what the run learnt (a
+                # candidate's wait until the holder's lease ends), not what the run before did.
+                duty.due = duty.next_due(self.clock())
+
     def run(self, halt: threading.Event) -> None:
         """Tick until ``halt`` is set."""
         while not halt.wait(TICK_SECONDS):
@@ -168,13 +186,17 @@ def worker_duties(
     scheduler: Scheduler,
     pruner: Pruner | None,
     reap_every: float,
-    touch_every: float,
+    rollup_every: float,
     retention_every: float,
     jobs_requeued: Callable[[], None],
     clock: Callable[[], float] = time.monotonic,
 ) -> list[Duty]:
     """What a worker's maintenance thread does. ``jobs_requeued`` is told when a reap put jobs
-    back in the queue (the worker then looks for them at once). Another duty is one more entry here."""
+    back in the queue (the worker then looks for them at once). Another duty is one more entry here.
+
+    The leadership's duty is also the worker's touch: the lease is asked for with the worker's
+    check-in (service.maintenance.presence), one statement that marks it alive and learns
+    when the next schedule is due, so the scheduler's duty is due only then (``due_at``)."""
     now = clock()
 
     def reap() -> None:
@@ -182,6 +204,17 @@ def worker_duties(
             jobs_requeued()  # jobs came back due (or soon): look
 
     rollup = Rollup(store, leader=leadership.token)
+    folded = [True]  # the last fold folded something (the first is due soon)
+
+    def fold() -> None:
+        folded[0] = rollup.run_once() > 0
+
+    def fold_interval() -> float:
+        # A fold that found nothing comes back in a minute: a job is folded SETTLE_SECONDS (a
+        # minute) after it finished anyway, so an idle fleet's leader need not look every 10 s.
+        every = rollup_every if folded[0] else max(rollup_every, ROLLUP_IDLE_SECONDS)
+        return random.uniform(every * 0.8, every * 1.2)
+
     return [
         # First, so the tick that gains the lead runs the fleet's overdue duties.
         Duty(
@@ -194,9 +227,6 @@ def worker_duties(
         ),  # fmt: skip
         # A new leader reaps at once: a fleet restart finds its own orphans.
         Duty("reap", reap, reap_every, due=now),
-        Duty(
-            "touch", partial(store.touch_worker, worker_id), touch_every, due=now + touch_every, spread=0.2, fleet=False
-        ),
         # The app's own schedules are written by each worker that declares them, leader or
         # not; firing them is the fleet's.
         *(
@@ -205,8 +235,9 @@ def worker_duties(
             else []
         ),
         # The analysts' daily rollup.
-        Duty("rollup", rollup.run_once, touch_every, due=now + touch_every, spread=0.2),
-        Duty("schedule", scheduler.run_once, SCHEDULE_SECONDS, due=now),
+        Duty("rollup", fold, rollup_every, due=now + rollup_every, interval=fold_interval),
+        # Due when a schedule is: its reads and the check-ins say when (service.maintenance.scheduler).
+        Duty("schedule", scheduler.run_once, SCHEDULE_SECONDS, due=now, due_at=scheduler.due_at),
         *_retention_duties(pruner, worker_id, retention_every, now),
     ]
 

@@ -32,6 +32,7 @@ Wiring, in a worker's maintenance loop (one thread)::
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 import time
@@ -80,10 +81,18 @@ class Leadership:
         name: str = MAINTENANCE,
         monotonic: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
+        acquire: Callable[[], tuple[LeaderLease | None, float]] | None = None,
+        longest_wait: float = math.inf,
     ) -> None:
+        """``acquire``: how the lease is asked for, answering as ``Store.acquire_leadership``
+        (default: that, for this name and owner); a worker asks with its check-in
+        (service.maintenance.presence), which touches its row in the same statement.
+        ``longest_wait``: ``next_interval`` never answers more (the check-in is the worker's touch too)."""
         if not isinstance(lease_seconds, int | float) or not lease_seconds > 0:
             raise InvalidInput(f"a leadership's lease must be more than 0 seconds, not {lease_seconds!r}")
         self.store = store
+        self._acquire = acquire or (lambda: store.acquire_leadership(self.name, self.owner, self.lease_seconds))
+        self.longest_wait = longest_wait
         self.owner = owner
         self.name = name
         self.lease_seconds = float(lease_seconds)
@@ -104,7 +113,7 @@ class Leadership:
         propagates (the loop's to log), and leadership lapses on its own at the local deadline."""
         started = self._monotonic()
         try:
-            lease, free_in = self.store.acquire_leadership(self.name, self.owner, self.lease_seconds)
+            lease, free_in = self._acquire()
         except StoreUnavailable:
             self._failed = True
             self._lapse_if_due(started)
@@ -122,14 +131,19 @@ class Leadership:
     def next_interval(self) -> float:
         """Seconds until ``run_once`` is due again: a jittered third of the lease while leading;
         otherwise when the holder's lease ends, plus up to a tenth of the lease; after a store
-        error, RETRY_FRACTION of the lease."""
+        error, RETRY_FRACTION of the lease. Never more than ``longest_wait`` (less up to 20 %, so
+        the workers' check-ins do not line up)."""
         with self._lock:
             leading, retry_in, failed = self._lease is not None, self._retry_in, self._failed
         if failed:
-            return self.lease_seconds * RETRY_FRACTION * self._rng.uniform(1 - RENEW_JITTER, 1 + RENEW_JITTER)
-        if leading:
-            return self.renew_seconds * self._rng.uniform(1 - RENEW_JITTER, 1 + RENEW_JITTER)
-        return retry_in + self._rng.uniform(0.01, RENEW_JITTER) * self.lease_seconds
+            wait = self.lease_seconds * RETRY_FRACTION * self._rng.uniform(1 - RENEW_JITTER, 1 + RENEW_JITTER)
+        elif leading:
+            wait = self.renew_seconds * self._rng.uniform(1 - RENEW_JITTER, 1 + RENEW_JITTER)
+        else:
+            wait = retry_in + self._rng.uniform(0.01, RENEW_JITTER) * self.lease_seconds
+        if wait > self.longest_wait * 0.8:
+            wait = min(wait, self.longest_wait * self._rng.uniform(0.8, 1.0))
+        return wait
 
     def is_leader(self) -> bool:
         return self.current() is not None

@@ -104,6 +104,18 @@ class LeaderLease:
 
 
 @dataclass(frozen=True)
+class CheckIn:
+    """A worker's periodic word with the store (:meth:`Store.check_in`), one statement: it was
+    marked alive, took or renewed the leadership or learnt when its holder's lease ends, and
+    learnt what it paces itself by (service.maintenance.presence)."""
+
+    lease: LeaderLease | None  # the leadership, when this worker holds it now
+    free_in: float  # otherwise: seconds until the holder's lease ends (0: free now, or nothing read)
+    peers: int  # live workers sharing a queue with this one that have a slot free, itself counted (>= 1)
+    next_schedule_in: float | None  # seconds until the earliest unpaused schedule is due (<= 0: due); None: none
+
+
+@dataclass(frozen=True)
 class DatabaseHealth:
     """What FAILURE-MODES.md asks metrics to show about the database itself (None: not measured here)."""
 
@@ -448,8 +460,9 @@ class Store(Protocol):
         """Every schedule, by name."""
         ...
 
-    def due_schedules(self, limit: int = 100) -> tuple[datetime, list[Schedule]]:
-        """The database clock now, and the unpaused schedules due by then, earliest first."""
+    def due_schedules(self, limit: int = 100) -> tuple[datetime, list[Schedule], datetime | None]:
+        """The database clock now, the unpaused schedules due by then (earliest first), and the
+        earliest next run of the unpaused schedules not yet due (None: none), when to look again."""
         ...
 
     def advance_schedule(
@@ -481,6 +494,15 @@ class Store(Protocol):
         or renew it if ``owner`` holds it unexpired: (the lease, 0). While another holds it:
         (None, the seconds until that lease ends), when a candidate should ask again. One
         statement, the database clock: the lease lasts ``lease_seconds`` from now."""
+        ...
+
+    def check_in(self, worker_id: str, name: str, lease_seconds: float, alive_seconds: float) -> CheckIn:
+        """A worker's periodic statement: mark it alive (as ``touch_worker``), take or renew the
+        leadership ``name`` for it or learn when its holder's lease ends (as
+        ``acquire_leadership``, owner ``worker_id``), count its peers (workers seen within
+        ``alive_seconds`` sharing one of its queues, with a slot free: running fewer jobs than
+        their concurrency), and read when the next schedule is due. One transaction, so an idle
+        worker's upkeep is one statement per interval."""
         ...
 
     def resign_leadership(self, lease: LeaderLease) -> bool:

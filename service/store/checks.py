@@ -57,7 +57,7 @@ from service.payloads import (
     validate_new_jobs,
 )
 from service.retry import Decision, GiveUp, Retry
-from service.store.base import LeaderLease
+from service.store.base import CheckIn, LeaderLease
 from service.store.encoding import substring_pattern
 
 
@@ -332,4 +332,25 @@ def leader_lease(row: Row | None, read_time: Callable[[Any], datetime]) -> Leade
         term=int(row["term"]),
         acquired_at=read_time(row["acquired_at"]),
         expires_at=read_time(row["expires_at"]),
+    )
+
+
+def check_in_args(worker_id: str, name: str, lease_seconds: float, alive_seconds: float) -> dict[str, Any]:
+    """CHECK_IN's values: the leadership's (the worker is its candidate) and the liveness window."""
+    if not isinstance(alive_seconds, int | float) or isinstance(alive_seconds, bool) or not alive_seconds > 0:
+        raise InvalidInput(f"a worker's liveness window must be more than 0 seconds, not {alive_seconds!r}")
+    return {**leadership_args(name, worker_id, lease_seconds), "alive_seconds": float(alive_seconds)}
+
+
+def check_in_answer(
+    lead: Row | None, peers: Any, next_schedule_in: Any, read_time: Callable[[Any], datetime]
+) -> CheckIn:
+    """CHECK_IN's answer: the leadership's (as ACQUIRE_LEADERSHIP's; a row of NULLs when it read
+    none), the peers (at least this worker) and the next schedule's due time."""
+    lease, free_in = leadership_answer(lead if lead is not None and lead["name"] is not None else None, read_time)
+    return CheckIn(
+        lease=lease,
+        free_in=free_in,
+        peers=max(int(peers or 1), 1),
+        next_schedule_in=None if next_schedule_in is None else float(next_schedule_in),
     )

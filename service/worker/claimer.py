@@ -8,8 +8,9 @@ passes (:class:`IdlePolls`):
   at the least;
 - once a claim came back empty, the worker is idle: each look is first the store's
   ``has_claimable``, one read of the claim's index, and the fair claim runs only when it
-  says a job is due; and the waits between looks back off, with full jitter, to
-  ``max_poll_seconds``. The first claim that takes a job makes it fast again.
+  says a job is due; and the waits between looks back off, with full jitter, to a ceiling
+  that grows with the fleet (:class:`IdlePolls`). The first claim that takes a job makes
+  it fast again.
 
 A notification wakes every listening worker at once (PostgreSQL signals them all).
 An idle worker woken so waits a moment first (up to WAKE_SPREAD_SECONDS, less the more
@@ -37,19 +38,52 @@ WAKE_SPREAD_SECONDS = 0.05
 claims' time, so the first worker's claim commits before most of the others look."""
 
 
+FLEET_SHARE = 2 / 3
+"""An idle worker's ceiling is this × its peers × ``max_poll_seconds`` (see IdlePolls)."""
+
+FLEET_CEILING_SECONDS = 60.0
+"""The longest an idle worker of a fleet waits between looks (unless ``max_poll_seconds`` is longer)."""
+
+
 class IdlePolls:
     """When the claim loop looks again without a wake-up.
 
     While looks find work: ``poll_seconds`` +- 50 %. After ``n`` looks in a row that found
-    none: uniform in [0, c], c = min(max_poll_seconds, poll_seconds * 2**n) (never below
+    none: uniform in [0, c], c = min(ceiling, poll_seconds * 2**n) (never below
     poll_seconds): full jitter, so an idle fleet's polls spread out instead of lining up.
+
+    The ceiling is the fleet's, not the worker's: ``max_poll_seconds`` × FLEET_SHARE × its
+    peers (the live workers sharing a queue with it that have a slot free, itself counted:
+    service.maintenance.presence), at least ``max_poll_seconds`` and at most
+    FLEET_CEILING_SECONDS. Why: a lone worker polling with full jitter to M finds a new job
+    after M/3 on average (the residual of a wait uniform in [0, M]); N such workers polling
+    to C look about 2N/C times a second between them, so one of them finds it after about
+    C/(2N). C = 2/3 · N · M keeps the fleet's pickup at the lone worker's M/3 while each
+    worker's polls fall as 1/N, until the cap (reached at 18 workers with M = 5 s; past it,
+    pickup only gets faster). Busy workers do not poll, so they are not counted. It holds
+    with NOTIFY on too: a notification wakes the fleet at once, but only enqueues and
+    hand-backs notify; a delayed job or a retry coming due, a reaped job, a workflow's
+    child freed by its parent, a scope's slot freed, are found by polls.
     """
 
-    def __init__(self, poll_seconds: float, max_poll_seconds: float, rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        poll_seconds: float,
+        max_poll_seconds: float,
+        rng: random.Random | None = None,
+        *,
+        peers: Callable[[], int] = lambda: 1,
+    ) -> None:
         self.poll_seconds = poll_seconds
         self.max_poll_seconds = max_poll_seconds
+        self.peers = peers
         self.empty = 0
         self._rng = rng or random.Random()
+
+    def ceiling(self) -> float:
+        """The longest wait between an idle worker's looks now."""
+        fleet = FLEET_SHARE * max(self.peers(), 1) * self.max_poll_seconds
+        return max(self.max_poll_seconds, min(fleet, FLEET_CEILING_SECONDS))
 
     @property
     def idle(self) -> bool:
@@ -65,7 +99,7 @@ class IdlePolls:
     def wait(self) -> float:
         if not self.idle:
             return jittered(self.poll_seconds, self._rng)
-        ceiling = min(self.max_poll_seconds, self.poll_seconds * 2.0 ** min(self.empty, 30))
+        ceiling = min(self.ceiling(), self.poll_seconds * 2.0 ** min(self.empty, 30))
         return self._rng.uniform(0, max(ceiling, self.poll_seconds))
 
 

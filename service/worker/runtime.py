@@ -53,6 +53,7 @@ from service.maintenance.duties import (
 )
 from service.maintenance.leadership import LEASE_SECONDS as LEADER_LEASE_SECONDS
 from service.maintenance.leadership import Leadership
+from service.maintenance.presence import Presence
 from service.maintenance.pruner import ROLLUP_RETENTION_SECONDS, Pruner
 from service.maintenance.reaper import Reaper
 from service.maintenance.scheduler import Scheduler
@@ -110,8 +111,11 @@ class WorkerConfig:
     of the running jobs (docs/PERFORMANCE.md, ``bench reap``)."""
     flush_seconds: float = 0.5
     """Progress reaches the database about this long after a handler reports it."""
-    touch_seconds: float = 10.0
-    """How often the worker marks itself alive in the workers table."""
+    touch_seconds: float = 15.0
+    """The longest wait between the worker's check-ins (service.maintenance.presence), each of
+    which marks it alive in the workers table (WORKER_ALIVE_SECONDS, 45 s, is three of them);
+    a candidate checks in sooner when the leadership's lease is due to end, the leader at each
+    renewal. Also how often the leader folds the rollup while there is work to fold."""
     retention_seconds: float | None = None
     """Delete terminal jobs that finished longer ago than this, RETENTION_BATCH of the oldest
     every ~``retention_every`` seconds, so history leaves as it expires instead of a day at a
@@ -203,16 +207,26 @@ class Worker:
         )
         self.settler = Settler(store, self.id, self.health, self.retry_policy, clock=clock)
         self.finisher = Finisher(store, self.settler, self.slots, clock=clock)
+        scheduler = Scheduler(store, app.schedules, leader=lambda: self.leadership.token())
+        # The worker's one periodic statement: its touch, the leadership, its peers, the next schedule.
+        self.presence = Presence(store, self.id, self.config.leader_lease_seconds, schedule_due_in=scheduler.expect)
         self.claimer = ClaimLoop(
             store,
             self.slots,
             self.health,
-            IdlePolls(self.config.poll_seconds, self.config.max_poll_seconds),
+            IdlePolls(self.config.poll_seconds, self.config.max_poll_seconds, peers=lambda: self.presence.peers),
             clock=clock,
         )
         self.listener = WakeupListener(store, self.id, self.queues, self.claimer.notified)
-        # One worker of the fleet at a time runs the fleet's maintenance (service.maintenance.leadership).
-        self.leadership = Leadership(store, self.id, lease_seconds=self.config.leader_lease_seconds)
+        # One worker of the fleet at a time runs the fleet's maintenance (service.maintenance.leadership),
+        # asked for with the check-in.
+        self.leadership = Leadership(
+            store,
+            self.id,
+            lease_seconds=self.config.leader_lease_seconds,
+            acquire=self.presence.check_in,
+            longest_wait=self.config.touch_seconds,
+        )
         retention = self.config.retention_seconds
         # Built here, not in the maintenance thread: the Pruner's own check of the retention
         # raises at construction (a bad retention would otherwise end that thread).
@@ -233,10 +247,10 @@ class Worker:
                 self.id,
                 leadership=self.leadership,
                 reaper=Reaper(store, self.retry_policy, leader=self.leadership.token),
-                scheduler=Scheduler(store, app.schedules, leader=self.leadership.token),
+                scheduler=scheduler,
                 pruner=pruner,
                 reap_every=self.config.reap_every,
-                touch_every=self.config.touch_seconds,
+                rollup_every=self.config.touch_seconds,
                 retention_every=self.config.retention_every,
                 jobs_requeued=self.slots.wake.set,
                 clock=clock,

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from service.errors import ScheduleNotFound
-from service.maintenance.scheduler import Scheduler, SchedulerResult
+from service.maintenance.scheduler import IDLE_SECONDS, MARGIN_SECONDS, Scheduler, SchedulerResult
 from service.schedules import CatchUp, ScheduleSource, ScheduleSpec, next_tick, tick_key
 from service.store import Store
 from tests.conftest import Database, FakeClock
@@ -76,12 +76,14 @@ def test_due_schedules_are_the_unpaused_ones_due_by_the_database_clock(store, cl
     store.save_schedule(every_second("paused"), START - timedelta(seconds=1))
     store.set_schedule_paused("paused", True)
 
-    now, due = store.due_schedules()
+    now, due, following = store.due_schedules()
 
     assert now == START
     assert [s.name for s in due] == ["due"]
+    assert following == START + timedelta(seconds=1)  # "later": when the scheduler looks again
     clock.advance(1)
     assert [s.name for s in store.due_schedules()[1]] == ["due", "later"]
+    assert store.due_schedules()[2] is None  # none waits: the check-in says when one is due
 
 
 def test_advancing_a_schedule_is_a_compare_and_set(store, clock: FakeClock):
@@ -243,3 +245,28 @@ def test_a_schedule_that_cannot_fire_here_does_not_hold_back_the_others(store, d
 
     assert scheduled_jobs(db) == [tick_key("beat", START + timedelta(seconds=1))]
     assert store.list_schedules()[1].next_run_at == START, "left due, for a worker that can fire it"
+
+
+def test_the_scheduler_is_due_again_when_the_next_schedule_is_and_a_check_in_brings_it_forward(store, clock: FakeClock):
+    """Issue 24: the leader reads the schedules when one is due, not twice a second."""
+    mono = [1000.0]
+    scheduler = Scheduler(store, monotonic=lambda: mono[0])
+    assert scheduler.due_at() < mono[0]  # the first pass: at once
+    scheduler.run_once()
+    assert scheduler.due_at() == pytest.approx(mono[0] + IDLE_SECONDS)  # nothing to fire: the safety net
+    scheduler.expect(None)  # a check-in: no schedule
+    assert scheduler.due_at() == pytest.approx(mono[0] + IDLE_SECONDS)
+
+    add(store, every_second())  # e.g. `jobq schedule add`: the next check-in tells
+    scheduler.expect(1.0)
+    assert scheduler.due_at() == pytest.approx(mono[0] + 1.0 + MARGIN_SECONDS)
+    clock.advance(1)
+    mono[0] += 1
+    assert scheduler.run_once() == SchedulerResult(fired=1)
+    assert scheduler.due_at() == pytest.approx(mono[0] + 1.0 + MARGIN_SECONDS)  # the next tick, a second on
+    store.save_schedule(every_second("later"), START + timedelta(seconds=30))
+    clock.advance(1)
+    mono[0] += 1
+    store.set_schedule_paused("beat", True)
+    assert scheduler.run_once() == SchedulerResult()
+    assert scheduler.due_at() == pytest.approx(mono[0] + 28.0 + MARGIN_SECONDS)  # "later", read as the following

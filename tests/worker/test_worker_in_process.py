@@ -66,12 +66,14 @@ def test_jobs_run_to_their_outcomes(live_store: Store, db: Database) -> None:
     def perm(ctx: JobContext) -> None:
         raise PermanentError("bad payload")
 
-    jobs = live_store.enqueue_many([
-        NewJob(kind="double", payload={"x": 2}),
-        NewJob(kind="adouble", payload={"x": 5}),
-        NewJob(kind="boom", max_attempts=2),
-        NewJob(kind="perm", max_attempts=3),
-    ])
+    jobs = live_store.enqueue_many(
+        [
+            NewJob(kind="double", payload={"x": 2}),
+            NewJob(kind="adouble", payload={"x": 5}),
+            NewJob(kind="boom", max_attempts=2),
+            NewJob(kind="perm", max_attempts=3),
+        ]
+    )
     with running_worker(live_store, app):
         wait_until(lambda: all(state(db, j.id) in ("succeeded", "failed") for j in jobs), 20, what="all outcomes")
     double, adouble_, boom_, perm_ = (db.job(j.id) for j in jobs)
@@ -259,8 +261,18 @@ def test_shutdown_hands_running_jobs_back_after_the_grace(live_store: Store, db:
 class FlakyStore:
     """A real store whose worker-side calls fail with StoreUnavailable while ``down`` is set."""
 
-    FLAKY = {"claim", "heartbeat", "complete", "complete_many", "complete_and_claim", "fail", "release",
-             "acknowledge_cancel", "reap", "touch_worker"}
+    FLAKY = {
+        "claim",
+        "heartbeat",
+        "complete",
+        "complete_many",
+        "complete_and_claim",
+        "fail",
+        "release",
+        "acknowledge_cancel",
+        "reap",
+        "check_in",
+    }
 
     def __init__(self, store: Store, *, every_call: bool = False) -> None:
         """``every_call``: every method fails while down (the maintenance duties' reads too)."""
@@ -305,8 +317,9 @@ def test_an_outage_never_kills_the_worker(live_store: Store, db: Database) -> No
     assert live_store.get_result(first.id) == {"ok": True}
 
 
-def test_reaper_run_once_requeues_expired_leases_in_batches(make_store: Callable[..., Store], store_url: str,
-                                                             clock: FakeClock) -> None:
+def test_reaper_run_once_requeues_expired_leases_in_batches(
+    make_store: Callable[..., Store], store_url: str, clock: FakeClock
+) -> None:
     store = make_store(store_url, clock=clock)
     store.enqueue_many([NewJob(kind="k") for _ in range(5)])
     assert len(store.claim("gone-worker", ["default"], 5, 10)) == 5
@@ -327,11 +340,11 @@ def test_an_outage_is_one_outage_until_a_database_call_succeeds(live_store: Stor
         wait_until(lambda: flaky.calls["reap"] > 0, 10, what="the worker to lead and reap")
         flaky.down.set()
         wait_until(lambda: not worker.health.available, 10, what="the worker to see the outage")
-        seen = flaky.calls["acquire_leadership"]
+        seen = flaky.calls["check_in"]
         time.sleep(1.5)  # several maintenance ticks, and renewals of the leadership that fail
         assert not worker.health.available and worker.health.outages == 1
         # The maintenance loop kept trying through the outage: the lease every 0.1 s (1/15 of it).
-        assert flaky.calls["acquire_leadership"] >= seen + 3
+        assert flaky.calls["check_in"] >= seen + 3
         flaky.down.clear()
         wait_until(lambda: worker.health.available, 10, what="the outage to end")
         assert worker.health.outages == 1

@@ -26,7 +26,7 @@ from service.worker import (
     make_worker_id,
 )
 from service.worker.backoff import Backoff, jittered
-from service.worker.claimer import IdlePolls
+from service.worker.claimer import FLEET_CEILING_SECONDS, IdlePolls
 from service.worker.executor import Failed, Stopped, Succeeded, execute
 from service.worker.tracebacks import MAX_ERROR_CHARS, format_error
 
@@ -298,6 +298,47 @@ def test_a_ceiling_under_the_poll_interval_never_makes_an_idle_worker_poll_faste
     assert max(polls.wait() for _ in range(2000)) > 4.5
 
 
+def test_an_idle_workers_ceiling_grows_with_its_idle_peers_so_the_fleets_pickup_stays_a_lone_workers() -> None:
+    peers = 1
+    polls = IdlePolls(poll_seconds=0.1, max_poll_seconds=5.0, rng=random.Random(7), peers=lambda: peers)
+    assert polls.ceiling() == 5.0  # alone (or every peer busy): --max-poll-seconds, as before
+    peers = 2
+    assert polls.ceiling() == pytest.approx(2 / 3 * 2 * 5.0)
+    peers = 12
+    assert polls.ceiling() == pytest.approx(40.0)  # 12 workers to 40 s: one look every ~1.7 s between them
+    peers = 1000
+    assert polls.ceiling() == FLEET_CEILING_SECONDS  # the cap: a wide fleet only finds jobs sooner
+    for _ in range(20):
+        polls.missed()
+    assert (
+        FLEET_CEILING_SECONDS * 0.45
+        <= statistics.mean(polls.wait() for _ in range(5000))
+        <= FLEET_CEILING_SECONDS * 0.55
+    )
+    # A longer --max-poll-seconds than the cap is kept: it is the floor of the ceiling.
+    assert IdlePolls(0.1, 90.0, peers=lambda: 1000).ceiling() == 90.0
+
+
+def test_a_duty_with_an_interval_is_due_by_what_its_run_learnt_and_one_with_due_at_when_that_says() -> None:
+    now = 100.0
+    learnt = [1.0]
+
+    def run() -> None:
+        learnt[0] = 12.0  # e.g. a candidate's check-in: the holder's lease ends in 12 s
+
+    wake = [150.0]
+    duties = [
+        Duty("leadership", run, every=5.0, due=now, fleet=False, interval=lambda: learnt[0]),
+        Duty("schedule", lambda: None, every=0.5, due=now, fleet=False, due_at=lambda: wake[0]),
+    ]
+    maintenance = Maintenance(duties, _Health(), worker_id="w", is_leader=lambda: False, clock=lambda: now)
+    assert maintenance.run_once() == ["leadership"]
+    assert duties[0].due == 112.0  # asked after the run, not before it (then it was 1 s)
+    now = 120.0
+    wake[0] = 119.0  # a check-in said a schedule is due
+    assert maintenance.run_once() == ["leadership", "schedule"]
+
+
 class _Health:
     def __init__(self) -> None:
         self.oks = 0
@@ -338,7 +379,10 @@ def test_a_once_duty_is_retried_until_it_succeeds_then_never_again() -> None:
     now = 0.0
     health = _Health()
     maintenance = Maintenance(
-        [Duty("declare", declare, every=0.5, due=now, fleet=False, once=True)], health, worker_id="w", is_leader=lambda: False,
+        [Duty("declare", declare, every=0.5, due=now, fleet=False, once=True)],
+        health,
+        worker_id="w",
+        is_leader=lambda: False,
         clock=lambda: now,
     )
     for _ in range(10):
@@ -355,8 +399,14 @@ def test_worker_id_is_host_pid_suffix() -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"concurrency": 0}, {"lease_seconds": 0}, {"grace_seconds": -1}, {"poll_seconds": 0}, {"max_poll_seconds": 0},
-     {"queues": ()}],
+    [
+        {"concurrency": 0},
+        {"lease_seconds": 0},
+        {"grace_seconds": -1},
+        {"poll_seconds": 0},
+        {"max_poll_seconds": 0},
+        {"queues": ()},
+    ],
 )
 def test_worker_config_is_checked(kwargs: dict) -> None:
     with pytest.raises(InvalidInput):

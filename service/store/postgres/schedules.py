@@ -48,9 +48,10 @@ class Schedules(Fenced):
     def list_schedules(self) -> list[Schedule]:
         return [schedule_row(row, _READ) for row in self._fetchall(LIST_SCHEDULES, {}, replay=True)]
 
-    def due_schedules(self, limit: int = DUE_SCHEDULES_BATCH) -> tuple[datetime, list[Schedule]]:
+    def due_schedules(self, limit: int = DUE_SCHEDULES_BATCH) -> tuple[datetime, list[Schedule], datetime | None]:
         rows = self._fetchall(DUE_SCHEDULES, self._params(limit=limit))
-        return rows[0]["now"], [schedule_row(row, _READ) for row in rows if row["name"] is not None]
+        due = [schedule_row(row, _READ) for row in rows if row["name"] is not None]
+        return rows[0]["now"], due, rows[0]["following"]
 
     def advance_schedule(
         self,

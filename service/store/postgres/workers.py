@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from service.jobs import WorkerInfo
 from service.store import checks
-from service.store.base import Listener
+from service.store.base import CheckIn, Listener
 from service.store.listener import SilentListener
 from service.store.postgres.connection import READ, Connected
 from service.store.postgres.listener import PostgresListener
@@ -19,6 +19,7 @@ _SQL = statements("postgres")
 REGISTER_WORKER = _SQL["register_worker"]
 TOUCH_WORKER = _SQL["touch_worker"]
 DEREGISTER_WORKER = _SQL["deregister_worker"]
+CHECK_IN = _SQL["check_in"]
 
 
 class Workers(Connected):
@@ -36,6 +37,13 @@ class Workers(Connected):
 
     def touch_worker(self, worker_id: str) -> None:
         self._fetchall(TOUCH_WORKER, self._params(id=worker_id))
+
+    def check_in(self, worker_id: str, name: str, lease_seconds: float, alive_seconds: float) -> CheckIn:
+        row = self._fetchone(
+            CHECK_IN, self._params(**checks.check_in_args(worker_id, name, lease_seconds, alive_seconds))
+        )
+        assert row is not None  # one row always: the clock's, the leadership's columns NULL when none was read
+        return checks.check_in_answer(row, row["peers"], row["next_schedule_in"], READ.time)
 
     def deregister_worker(self, worker_id: str) -> None:
         self._fetchall(DEREGISTER_WORKER, self._params(id=worker_id))

@@ -25,6 +25,7 @@ _SQL = statements("sqlite")
 SAVE_SCHEDULE = _SQL["save_schedule"]
 LIST_SCHEDULES = _SQL["list_schedules"]
 DUE_SCHEDULES = _SQL["due_schedules"]
+FOLLOWING_SCHEDULE = _SQL["following_schedule"]
 ADVANCE_SCHEDULE = _SQL["advance_schedule"]
 SET_PAUSED = _SQL["set_paused"]
 DELETE_SCHEDULE = _SQL["delete_schedule"]
@@ -50,10 +51,15 @@ class Schedules(Connected):
             rows = conn.execute(LIST_SCHEDULES).fetchall()
         return [schedule_row(row, _READ) for row in rows]
 
-    def due_schedules(self, limit: int = DUE_SCHEDULES_BATCH) -> tuple[datetime, list[Schedule]]:
+    def due_schedules(self, limit: int = DUE_SCHEDULES_BATCH) -> tuple[datetime, list[Schedule], datetime | None]:
         with self._read() as (conn, now):
             rows = conn.execute(DUE_SCHEDULES, {"now": now, "limit": limit}).fetchall()
-        return from_text(now), [schedule_row(row, _READ) for row in rows]
+            following = conn.execute(FOLLOWING_SCHEDULE, {"now": now}).fetchone()["following"]
+        return (
+            from_text(now),
+            [schedule_row(row, _READ) for row in rows],
+            None if following is None else from_text(following),
+        )
 
     def advance_schedule(
         self,

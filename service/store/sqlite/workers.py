@@ -6,11 +6,12 @@ from collections.abc import Sequence
 
 from service.jobs import WorkerInfo
 from service.store import checks
-from service.store.base import Listener
+from service.store.base import CheckIn, Listener
 from service.store.listener import SilentListener
 from service.store.rows import worker_info
 from service.store.sqlfiles import statements
 from service.store.sqlite.connection import READ, Connected
+from service.store.sqlite.leadership import ACQUIRE_LEADERSHIP, HELD_LEADERSHIP
 from service.store.sqlite.queries import LIST_WORKERS
 
 _SQL = statements("sqlite")
@@ -18,6 +19,8 @@ _SQL = statements("sqlite")
 REGISTER_WORKER = _SQL["register_worker"]
 TOUCH_WORKER = _SQL["touch_worker"]
 DEREGISTER_WORKER = _SQL["deregister_worker"]
+WORKER_PEERS = _SQL["worker_peers"]
+NEXT_SCHEDULE_IN = _SQL["next_schedule_in"]
 
 
 class Workers(Connected):
@@ -33,6 +36,19 @@ class Workers(Connected):
     def touch_worker(self, worker_id: str) -> None:
         with self._write() as (conn, now):
             conn.execute(TOUCH_WORKER, {"id": worker_id, "now": now})
+
+    def check_in(self, worker_id: str, name: str, lease_seconds: float, alive_seconds: float) -> CheckIn:
+        """The touch, the leadership (as acquire_leadership), the peers and the next schedule, in
+        one write transaction (PostgreSQL's CHECK_IN is one statement)."""
+        params = checks.check_in_args(worker_id, name, lease_seconds, alive_seconds)
+        with self._write() as (conn, now):
+            conn.execute(TOUCH_WORKER, {"id": worker_id, "now": now})
+            lead = conn.execute(ACQUIRE_LEADERSHIP, {**params, "now": now}).fetchone()
+            if lead is None:
+                lead = conn.execute(HELD_LEADERSHIP, {**params, "now": now}).fetchone()
+            peers = conn.execute(WORKER_PEERS, {**params, "now": now}).fetchone()["peers"]
+            next_schedule_in = conn.execute(NEXT_SCHEDULE_IN, {"now": now}).fetchone()["next_schedule_in"]
+        return checks.check_in_answer(lead, peers, next_schedule_in, READ.time)
 
     def deregister_worker(self, worker_id: str) -> None:
         with self._write() as (conn, _now):

@@ -13,34 +13,8 @@
 WITH n AS (
     SELECT {{now}} AS ts
 ),
-taken AS (
-    UPDATE leaders AS l
-    SET owner = :owner,
-        term = CASE WHEN l.expires_at > n.ts THEN l.term ELSE l.term + 1 END,
-        acquired_at = CASE WHEN l.expires_at > n.ts THEN l.acquired_at ELSE n.ts END,
-        renewed_at = n.ts,
-        expires_at = n.ts + make_interval(secs => :lease_seconds)
-    FROM n
-    WHERE l.name = :name AND (l.expires_at <= n.ts OR l.owner = :owner)
-    RETURNING l.name, l.owner, l.term, l.acquired_at, l.expires_at
-),
-founded AS (
-    INSERT INTO leaders (name, owner, term, acquired_at, renewed_at, expires_at)
-    SELECT :name, :owner, 1, n.ts, n.ts, n.ts + make_interval(secs => :lease_seconds)
-    FROM n
-    WHERE NOT EXISTS (SELECT FROM leaders WHERE name = :name)
-    ON CONFLICT (name) DO NOTHING
-    RETURNING name, owner, term, acquired_at, expires_at
-),
-mine AS (
-    SELECT * FROM taken UNION ALL SELECT * FROM founded
-)
-SELECT name, owner, term, acquired_at, expires_at, true AS mine, 0.0::float8 AS free_in
-FROM mine
-UNION ALL
-SELECT l.name, l.owner, l.term, l.acquired_at, l.expires_at, false, date_part('epoch', l.expires_at - n.ts)::float8
-FROM leaders AS l, n
-WHERE l.name = :name AND NOT EXISTS (SELECT FROM mine)
+{{lead}}
+SELECT * FROM lead
 
 -- name: resign_leadership
 -- A graceful shutdown ends its own term's lease now (the same token as the fence), so a
@@ -65,3 +39,41 @@ SELECT term
 FROM leaders
 WHERE name = :leader_name AND owner = :leader_owner AND term = :leader_term AND expires_at > {{now}}
 FOR SHARE
+
+-- fragment: lead
+-- The leadership's CTEs, after n (the clock): taken (renewed by its owner, or taken with
+-- term + 1 once its lease ended), founded (the first insert), mine (either), and lead, the
+-- answer: the row with mine = true when the caller holds it now, else the holder's row with
+-- free_in, the seconds until its lease ends. acquire_leadership and check_in (workers.sql)
+-- both take the leadership with it, so the two cannot differ.
+taken AS (
+    UPDATE leaders AS l
+    SET owner = :owner,
+        term = CASE WHEN l.expires_at > n.ts THEN l.term ELSE l.term + 1 END,
+        acquired_at = CASE WHEN l.expires_at > n.ts THEN l.acquired_at ELSE n.ts END,
+        renewed_at = n.ts,
+        expires_at = n.ts + make_interval(secs => :lease_seconds)
+    FROM n
+    WHERE l.name = :name AND (l.expires_at <= n.ts OR l.owner = :owner)
+    RETURNING l.name, l.owner, l.term, l.acquired_at, l.expires_at
+),
+founded AS (
+    INSERT INTO leaders (name, owner, term, acquired_at, renewed_at, expires_at)
+    SELECT :name, :owner, 1, n.ts, n.ts, n.ts + make_interval(secs => :lease_seconds)
+    FROM n
+    WHERE NOT EXISTS (SELECT FROM leaders WHERE name = :name)
+    ON CONFLICT (name) DO NOTHING
+    RETURNING name, owner, term, acquired_at, expires_at
+),
+mine AS (
+    SELECT * FROM taken UNION ALL SELECT * FROM founded
+),
+lead AS (
+    SELECT name, owner, term, acquired_at, expires_at, true AS mine, 0.0::float8 AS free_in
+    FROM mine
+    UNION ALL
+    SELECT l.name, l.owner, l.term, l.acquired_at, l.expires_at, false,
+           date_part('epoch', l.expires_at - n.ts)::float8
+    FROM leaders AS l, n
+    WHERE l.name = :name AND NOT EXISTS (SELECT FROM mine)
+)

@@ -18,9 +18,12 @@ ON CONFLICT (name) DO UPDATE SET
 RETURNING *
 
 -- name: due_schedules
--- The scheduler's read, every half second on every worker: ix_schedules_due, due rows only.
-SELECT n.now, s.*
-FROM (SELECT {{now}} AS now) AS n
+-- The leader's scheduler's read (service.maintenance.scheduler), when a schedule is due:
+-- ix_schedules_due, due rows only, and following, the earliest next run not yet due (the
+-- index's first entry past now), when the scheduler looks again.
+SELECT n.now, n.following, s.*
+FROM (SELECT c.now, (SELECT min(next_run_at) FROM schedules WHERE NOT paused AND next_run_at > c.now) AS following
+      FROM (SELECT {{now}} AS now) AS c) AS n
 LEFT JOIN LATERAL (
     SELECT * FROM schedules
     WHERE NOT paused AND next_run_at <= n.now

@@ -6,3 +6,39 @@ VALUES (:id, :host, :pid, :queues::jsonb, :kinds::jsonb, :concurrency,
         {{now}}, {{now}})
 ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at
 
+
+-- name: check_in
+-- A worker's periodic word with the database, one statement, so an idle worker costs one
+-- transaction per interval (issue 24; service.maintenance.presence): the touch (the worker is
+-- alive: last_seen_at), the leadership taken, renewed or its holder's expiry learnt (the lead
+-- fragment, as acquire_leadership), and what the worker paces itself by. peers: the live
+-- workers (seen within :alive_seconds) sharing a queue with it that have a slot free, itself
+-- counted (at least 1): an idle worker's polls are spread by them (service.worker.claimer).
+-- next_schedule_in: seconds until the earliest unpaused schedule is due (NULL: none), so the
+-- leader reads the schedules only when one is due (ix_schedules_due: one index entry).
+-- Running jobs are read through ix_jobs_running (running rows only): an idle fleet has none.
+WITH n AS (
+    SELECT {{now}} AS ts
+),
+me AS (
+    UPDATE workers AS w SET last_seen_at = n.ts FROM n WHERE w.id = :owner
+    RETURNING ARRAY(SELECT jsonb_array_elements_text(w.queues)) AS queues
+),
+{{lead}},
+peers AS (
+    SELECT w.id, w.concurrency
+    FROM workers AS w, me, n
+    WHERE w.last_seen_at > n.ts - make_interval(secs => :alive_seconds) AND w.queues ?| me.queues
+),
+held AS (
+    SELECT j.lease_owner, count(*) AS running
+    FROM jobs AS j
+    WHERE j.state = 'running' AND j.lease_owner IN (SELECT id FROM peers)
+    GROUP BY j.lease_owner
+)
+SELECT lead.*,
+       greatest((SELECT count(*) FROM peers AS p LEFT JOIN held AS h ON h.lease_owner = p.id
+                 WHERE coalesce(h.running, 0) < p.concurrency), 1) AS peers,
+       (SELECT date_part('epoch', min(s.next_run_at) - n.ts)::float8
+        FROM schedules AS s WHERE NOT s.paused) AS next_schedule_in
+FROM n LEFT JOIN lead ON true

@@ -13,9 +13,13 @@ ON CONFLICT (name) DO UPDATE SET
 RETURNING *
 
 -- name: due_schedules
--- The scheduler's read, every half second on every worker: ix_schedules_due, due rows only.
+-- The leader's scheduler's read (service.maintenance.scheduler), when a schedule is due:
+-- ix_schedules_due, due rows only.
 SELECT * FROM schedules
 WHERE NOT paused AND next_run_at <= :now
 ORDER BY next_run_at
 LIMIT :limit
 
+-- name: following_schedule
+-- With due_schedules, in its read: the earliest next run not yet due, when the scheduler looks again.
+SELECT min(next_run_at) AS following FROM schedules WHERE NOT paused AND next_run_at > :now
