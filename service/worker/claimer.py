@@ -49,8 +49,9 @@ class IdlePolls:
     """When the claim loop looks again without a wake-up.
 
     While looks find work: ``poll_seconds`` +- 50 %. After ``n`` looks in a row that found
-    none: uniform in [0, c], c = min(ceiling, poll_seconds * 2**n) (never below
-    poll_seconds): full jitter, so an idle fleet's polls spread out instead of lining up.
+    none: uniform in [0, c] (never below poll_seconds), c = poll_seconds * 2**n while that is
+    under ``max_poll_seconds``, then the ceiling: full jitter, so an idle fleet's polls
+    spread out instead of lining up.
 
     The ceiling is the fleet's, not the worker's: ``max_poll_seconds`` × FLEET_SHARE × its
     peers (the live workers sharing a queue with it that have a slot free, itself counted:
@@ -99,7 +100,11 @@ class IdlePolls:
     def wait(self) -> float:
         if not self.idle:
             return jittered(self.poll_seconds, self._rng)
-        ceiling = min(self.ceiling(), self.poll_seconds * 2.0 ** min(self.empty, 30))
+        ramp = self.poll_seconds * 2.0 ** min(self.empty, 30)
+        # Doubling while under max_poll_seconds (a worker that just ran dry finds a burst's next job
+        # soon); past it, the fleet's ceiling at once: there the fleet's pickup is M/3 whatever C,
+        # and doubling on to 60 s would take a newly idle fleet half a minute of polls (issue 24).
+        ceiling = ramp if ramp < self.max_poll_seconds else self.ceiling()
         return self._rng.uniform(0, max(ceiling, self.poll_seconds))
 
 
