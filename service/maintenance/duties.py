@@ -93,7 +93,13 @@ class Duty:
     """When given, the duty is due when it says (asked at every tick; the scheduler's, which
     its own reads and the check-ins move), instead of ``due``."""
 
+    resting: Callable[[], bool] | None = None
+    """When given and True, the duty is not run; it stays due, so it runs at the first tick after
+    (the reaper's, while the leader's check-in says no job runs)."""
+
     def is_due(self, now: float) -> bool:
+        if self.resting is not None and self.resting():
+            return False
         return now >= (self.due_at() if self.due_at is not None else self.due)
 
     def next_due(self, now: float) -> float:
@@ -189,6 +195,7 @@ def worker_duties(
     rollup_every: float,
     retention_every: float,
     jobs_requeued: Callable[[], None],
+    jobs_running: Callable[[], bool] = lambda: True,
     clock: Callable[[], float] = time.monotonic,
 ) -> list[Duty]:
     """What a worker's maintenance thread does. ``jobs_requeued`` is told when a reap put jobs
@@ -196,7 +203,12 @@ def worker_duties(
 
     The leadership's duty is also the worker's touch: the lease is asked for with the worker's
     check-in (service.maintenance.presence), one statement that marks it alive and learns
-    when the next schedule is due, so the scheduler's duty is due only then (``due_at``)."""
+    when the next schedule is due, so the scheduler's duty is due only then (``due_at``),
+    and whether any job runs (``jobs_running``): the reaper rests while none does, since
+    only a running job's lease can expire. A job that starts meanwhile is seen at the
+    leader's next check-in (a third of its lease, 5 s, at most), and reaped on the usual
+    cadence from then: a killed worker's job whose lease is longer than that comes back as
+    soon as before."""
     now = clock()
 
     def reap() -> None:
@@ -226,7 +238,7 @@ def worker_duties(
             interval=leadership.next_interval,
         ),  # fmt: skip
         # A new leader reaps at once: a fleet restart finds its own orphans.
-        Duty("reap", reap, reap_every, due=now),
+        Duty("reap", reap, reap_every, due=now, resting=lambda: not jobs_running()),
         # The app's own schedules are written by each worker that declares them, leader or
         # not; firing them is the fleet's.
         *(

@@ -15,7 +15,9 @@ workers table). What it brings back paces the rest:
   the claim loop spreads an idle worker's polls (service.worker.claimer.IdlePolls);
 - ``next_schedule_in``: when the next schedule is due, to the scheduler
   (:meth:`~service.maintenance.scheduler.Scheduler.expect`), so the leader reads the
-  schedules only then.
+  schedules only then;
+- ``jobs_running``: whether any job runs; the leader's reaper rests while none does
+  (service.maintenance.duties).
 """
 
 from __future__ import annotations
@@ -47,10 +49,12 @@ class Presence:
         self.alive_seconds = alive_seconds
         self.schedule_due_in = schedule_due_in
         self.peers = 1  # until the first check-in: this worker alone
+        self.jobs_running = True  # until the first check-in: the reaper does not rest
 
     def check_in(self) -> tuple[LeaderLease | None, float]:
         """Check in; the leadership's answer (as ``Store.acquire_leadership``'s)."""
         answer = self.store.check_in(self.worker_id, self.name, self.lease_seconds, self.alive_seconds)
         self.peers = answer.peers
+        self.jobs_running = answer.jobs_running
         self.schedule_due_in(answer.next_schedule_in)
         return answer.lease, answer.free_in

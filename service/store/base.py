@@ -113,6 +113,7 @@ class CheckIn:
     free_in: float  # otherwise: seconds until the holder's lease ends (0: free now, or nothing read)
     peers: int  # live workers sharing a queue with this one that have a slot free, itself counted (>= 1)
     next_schedule_in: float | None  # seconds until the earliest unpaused schedule is due (<= 0: due); None: none
+    jobs_running: bool = True  # some job of the fleet runs (False: the leader's reaper may rest)
 
 
 @dataclass(frozen=True)
@@ -501,7 +502,8 @@ class Store(Protocol):
         leadership ``name`` for it or learn when its holder's lease ends (as
         ``acquire_leadership``, owner ``worker_id``), count its peers (workers seen within
         ``alive_seconds`` sharing one of its queues, with a slot free: running fewer jobs than
-        their concurrency), and read when the next schedule is due. One transaction, so an idle
+        their concurrency), and read when the next schedule is due and whether any job runs.
+        One transaction, so an idle
         worker's upkeep is one statement per interval."""
         ...
 

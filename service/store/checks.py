@@ -343,14 +343,15 @@ def check_in_args(worker_id: str, name: str, lease_seconds: float, alive_seconds
 
 
 def check_in_answer(
-    lead: Row | None, peers: Any, next_schedule_in: Any, read_time: Callable[[Any], datetime]
+    lead: Row | None, peers: Any, next_schedule_in: Any, jobs_running: Any, read_time: Callable[[Any], datetime]
 ) -> CheckIn:
     """CHECK_IN's answer: the leadership's (as ACQUIRE_LEADERSHIP's; a row of NULLs when it read
-    none), the peers (at least this worker) and the next schedule's due time."""
+    none), the peers (at least this worker), the next schedule's due time, whether a job runs."""
     lease, free_in = leadership_answer(lead if lead is not None and lead["name"] is not None else None, read_time)
     return CheckIn(
         lease=lease,
         free_in=free_in,
         peers=max(int(peers or 1), 1),
         next_schedule_in=None if next_schedule_in is None else float(next_schedule_in),
+        jobs_running=bool(jobs_running),
     )

@@ -253,6 +253,7 @@ class Worker:
                 rollup_every=self.config.touch_seconds,
                 retention_every=self.config.retention_every,
                 jobs_requeued=self.slots.wake.set,
+                jobs_running=lambda: self.presence.jobs_running,
                 clock=clock,
             ),
             self.health,

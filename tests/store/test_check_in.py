@@ -64,9 +64,11 @@ def test_peers_are_the_live_workers_sharing_a_queue_with_a_slot_free(store, cloc
         store.check_in(worker, MAINTENANCE, LEASE, ALIVE)
     assert store.check_in("w1", MAINTENANCE, LEASE, ALIVE).peers == 3  # itself, w2, w3: not w4 nor "gone"
 
+    assert store.check_in("w1", MAINTENANCE, LEASE, ALIVE).jobs_running is False  # the reaper may rest
     store.enqueue(NewJob(kind="noop"))
     claim_one(store, "w3")  # w3's only slot is taken: its polls stop, it spreads nobody's
-    assert store.check_in("w1", MAINTENANCE, LEASE, ALIVE).peers == 2
+    answer = store.check_in("w1", MAINTENANCE, LEASE, ALIVE)
+    assert (answer.peers, answer.jobs_running) == (2, True)
     assert store.check_in("w4", MAINTENANCE, LEASE, ALIVE).peers == 1
 
 

@@ -339,6 +339,18 @@ def test_a_duty_with_an_interval_is_due_by_what_its_run_learnt_and_one_with_due_
     assert maintenance.run_once() == ["leadership", "schedule"]
 
 
+def test_a_resting_duty_stays_due_and_runs_at_the_first_tick_after_its_rest() -> None:
+    running = False  # the leader's check-in: no job runs, so the reaper rests
+    now = 100.0
+    reap = Duty("reap", lambda: None, every=2.0, due=now, resting=lambda: not running)
+    maintenance = Maintenance([reap], _Health(), worker_id="w", is_leader=lambda: True, clock=lambda: now)
+    assert maintenance.run_once() == []
+    now += 30.0
+    assert maintenance.run_once() == []
+    running = True  # a job started
+    assert maintenance.run_once() == ["reap"]
+
+
 class _Health:
     def __init__(self) -> None:
         self.oks = 0

@@ -43,7 +43,7 @@ class Workers(Connected):
             CHECK_IN, self._params(**checks.check_in_args(worker_id, name, lease_seconds, alive_seconds))
         )
         assert row is not None  # one row always: the clock's, the leadership's columns NULL when none was read
-        return checks.check_in_answer(row, row["peers"], row["next_schedule_in"], READ.time)
+        return checks.check_in_answer(row, row["peers"], row["next_schedule_in"], row["jobs_running"], READ.time)
 
     def deregister_worker(self, worker_id: str) -> None:
         self._fetchall(DEREGISTER_WORKER, self._params(id=worker_id))

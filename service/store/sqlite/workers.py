@@ -21,6 +21,7 @@ TOUCH_WORKER = _SQL["touch_worker"]
 DEREGISTER_WORKER = _SQL["deregister_worker"]
 WORKER_PEERS = _SQL["worker_peers"]
 NEXT_SCHEDULE_IN = _SQL["next_schedule_in"]
+JOBS_RUNNING = _SQL["jobs_running"]
 
 
 class Workers(Connected):
@@ -38,8 +39,8 @@ class Workers(Connected):
             conn.execute(TOUCH_WORKER, {"id": worker_id, "now": now})
 
     def check_in(self, worker_id: str, name: str, lease_seconds: float, alive_seconds: float) -> CheckIn:
-        """The touch, the leadership (as acquire_leadership), the peers and the next schedule, in
-        one write transaction (PostgreSQL's CHECK_IN is one statement)."""
+        """The touch, the leadership (as acquire_leadership), the peers, the next schedule and
+        whether a job runs, in one write transaction (PostgreSQL's CHECK_IN is one statement)."""
         params = checks.check_in_args(worker_id, name, lease_seconds, alive_seconds)
         with self._write() as (conn, now):
             conn.execute(TOUCH_WORKER, {"id": worker_id, "now": now})
@@ -48,7 +49,8 @@ class Workers(Connected):
                 lead = conn.execute(HELD_LEADERSHIP, {**params, "now": now}).fetchone()
             peers = conn.execute(WORKER_PEERS, {**params, "now": now}).fetchone()["peers"]
             next_schedule_in = conn.execute(NEXT_SCHEDULE_IN, {"now": now}).fetchone()["next_schedule_in"]
-        return checks.check_in_answer(lead, peers, next_schedule_in, READ.time)
+            running = conn.execute(JOBS_RUNNING).fetchone()["jobs_running"]
+        return checks.check_in_answer(lead, peers, next_schedule_in, running, READ.time)
 
     def deregister_worker(self, worker_id: str) -> None:
         with self._write() as (conn, _now):

@@ -16,6 +16,8 @@ ON CONFLICT (id) DO UPDATE SET last_seen_at = excluded.last_seen_at
 -- counted (at least 1): an idle worker's polls are spread by them (service.worker.claimer).
 -- next_schedule_in: seconds until the earliest unpaused schedule is due (NULL: none), so the
 -- leader reads the schedules only when one is due (ix_schedules_due: one index entry).
+-- jobs_running: whether any job runs, so the leader's reaper rests while none does (a job
+-- that starts is seen at the leader's next check-in, a third of its lease later at most).
 -- Running jobs are read through ix_jobs_running (running rows only): an idle fleet has none.
 WITH n AS (
     SELECT {{now}} AS ts
@@ -40,5 +42,6 @@ SELECT lead.*,
        greatest((SELECT count(*) FROM peers AS p LEFT JOIN held AS h ON h.lease_owner = p.id
                  WHERE coalesce(h.running, 0) < p.concurrency), 1) AS peers,
        (SELECT date_part('epoch', min(s.next_run_at) - n.ts)::float8
-        FROM schedules AS s WHERE NOT s.paused) AS next_schedule_in
+        FROM schedules AS s WHERE NOT s.paused) AS next_schedule_in,
+       EXISTS (SELECT FROM jobs AS j WHERE j.state = 'running') AS jobs_running
 FROM n LEFT JOIN lead ON true

@@ -23,3 +23,7 @@ WHERE w.last_seen_at > strftime('%Y-%m-%d %H:%M:%f', :now, '-' || :alive_seconds
 SELECT (julianday(min(next_run_at)) - julianday(:now)) * 86400.0 AS next_schedule_in
 FROM schedules
 WHERE NOT paused
+
+-- name: jobs_running
+-- check_in's jobs_running: whether any job runs (the leader's reaper rests while none does).
+SELECT EXISTS (SELECT 1 FROM jobs WHERE state = 'running') AS jobs_running
