@@ -139,7 +139,7 @@ class Maintenance:
             duty.due = duty.next_due(now)
             ran.append(duty.name)
             try:
-                self._run(duty)
+                duty.run()
             except StoreUnavailable as exc:
                 self.health.failed(exc, f"maintenance.{duty.name}")
             except LeadershipLost as exc:
@@ -167,15 +167,6 @@ class Maintenance:
                     extra={"jobq_fields": {"worker": self.worker_id, "duty": duty.name, "s": self.clock() - now}},
                 )
         return ran
-
-    def _run(self, duty: Duty) -> None:
-        try:
-            duty.run()
-        finally:
-            if duty.interval is not None:
-                # Asked again once the run is over: its answer is what the run learnt (a
-                # candidate's wait until the holder's lease ends), not what the run before did.
-                duty.due = duty.next_due(self.clock())
 
     def run(self, halt: threading.Event) -> None:
         """Tick until ``halt`` is set."""
