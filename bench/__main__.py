@@ -8,7 +8,21 @@ import sys
 
 from bench.common import CODE, ROOT, common_arguments
 
-NAMES = ("enqueue", "drain", "pickup", "poll", "submit", "scale", "cost", "claim", "console", "reap", "compare", "history", "fleet")
+NAMES = (
+    "enqueue",
+    "drain",
+    "pickup",
+    "poll",
+    "submit",
+    "scale",
+    "cost",
+    "claim",
+    "console",
+    "reap",
+    "compare",
+    "history",
+    "fleet",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,8 +32,12 @@ def main(argv: list[str] | None = None) -> int:
     for name in NAMES:
         module = importlib.import_module(f"bench.{name}")
         modules[name] = module
-        sub = commands.add_parser(name, help=(module.__doc__ or "").splitlines()[0],
-                                  description=module.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        sub = commands.add_parser(
+            name,
+            help=(module.__doc__ or "").splitlines()[0],
+            description=module.__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         common_arguments(sub)
         module.add_arguments(sub)
     args = parser.parse_args(argv)

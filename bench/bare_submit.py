@@ -55,8 +55,13 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 size = int(os.environ.get("JOBQ_API_POOL_SIZE", "4"))
-                _pool = AsyncConnectionPool(os.environ["JOBQ_DATABASE_URL"], min_size=size, max_size=size,
-                                            kwargs={"autocommit": True}, open=False)
+                _pool = AsyncConnectionPool(
+                    os.environ["JOBQ_DATABASE_URL"],
+                    min_size=size,
+                    max_size=size,
+                    kwargs={"autocommit": True},
+                    open=False,
+                )
                 await _pool.open(wait=True)
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
@@ -77,10 +82,16 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     job_id = new_job_id()
     assert _pool is not None
     async with _pool.connection() as conn:
-        cursor = await conn.execute(INSERT, {
-            "id": job_id, "queue": request.get("queue", "default"), "kind": request["kind"],
-            "payload": json.dumps(request.get("payload", {})), "token_hash": hashlib.sha256(token).hexdigest(),
-        })
+        cursor = await conn.execute(
+            INSERT,
+            {
+                "id": job_id,
+                "queue": request.get("queue", "default"),
+                "kind": request["kind"],
+                "payload": json.dumps(request.get("payload", {})),
+                "token_hash": hashlib.sha256(token).hexdigest(),
+            },
+        )
         row = await cursor.fetchone()
     if row is None:
         await _answer(send, 401, b'{"title":"Unauthorized"}')

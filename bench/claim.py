@@ -43,9 +43,16 @@ def run(args: argparse.Namespace) -> Report:
             for limited in (False, True):
                 p50, p90 = _time_claims(args, url, limited)
                 reference = reference or p50
-                report.add(f"{tenants} tenant(s), {'tenant:* concurrency 3' if limited else 'no limits'}",
-                           tenants=tenants, queued=args.queued, limited=limited, claim_p50_ms=p50 * 1e3,
-                           claim_p90_ms=p90 * 1e3, vs_first=p50 / reference, load=load_average())
+                report.add(
+                    f"{tenants} tenant(s), {'tenant:* concurrency 3' if limited else 'no limits'}",
+                    tenants=tenants,
+                    queued=args.queued,
+                    limited=limited,
+                    claim_p50_ms=p50 * 1e3,
+                    claim_p90_ms=p90 * 1e3,
+                    vs_first=p50 / reference,
+                    load=load_average(),
+                )
                 if args.explain:
                     print(_explain(url, args.limit))
     return report
@@ -79,8 +86,10 @@ def _time_claims(args: argparse.Namespace, url: str, limited: bool) -> tuple[flo
                 claimed = store.claim("bench", ["default"], args.limit, 60.0)
                 times.append(time.perf_counter() - began)
                 assert claimed, "the claim took nothing"
-                conn.execute("UPDATE jobs SET state = 'queued', attempts = 0, lease_owner = NULL,"
-                             " lease_expires_at = NULL WHERE state = 'running'")
+                conn.execute(
+                    "UPDATE jobs SET state = 'queued', attempts = 0, lease_owner = NULL,"
+                    " lease_expires_at = NULL WHERE state = 'running'"
+                )
                 conn.execute("UPDATE scope_counters SET running = 0 WHERE running > 0")
             conn.execute("DELETE FROM job_attempts")
             conn.execute("TRUNCATE scope_counters, limits")
@@ -91,8 +100,17 @@ def _time_claims(args: argparse.Namespace, url: str, limited: bool) -> tuple[flo
 
 
 def _explain(url: str, limit: int) -> str:
-    params = {"now": None, "notify": False, "worker": "explain", "queues": ["default"], "kinds": None,
-              "limit": limit, "visit": limit + 1, "cursor": "", "lease_seconds": 60.0}
+    params = {
+        "now": None,
+        "notify": False,
+        "worker": "explain",
+        "queues": ["default"],
+        "kinds": None,
+        "limit": limit,
+        "visit": limit + 1,
+        "cursor": "",
+        "lease_seconds": 60.0,
+    }
     with psycopg.connect(url, autocommit=True, options="-c jit=off") as conn:  # as the store connects
         with conn.transaction(force_rollback=True):
             rows = conn.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + CLAIM_JOBS, params).fetchall()

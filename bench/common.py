@@ -68,7 +68,9 @@ class Report:
             "  ".join("-" * w for w in widths),
         ]
         for row_cells in cells:
-            lines.append("  ".join(v.rjust(w) if _numeric(v) else v.ljust(w) for v, w in zip(row_cells, widths, strict=True)))
+            lines.append(
+                "  ".join(v.rjust(w) if _numeric(v) else v.ljust(w) for v, w in zip(row_cells, widths, strict=True))
+            )
         return "\n".join(lines)
 
     def finish(self) -> None:
@@ -274,9 +276,16 @@ class ApiProcess:
     ``command`` replaces the server (the bare-uvicorn ceilings); ``code`` is the checkout it
     loads jobq from (default: ``--code``, else this one), so one bench can serve two versions."""
 
-    def __init__(self, database_url: str, *, auth: bool = True, env: dict[str, str] | None = None,
-                 log_path: Path | None = None, command: list[str] | None = None,
-                 code: Path | None = None) -> None:
+    def __init__(
+        self,
+        database_url: str,
+        *,
+        auth: bool = True,
+        env: dict[str, str] | None = None,
+        log_path: Path | None = None,
+        command: list[str] | None = None,
+        code: Path | None = None,
+    ) -> None:
         self.port = free_port()
         out = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115 - closed in stop()
         self._out = out
@@ -352,18 +361,30 @@ def pgbench_tps(args: argparse.Namespace, clients: int, seconds: float) -> float
 
 
 def common_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--database-url", default=None,
-                        help=f"admin URL; benches create their own databases next to it "
-                        f"(default ${ADMIN_URL_ENV} or {DEFAULT_ADMIN_URL})")
+    parser.add_argument(
+        "--database-url",
+        default=None,
+        help=f"admin URL; benches create their own databases next to it "
+        f"(default ${ADMIN_URL_ENV} or {DEFAULT_ADMIN_URL})",
+    )
     parser.add_argument("--repeat", type=int, default=3, help="runs of each case; the median is reported")
     parser.add_argument("--keep", action="store_true", help="keep the bench database afterwards")
-    parser.add_argument("--settle-seconds", type=float, default=SETTLE_SECONDS,
-                        help="wait for backends to report statistics before reading counters")
-    parser.add_argument("--code", type=Path, default=None,
-                        help="run the worker and API processes from this checkout instead (A/B runs)")
-    parser.add_argument("--synchronous-commit", choices=["on", "off"], default="on",
-                        help="off: the bench database's commits do not wait for the WAL flush (diagnostic: "
-                        "what the CPU allows when the disk is not the limit); never jobq's default")
+    parser.add_argument(
+        "--settle-seconds",
+        type=float,
+        default=SETTLE_SECONDS,
+        help="wait for backends to report statistics before reading counters",
+    )
+    parser.add_argument(
+        "--code", type=Path, default=None, help="run the worker and API processes from this checkout instead (A/B runs)"
+    )
+    parser.add_argument(
+        "--synchronous-commit",
+        choices=["on", "off"],
+        default="on",
+        help="off: the bench database's commits do not wait for the WAL flush (diagnostic: "
+        "what the CPU allows when the disk is not the limit); never jobq's default",
+    )
 
 
 # -- CPU accounting ---------------------------------------------------------------------------

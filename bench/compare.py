@@ -73,9 +73,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
     parser.add_argument("--cases", default="1x10,2x10,defaults,best")
     parser.add_argument("--enqueue-jobs", type=int, default=20_000, help="jobs in one batch enqueue (0: skip)")
-    parser.add_argument("--enqueue-reference", type=Path, default=None, metavar="PATH",
-                        help="also enqueue with jobq from this checkout, in each round before the others "
-                        "(an A/B of the batch enqueue beside PgQueuer)")
+    parser.add_argument(
+        "--enqueue-reference",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="also enqueue with jobq from this checkout, in each round before the others "
+        "(an A/B of the batch enqueue beside PgQueuer)",
+    )
     parser.add_argument("--pgbench-seconds", type=float, default=10.0, help="pgbench before and after (0: skip)")
     parser.add_argument("--log-level", default="info", help="jobq workers' --log-level")
     parser.add_argument("--timeout", type=float, default=300.0)
@@ -98,8 +103,7 @@ def _cases(spec: str) -> dict[str, tuple[list[Setup], list[Setup]]]:
     cases: dict[str, tuple[list[Setup], list[Setup]]] = {}
     for name in (c.strip() for c in spec.split(",") if c.strip()):
         if name == "defaults":
-            cases[name] = ([Setup("jobq", 1, ("--concurrency", "4"))],
-                           [Setup("pgqueuer", 1, ("--batch-size", "10"))])
+            cases[name] = ([Setup("jobq", 1, ("--concurrency", "4"))], [Setup("pgqueuer", 1, ("--batch-size", "10"))])
         elif name == "best":
             cases[name] = (
                 [Setup("jobq", p, ("--concurrency", "100")) for p in (1, 2)],
@@ -107,9 +111,16 @@ def _cases(spec: str) -> dict[str, tuple[list[Setup], list[Setup]]]:
             )
         else:
             processes, concurrency = (int(x) for x in name.split("x"))
-            cases[name] = ([Setup("jobq", processes, ("--concurrency", str(concurrency)))],
-                           [Setup("pgqueuer", processes, ("--batch-size", str(max(1, concurrency // 2)),
-                                                          "--max-concurrent-tasks", str(concurrency)))])
+            cases[name] = (
+                [Setup("jobq", processes, ("--concurrency", str(concurrency)))],
+                [
+                    Setup(
+                        "pgqueuer",
+                        processes,
+                        ("--batch-size", str(max(1, concurrency // 2)), "--max-concurrent-tasks", str(concurrency)),
+                    )
+                ],
+            )
     return cases
 
 
@@ -128,15 +139,24 @@ def run(args: argparse.Namespace) -> Report:
                     for setup in setups:
                         rate = _drain(args, url, setup, Path(logs) / f"{name}-{round_}-{setup.queue}")
                         rates.setdefault((name, setup.label), []).append(rate)
-                        report.add(f"round {round_}, {name}: {setup.queue} {setup.label}", queue=setup.queue,
-                                   jobs_per_s=rate, load=load_average())
+                        report.add(
+                            f"round {round_}, {name}: {setup.queue} {setup.label}",
+                            queue=setup.queue,
+                            jobs_per_s=rate,
+                            load=load_average(),
+                        )
             if args.enqueue_jobs > 0:
                 for side, code in _enqueue_sides(args):
                     enqueued = _enqueue(url, side, args.enqueue_jobs, code)
                     rates.setdefault(("enqueue", side), []).append(enqueued.rate)
                     cpu.setdefault(side, []).append(enqueued)
-                    report.add(f"round {round_}, batch enqueue of {args.enqueue_jobs}: {side}", queue=side,
-                               jobs_per_s=enqueued.rate, **enqueued.cpu_us(), load=load_average())
+                    report.add(
+                        f"round {round_}, batch enqueue of {args.enqueue_jobs}: {side}",
+                        queue=side,
+                        jobs_per_s=enqueued.rate,
+                        **enqueued.cpu_us(),
+                        load=load_average(),
+                    )
         if args.pgbench_seconds > 0:
             _pgbench(report, args, "after")
         _summarise(report, cases, rates, cpu, args)
@@ -151,9 +171,13 @@ def _enqueue_sides(args: argparse.Namespace) -> list[tuple[str, Path]]:
     return sides
 
 
-def _summarise(report: Report, cases: dict[str, tuple[list[Setup], list[Setup]]],
-               rates: dict[tuple[str, str], list[float]], cpu: dict[str, list[Enqueued]],
-               args: argparse.Namespace) -> None:
+def _summarise(
+    report: Report,
+    cases: dict[str, tuple[list[Setup], list[Setup]]],
+    rates: dict[tuple[str, str], list[float]],
+    cpu: dict[str, list[Enqueued]],
+    args: argparse.Namespace,
+) -> None:
     for name, (ours, theirs) in cases.items():
         # Per round: jobq's best setup of the case over PgQueuer's best (one setup each but in "best").
         per_round = []
@@ -161,29 +185,42 @@ def _summarise(report: Report, cases: dict[str, tuple[list[Setup], list[Setup]]]
             mine = max(rates[(name, s.label)][i] for s in ours)
             other = max(rates[(name, s.label)][i] for s in theirs)
             per_round.append((mine, other))
-        report.add(f"{name}: jobq / PgQueuer", jobq=median([m for m, _ in per_round]),
-                   pgqueuer=median([o for _, o in per_round]),
-                   ratio_per_round=[round(m / o, 2) for m, o in per_round],
-                   ratio=median([m / o for m, o in per_round]))
+        report.add(
+            f"{name}: jobq / PgQueuer",
+            jobq=median([m for m, _ in per_round]),
+            pgqueuer=median([o for _, o in per_round]),
+            ratio_per_round=[round(m / o, 2) for m, o in per_round],
+            ratio=median([m / o for m, o in per_round]),
+        )
     if args.enqueue_jobs > 0:
         ratios = [("jobq", "pgqueuer")]
         if args.enqueue_reference is not None:
             ratios += [("reference", "pgqueuer"), ("jobq", "reference")]
         for mine, other in ratios:
             pairs = list(zip(rates[("enqueue", mine)], rates[("enqueue", other)], strict=True))
-            report.add(f"batch enqueue: {mine} / {other}",
-                       **{mine: median([m for m, _ in pairs]), other: median([o for _, o in pairs])},
-                       ratio_per_round=[round(m / o, 2) for m, o in pairs], ratio=median([m / o for m, o in pairs]))
+            report.add(
+                f"batch enqueue: {mine} / {other}",
+                **{mine: median([m for m, _ in pairs]), other: median([o for _, o in pairs])},
+                ratio_per_round=[round(m / o, 2) for m, o in pairs],
+                ratio=median([m / o for m, o in pairs]),
+            )
         for queue, runs in cpu.items():
-            report.add(f"batch enqueue CPU per job: {queue}", queue=queue,
-                       client_cpu_us_per_job=median([r.cpu_us()["client_cpu_us_per_job"] for r in runs]),
-                       backend_cpu_us_per_job=median([r.cpu_us()["backend_cpu_us_per_job"] for r in runs]))
+            report.add(
+                f"batch enqueue CPU per job: {queue}",
+                queue=queue,
+                client_cpu_us_per_job=median([r.cpu_us()["client_cpu_us_per_job"] for r in runs]),
+                backend_cpu_us_per_job=median([r.cpu_us()["backend_cpu_us_per_job"] for r in runs]),
+            )
 
 
 def _pgbench(report: Report, args: argparse.Namespace, when: str) -> None:
     for clients in (1, 8):
-        report.add(f"pgbench tpcb-like {when}, {clients} client(s)", clients=clients,
-                   tps=pgbench_tps(args, clients, args.pgbench_seconds), load=load_average())
+        report.add(
+            f"pgbench tpcb-like {when}, {clients} client(s)",
+            clients=clients,
+            tps=pgbench_tps(args, clients, args.pgbench_seconds),
+            load=load_average(),
+        )
 
 
 # -- the two queues ------------------------------------------------------------------------------
@@ -242,8 +279,10 @@ class Enqueued:
         return self.jobs / self.seconds
 
     def cpu_us(self) -> dict[str, float]:
-        return {"client_cpu_us_per_job": 1e6 * self.client_cpu / self.jobs,
-                "backend_cpu_us_per_job": 1e6 * self.backend_cpu / self.jobs}
+        return {
+            "client_cpu_us_per_job": 1e6 * self.client_cpu / self.jobs,
+            "backend_cpu_us_per_job": 1e6 * self.backend_cpu / self.jobs,
+        }
 
 
 def _enqueue(url: str, side: str, jobs: int, code: Path) -> Enqueued:
@@ -254,9 +293,14 @@ def _enqueue(url: str, side: str, jobs: int, code: Path) -> Enqueued:
     backends = BackendCpu(url)
     if side == "pgqueuer":
         return asyncio.run(_pgq_enqueue(url, jobs, backends))
-    with subprocess.Popen([sys.executable, str(ROOT / "bench" / "enqueue_once.py"), url, str(jobs)],
-                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                          env={**python_env(url), "PYTHONPATH": str(code)}, cwd=code) as child:
+    with subprocess.Popen(
+        [sys.executable, str(ROOT / "bench" / "enqueue_once.py"), url, str(jobs)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**python_env(url), "PYTHONPATH": str(code)},
+        cwd=code,
+    ) as child:
         assert child.stdin is not None and child.stdout is not None
         if child.stdout.readline().strip() != "ready":
             raise RuntimeError(f"jobq's enqueue from {code} did not start")
@@ -275,9 +319,14 @@ def _enqueue(url: str, side: str, jobs: int, code: Path) -> Enqueued:
 class _PgqProcess:
     def __init__(self, url: str, options: tuple[str, ...], log_path: Path) -> None:
         self._out = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen([sys.executable, "-m", "bench.pgqueuer_worker", url, *options],
-                                     stdin=subprocess.DEVNULL, stdout=self._out, stderr=self._out,
-                                     env={**python_env(url), "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.pgqueuer_worker", url, *options],
+            stdin=subprocess.DEVNULL,
+            stdout=self._out,
+            stderr=self._out,
+            env={**python_env(url), "PYTHONPATH": str(ROOT)},
+            cwd=ROOT,
+        )
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -292,8 +341,16 @@ class _PgqProcess:
 def _pgq_connected(url: str, processes: int) -> bool:
     from bench.pgqueuer_worker import APPLICATION_NAME
 
-    return int(scalar(url, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                           " AND application_name = %s", [APPLICATION_NAME])) >= processes
+    return (
+        int(
+            scalar(
+                url,
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = %s",
+                [APPLICATION_NAME],
+            )
+        )
+        >= processes
+    )
 
 
 def _drain(args: argparse.Namespace, url: str, setup: Setup, log_prefix: Path) -> float:
@@ -301,8 +358,9 @@ def _drain(args: argparse.Namespace, url: str, setup: Setup, log_prefix: Path) -
     _reset_pgqueuer(url)
     if setup.queue == "jobq":
         options = [*setup.options, "--log-level", args.log_level, "--grace-seconds", "5"]
-        workers: list[Any] = [WorkerProcess(url, *options, log_path=Path(f"{log_prefix}-{i}.log"))
-                              for i in range(setup.processes)]
+        workers: list[Any] = [
+            WorkerProcess(url, *options, log_path=Path(f"{log_prefix}-{i}.log")) for i in range(setup.processes)
+        ]
         ready = lambda: workers_registered(url, setup.processes)  # noqa: E731
     else:
         workers = [_PgqProcess(url, setup.options, Path(f"{log_prefix}-{i}.log")) for i in range(setup.processes)]
@@ -316,23 +374,41 @@ def _drain(args: argparse.Namespace, url: str, setup: Setup, log_prefix: Path) -
                 store.enqueue_many([NewJob(kind="noop") for _ in range(args.jobs)])
             finally:
                 store.close()
-            wait_for(lambda: not scalar(url, "SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('queued', 'running'))"),
-                     args.timeout, 0.1, "jobq to drain")
+            wait_for(
+                lambda: not scalar(url, "SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('queued', 'running'))"),
+                args.timeout,
+                0.1,
+                "jobq to drain",
+            )
         else:
             asyncio.run(_pgq_enqueue(url, args.jobs))
-            wait_for(lambda: int(scalar(url, "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'"))
-                     >= args.jobs, args.timeout, 0.1, "PgQueuer to drain")
+            wait_for(
+                lambda: int(scalar(url, "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'")) >= args.jobs,
+                args.timeout,
+                0.1,
+                "PgQueuer to drain",
+            )
     finally:
         for worker in workers:
             worker.stop()
     if setup.queue == "jobq":
         succeeded = int(scalar(url, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"))
-        span = float(scalar(url, "SELECT extract(epoch FROM (SELECT max(finished_at) FROM jobs)"
-                                 " - (SELECT min(started_at) FROM job_attempts))"))
+        span = float(
+            scalar(
+                url,
+                "SELECT extract(epoch FROM (SELECT max(finished_at) FROM jobs)"
+                " - (SELECT min(started_at) FROM job_attempts))",
+            )
+        )
     else:
         succeeded = int(scalar(url, "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'"))
-        span = float(scalar(url, "SELECT extract(epoch FROM max(created) FILTER (WHERE status = 'successful')"
-                                 " - min(created) FILTER (WHERE status = 'picked')) FROM pgqueuer_log"))
+        span = float(
+            scalar(
+                url,
+                "SELECT extract(epoch FROM max(created) FILTER (WHERE status = 'successful')"
+                " - min(created) FILTER (WHERE status = 'picked')) FROM pgqueuer_log",
+            )
+        )
     if succeeded != args.jobs:
         raise RuntimeError(f"{setup.queue}: {succeeded} of {args.jobs} jobs succeeded (logs {log_prefix}-*)")
     return args.jobs / span

@@ -41,24 +41,34 @@ def run(args: argparse.Namespace) -> Report:
         store = open_store(Settings(database_url=url, notify=False))
         api = ApiProcess(url, auth=False)
         try:
-            with httpx.Client(base_url=f"http://127.0.0.1:{api.port}", timeout=60) as http, \
-                    psycopg.connect(url, autocommit=True) as admin:
+            with (
+                httpx.Client(base_url=f"http://127.0.0.1:{api.port}", timeout=60) as http,
+                psycopg.connect(url, autocommit=True) as admin,
+            ):
                 store.enqueue_many([NewJob(kind="noop") for _ in range(args.queued)])
                 running = store.claim("bench-console", ["default"], 20, 600.0)
                 admin.execute("ANALYZE")
                 job = str(running[0].id)
                 base = {page: _measure(http, page.format(job=job), args.trials) for page in PAGES}
                 for page, (p50, p95) in base.items():
-                    report.add(f"{page} (working set only)", history=0, p50_ms=p50, p95_ms=p95, ratio=1.0,
-                               load=load_average())
+                    report.add(
+                        f"{page} (working set only)", history=0, p50_ms=p50, p95_ms=p95, ratio=1.0, load=load_average()
+                    )
                 began = time.perf_counter()
                 admin.execute(HISTORY, {"first": 1, "last": args.history, "total": args.history})
                 admin.execute("ANALYZE")
                 took = time.perf_counter() - began
                 for page in PAGES:
                     p50, p95 = _measure(http, page.format(job=job), args.trials)
-                    report.add(f"{page} ({args.history:,} history)", history=args.history, p50_ms=p50,
-                               p95_ms=p95, ratio=p50 / base[page][0], setup_s=took, load=load_average())
+                    report.add(
+                        f"{page} ({args.history:,} history)",
+                        history=args.history,
+                        p50_ms=p50,
+                        p95_ms=p95,
+                        ratio=p50 / base[page][0],
+                        setup_s=took,
+                        load=load_average(),
+                    )
         finally:
             api.stop()
             store.close()

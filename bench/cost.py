@@ -127,12 +127,20 @@ def _wait_drained(monitor: psycopg.Connection[Any]) -> int:
         time.sleep(0.2)
 
 
-def _lifecycle(report: Report, args: argparse.Namespace, url: str, tmp: Path, concurrency: int, mode: str,
-               walinspect: bool) -> None:
+def _lifecycle(
+    report: Report, args: argparse.Namespace, url: str, tmp: Path, concurrency: int, mode: str, walinspect: bool
+) -> None:
     reset_jobs(url)
     env = {"JOBQ_NOTIFY": "true" if args.notify == "on" else "false"}
-    worker = WorkerProcess(url, "--concurrency", str(concurrency), "--log-level", "warning",
-                           env=env, log_path=tmp / f"cost-{mode}-{concurrency}.log")
+    worker = WorkerProcess(
+        url,
+        "--concurrency",
+        str(concurrency),
+        "--log-level",
+        "warning",
+        env=env,
+        log_path=tmp / f"cost-{mode}-{concurrency}.log",
+    )
     store = open_store(Settings(database_url=url, notify=args.notify == "on"))
     monitor = _monitor(url, walinspect)
     try:
@@ -182,8 +190,15 @@ def _lifecycle(report: Report, args: argparse.Namespace, url: str, tmp: Path, co
 def _items(report: Report, args: argparse.Namespace, url: str, tmp: Path, kind: str, walinspect: bool) -> None:
     """One job of many items: what per-item outcomes add to its statements, rows and WAL."""
     reset_jobs(url)
-    worker = WorkerProcess(url, "--concurrency", "1", "--log-level", "warning", env={"JOBQ_NOTIFY": "false"},
-                           log_path=tmp / f"cost-{kind}.log")
+    worker = WorkerProcess(
+        url,
+        "--concurrency",
+        "1",
+        "--log-level",
+        "warning",
+        env={"JOBQ_NOTIFY": "false"},
+        log_path=tmp / f"cost-{kind}.log",
+    )
     store = open_store(Settings(database_url=url, notify=False))
     monitor = _monitor(url, walinspect)
     try:
@@ -257,7 +272,9 @@ def _monitor(url: str, walinspect: bool) -> psycopg.Connection[Any]:
     if walinspect:
         # A temporary slot keeps the window's WAL from being recycled (other databases' checkpoints
         # would remove it before it is read); it goes away with this connection.
-        monitor.execute("SELECT pg_create_physical_replication_slot(%s, true, true)", [f"jobq_bench_cost_{os.getpid()}"])
+        monitor.execute(
+            "SELECT pg_create_physical_replication_slot(%s, true, true)", [f"jobq_bench_cost_{os.getpid()}"]
+        )
     return monitor
 
 
@@ -298,8 +315,15 @@ def _connections(report: Report, args: argparse.Namespace, url: str, tmp: Path, 
     name = f"jobq_bench_conn_{concurrency}"
     separator = "&" if "?" in url else "?"
     worker_url = f"{url}{separator}application_name={name}"
-    worker = WorkerProcess(worker_url, "--concurrency", str(concurrency), "--log-level", "warning",
-                           log_path=tmp / f"connections-{concurrency}.log", app="service.examples")
+    worker = WorkerProcess(
+        worker_url,
+        "--concurrency",
+        str(concurrency),
+        "--log-level",
+        "warning",
+        log_path=tmp / f"connections-{concurrency}.log",
+        app="service.examples",
+    )
     store = open_store(Settings(database_url=url))
     most = 0
     running_most = 0
@@ -324,5 +348,10 @@ def _connections(report: Report, args: argparse.Namespace, url: str, tmp: Path, 
     finally:
         store.close()
         worker.stop()
-    report.add(f"connections, concurrency {concurrency}", concurrency=concurrency,
-               connections_max=most, jobs_running_max=running_most, load=load_average())
+    report.add(
+        f"connections, concurrency {concurrency}",
+        concurrency=concurrency,
+        connections_max=most,
+        jobs_running_max=running_most,
+        load=load_average(),
+    )

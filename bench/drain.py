@@ -52,13 +52,18 @@ from service.store import open_store
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, default=20_000)
-    parser.add_argument("--cases", default="1x10,2x10,1x50,2x50",
-                        help="comma-separated PROCESSESxCONCURRENCY, e.g. 1x10,2x10")
+    parser.add_argument(
+        "--cases", default="1x10,2x10,1x50,2x50", help="comma-separated PROCESSESxCONCURRENCY, e.g. 1x10,2x10"
+    )
     parser.add_argument("--pool-size", type=int, default=None, help="JOBQ_POOL_SIZE of the workers (default 2)")
     parser.add_argument("--notify", choices=["on", "off"], default="on", help="JOBQ_NOTIFY of the workers")
     parser.add_argument("--log-level", default="info", help="the workers' --log-level (logs go to a file)")
-    parser.add_argument("--pgbench-seconds", type=float, default=10.0,
-                        help="seconds of pgbench with 1 and with 8 clients as a reference (0: skip)")
+    parser.add_argument(
+        "--pgbench-seconds",
+        type=float,
+        default=10.0,
+        help="seconds of pgbench with 1 and with 8 clients as a reference (0: skip)",
+    )
     parser.add_argument("--timeout", type=float, default=300.0, help="give up on a run after this many seconds")
     parser.add_argument("--tenants", type=int, default=1, help="spread the jobs over this many tenants")
     parser.add_argument("--limit", type=int, default=None, help="tenant:* concurrency (each case also runs unlimited)")
@@ -71,33 +76,54 @@ def run(args: argparse.Namespace) -> Report:
     with bench_database(args, "drain") as url, tempfile.TemporaryDirectory(prefix="jobq-bench-") as logs:
         for processes, concurrency in cases:
             reference = None
-            for limit in ([None, args.limit] if args.limit is not None else [None]):
-                runs = [_drain_once(args, url, processes, concurrency, limit,
-                                    Path(logs) / f"{processes}x{concurrency}-{limit}-{attempt}")
-                        for attempt in range(args.repeat)]
+            for limit in [None, args.limit] if args.limit is not None else [None]:
+                runs = [
+                    _drain_once(
+                        args,
+                        url,
+                        processes,
+                        concurrency,
+                        limit,
+                        Path(logs) / f"{processes}x{concurrency}-{limit}-{attempt}",
+                    )
+                    for attempt in range(args.repeat)
+                ]
                 rates = [r[0] for r in runs]
                 rate = median(rates)
                 reference = reference or rate
                 tenants = f", {args.tenants} tenants" if args.tenants > 1 else ""
                 limited = f", each limited to {limit}" if limit is not None else ""
                 weighted = ", weighted" if args.weighted else ""
-                report.add(f"{processes} process(es) x concurrency {concurrency}{tenants}{limited}{weighted}",
-                           processes=processes, concurrency=concurrency, jobs=args.jobs, tenants=args.tenants,
-                           limit=limit, jobs_per_s=rate, vs_unlimited=rate / reference,
-                           runs=[round(r) for r in rates],
-                           worker_cpu_us_per_job=median([r[1] for r in runs]),
-                           postgres_cpu_us_per_job=median([r[2] for r in runs]),
-                           statements_per_job=median([r[3] for r in runs]),
-                           all_succeeded=True, load=load_average())
+                report.add(
+                    f"{processes} process(es) x concurrency {concurrency}{tenants}{limited}{weighted}",
+                    processes=processes,
+                    concurrency=concurrency,
+                    jobs=args.jobs,
+                    tenants=args.tenants,
+                    limit=limit,
+                    jobs_per_s=rate,
+                    vs_unlimited=rate / reference,
+                    runs=[round(r) for r in rates],
+                    worker_cpu_us_per_job=median([r[1] for r in runs]),
+                    postgres_cpu_us_per_job=median([r[2] for r in runs]),
+                    statements_per_job=median([r[3] for r in runs]),
+                    all_succeeded=True,
+                    load=load_average(),
+                )
     if args.pgbench_seconds > 0:
         for clients in (1, 8):
-            report.add(f"pgbench tpcb-like, {clients} client(s)", clients=clients,
-                       tps=pgbench_tps(args, clients, args.pgbench_seconds), load=load_average())
+            report.add(
+                f"pgbench tpcb-like, {clients} client(s)",
+                clients=clients,
+                tps=pgbench_tps(args, clients, args.pgbench_seconds),
+                load=load_average(),
+            )
     return report
 
 
-def _drain_once(args: argparse.Namespace, url: str, processes: int, concurrency: int, limit: int | None,
-                log_prefix: Path) -> tuple[float, float, float, float]:
+def _drain_once(
+    args: argparse.Namespace, url: str, processes: int, concurrency: int, limit: int | None, log_prefix: Path
+) -> tuple[float, float, float, float]:
     """(jobs/s, worker CPU µs per job, PostgreSQL backend CPU µs per job, statements per job).
 
     Statements are committed transactions (each autocommit statement is one) from
@@ -130,8 +156,12 @@ def _drain_once(args: argparse.Namespace, url: str, processes: int, concurrency:
             store.enqueue_many([NewJob(kind="noop", tenant=f"t{n % args.tenants}") for n in range(args.jobs)])
         finally:
             store.close()
-        wait_for(lambda: not scalar(url, "SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('queued', 'running'))"),
-                 args.timeout, 0.1, "the queue to drain")
+        wait_for(
+            lambda: not scalar(url, "SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('queued', 'running'))"),
+            args.timeout,
+            0.1,
+            "the queue to drain",
+        )
         worker_cpu = sum(cpu_seconds(w.proc.pid) for w in workers) - worker_cpu
         postgres_cpu = backends.stop()
     finally:
@@ -141,10 +171,14 @@ def _drain_once(args: argparse.Namespace, url: str, processes: int, concurrency:
         statements = database_counters(conn)["xact_commit"] - commits_before
     succeeded = int(scalar(url, "SELECT count(*) FROM jobs WHERE state = 'succeeded'"))
     if succeeded != args.jobs:
-        raise RuntimeError(f"{succeeded} of {args.jobs} jobs succeeded (worker exit codes {codes}; logs {log_prefix}-*)")
-    span = float(scalar(
-        url,
-        "SELECT extract(epoch FROM (SELECT max(finished_at) FROM jobs) - (SELECT min(started_at) FROM job_attempts))",
-    ))
+        raise RuntimeError(
+            f"{succeeded} of {args.jobs} jobs succeeded (worker exit codes {codes}; logs {log_prefix}-*)"
+        )
+    span = float(
+        scalar(
+            url,
+            "SELECT extract(epoch FROM (SELECT max(finished_at) FROM jobs) - (SELECT min(started_at) FROM job_attempts))",
+        )
+    )
     per_job = 1e6 / args.jobs
     return args.jobs / span, worker_cpu * per_job, postgres_cpu * per_job, statements / args.jobs

@@ -26,8 +26,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--batch", type=int, default=1_000)
     parser.add_argument("--no-http", action="store_true", help="library only")
-    parser.add_argument("--notify", choices=["on", "off", "both"], default="on",
-                        help="JOBQ_NOTIFY for the library runs (the wake-up NOTIFY of each enqueue)")
+    parser.add_argument(
+        "--notify",
+        choices=["on", "off", "both"],
+        default="on",
+        help="JOBQ_NOTIFY for the library runs (the wake-up NOTIFY of each enqueue)",
+    )
 
 
 def _jobs(n: int) -> list[NewJob]:
@@ -54,9 +58,15 @@ def run(args: argparse.Namespace) -> Report:
                             for start in range(0, len(jobs), args.batch):
                                 store.enqueue_many(jobs[start : start + args.batch])
                         rates.append(len(jobs) / (time.perf_counter() - began))
-                    report.add(f"library {mode}", notify=notify, jobs=args.jobs,
-                               batch=1 if mode == "one_by_one" else args.batch,
-                               jobs_per_s=median(rates), runs=[round(r) for r in rates], load=load_average())
+                    report.add(
+                        f"library {mode}",
+                        notify=notify,
+                        jobs=args.jobs,
+                        batch=1 if mode == "one_by_one" else args.batch,
+                        jobs_per_s=median(rates),
+                        runs=[round(r) for r in rates],
+                        load=load_average(),
+                    )
             finally:
                 store.close()
         if not args.no_http:
@@ -75,9 +85,15 @@ def _http(args: argparse.Namespace, url: str, report: Report) -> None:
             for _ in range(args.repeat):
                 reset_jobs_keep_tokens(url)
                 rates.append(asyncio.run(_http_run(api.port, token, mode, args.jobs, args.batch)))
-            report.add(f"http {mode}", notify=True, jobs=args.jobs,
-                       batch=1 if mode == "one_by_one" else args.batch,
-                       jobs_per_s=median(rates), runs=[round(r) for r in rates], load=load_average())
+            report.add(
+                f"http {mode}",
+                notify=True,
+                jobs=args.jobs,
+                batch=1 if mode == "one_by_one" else args.batch,
+                jobs_per_s=median(rates),
+                runs=[round(r) for r in rates],
+                load=load_average(),
+            )
     finally:
         api.stop()
 
@@ -92,8 +108,11 @@ async def _http_run(port: int, token: str, mode: str, n: int, batch: int) -> flo
         began = time.perf_counter()
         if mode == "one_by_one":
             for i in range(n):
-                answer = await conn.send(request("POST", "/v1/jobs", token=token,
-                                                 body=json.dumps({"kind": "noop", "payload": {"n": i}}).encode()))
+                answer = await conn.send(
+                    request(
+                        "POST", "/v1/jobs", token=token, body=json.dumps({"kind": "noop", "payload": {"n": i}}).encode()
+                    )
+                )
                 if answer.status != 202:
                     raise RuntimeError(f"POST /v1/jobs answered {answer.status}: {answer.body[:300]!r}")
         else:

@@ -63,8 +63,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pool-size", type=int, default=10, help="PgBouncer's default_pool_size")
     parser.add_argument("--notify", choices=["on", "off"], default="on", help="JOBQ_NOTIFY of direct workers")
     parser.add_argument("--idle-seconds", type=float, default=30.0)
-    parser.add_argument("--warmup-seconds", type=float, default=15.0,
-                        help="idle time before the idle window: start-up work and first polls pass")
+    parser.add_argument(
+        "--warmup-seconds",
+        type=float,
+        default=15.0,
+        help="idle time before the idle window: start-up work and first polls pass",
+    )
     parser.add_argument("--jobs", type=int, default=5000)
     parser.add_argument("--pickup-trials", type=int, default=20)
     parser.add_argument("--timeout", type=float, default=600.0, help="give up on a drain after this many seconds")
@@ -118,13 +122,16 @@ class _Connections:
         return self.most
 
 
-def _case(args: argparse.Namespace, report: Report, case: str, size: int, url: str, through: str, tmp: Path,
-          *, notify: bool) -> None:
+def _case(
+    args: argparse.Namespace, report: Report, case: str, size: int, url: str, through: str, tmp: Path, *, notify: bool
+) -> None:
     env = {"JOBQ_NOTIFY": "true" if notify else "false"}
     options = ["--concurrency", "1", "--log-level", "warning"]
     connections = _Connections(url)
-    workers = [WorkerProcess(through, *options, env=env, log_path=tmp / f"{case}-{i}.log".replace(" ", "_"))
-               for i in range(size)]
+    workers = [
+        WorkerProcess(through, *options, env=env, log_path=tmp / f"{case}-{i}.log".replace(" ", "_"))
+        for i in range(size)
+    ]
     try:
         wait_for(lambda: workers_registered(url, size), 60 + size, 0.2, f"{size} workers to register")
         time.sleep(args.warmup_seconds)
@@ -139,13 +146,18 @@ def _case(args: argparse.Namespace, report: Report, case: str, size: int, url: s
         most = connections.stop()
     commits, cpu = idle
     report.add(
-        case, workers=size,
+        case,
+        workers=size,
         idle_xacts_per_s_per_worker=commits / args.idle_seconds / size,
         idle_pg_cpu_us_per_s_per_worker=cpu / args.idle_seconds / size * 1e6,
         idle_pg_core_pct_at_1000=cpu / args.idle_seconds / size * 1000 * 100,
-        pickup_p50_ms=percentile(pickup, 50), pickup_p99_ms=percentile(pickup, 99),
-        drain_jobs_per_s=drain[0], drain_pg_cpu_us_per_job=drain[1], drain_commits_per_job=drain[2],
-        server_connections=most, load=load_average(),
+        pickup_p50_ms=percentile(pickup, 50),
+        pickup_p99_ms=percentile(pickup, 99),
+        drain_jobs_per_s=drain[0],
+        drain_pg_cpu_us_per_job=drain[1],
+        drain_commits_per_job=drain[2],
+        server_connections=most,
+        load=load_average(),
     )
 
 
@@ -202,8 +214,14 @@ def _drain(url: str, jobs: int, timeout: float) -> tuple[float, float, float]:
         store.enqueue_many([NewJob(kind="noop") for _ in range(jobs)])
     finally:
         store.close()
-    wait_for(lambda: not scalar(url, "SELECT EXISTS (SELECT 1 FROM jobs WHERE kind = 'noop' AND state IN "
-                                     "('queued', 'running'))"), timeout, 0.2, "the drain")
+    wait_for(
+        lambda: (
+            not scalar(url, "SELECT EXISTS (SELECT 1 FROM jobs WHERE kind = 'noop' AND state IN ('queued', 'running'))")
+        ),
+        timeout,
+        0.2,
+        "the drain",
+    )
     cpu = backends.stop()
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SELECT pg_stat_clear_snapshot()")
@@ -211,6 +229,11 @@ def _drain(url: str, jobs: int, timeout: float) -> tuple[float, float, float]:
     succeeded = int(scalar(url, "SELECT count(*) FROM jobs WHERE kind = 'noop' AND state = 'succeeded'"))
     if succeeded != jobs:
         raise RuntimeError(f"{succeeded} of {jobs} jobs succeeded")
-    span = float(scalar(url, "SELECT extract(epoch FROM max(j.finished_at) - min(a.started_at)) FROM jobs j"
-                             " JOIN job_attempts a ON a.job_id = j.id WHERE j.kind = 'noop'"))
+    span = float(
+        scalar(
+            url,
+            "SELECT extract(epoch FROM max(j.finished_at) - min(a.started_at)) FROM jobs j"
+            " JOIN job_attempts a ON a.job_id = j.id WHERE j.kind = 'noop'",
+        )
+    )
     return jobs / span, cpu / jobs * 1e6, commits / jobs

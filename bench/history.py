@@ -80,11 +80,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pgbench-seconds", type=float, default=10.0, help="per pgbench run (0: skip)")
     parser.add_argument("--plans", type=Path, default=None, help="write EXPLAIN (ANALYZE, BUFFERS) of each query here")
     parser.add_argument("--no-prune", action="store_true", help="skip the day's prune")
-    parser.add_argument("--prunes", type=_prune_settings, default=[(1_000, 0.0)], metavar="BATCH:PAUSE,…",
-                        help="each prune's jobq prune --batch and --pause, one day each, in turn")
+    parser.add_argument(
+        "--prunes",
+        type=_prune_settings,
+        default=[(1_000, 0.0)],
+        metavar="BATCH:PAUSE,…",
+        help="each prune's jobq prune --batch and --pause, one day each, in turn",
+    )
     parser.add_argument("--prune-rounds", type=int, default=1, help="how many times --prunes runs")
-    parser.add_argument("--retention-workers", type=int, default=4,
-                        help="workers with --retention beside the claims in step 6 (0: skip it)")
+    parser.add_argument(
+        "--retention-workers",
+        type=int,
+        default=4,
+        help="workers with --retention beside the claims in step 6 (0: skip it)",
+    )
     parser.add_argument("--retention-seconds", type=float, default=60.0, help="claims timed beside them")
     parser.add_argument("--history-url", default=None, help="measure this database, which holds history already")
 
@@ -244,7 +253,9 @@ def _prune_settings(text: str) -> list[tuple[int, float]]:
     return settings
 
 
-def _prune(report: Report, args: argparse.Namespace, url: str, store: Any, *, day: int, batch: int, pause: float) -> None:
+def _prune(
+    report: Report, args: argparse.Namespace, url: str, store: Any, *, day: int, batch: int, pause: float
+) -> None:
     older_than = f"{day}d"
     prunable = store.count_prunable(day * 86_400)
     # The prune as an operator runs it, in its own process; the claims meanwhile, here.
@@ -303,8 +314,7 @@ def _retention(report: Report, args: argparse.Namespace, url: str, store: Any, *
     before = _claims(store, args.trials)
     prunable = store.count_prunable(day * 86_400)
     workers = [
-        WorkerProcess(url, "--queues", "retention", "--retention", f"{day}d")
-        for _ in range(args.retention_workers)
+        WorkerProcess(url, "--queues", "retention", "--retention", f"{day}d") for _ in range(args.retention_workers)
     ]
     try:
         wait_for(lambda: workers_registered(url, args.retention_workers), 60, what="the retention workers")

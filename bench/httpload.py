@@ -53,8 +53,15 @@ class Connection:
             pass
 
 
-def request(method: str, path: str, *, token: str | None = None, body: bytes | None = None,
-            content_type: str = "application/json", headers: dict[str, str] | None = None) -> bytes:
+def request(
+    method: str,
+    path: str,
+    *,
+    token: str | None = None,
+    body: bytes | None = None,
+    content_type: str = "application/json",
+    headers: dict[str, str] | None = None,
+) -> bytes:
     lines = [f"{method} {path} HTTP/1.1", "Host: bench"]
     if token:
         lines.append(f"Authorization: Bearer {token}")
@@ -73,8 +80,9 @@ class LoadResult:
     statuses: dict[int, int] = field(default_factory=dict)
 
 
-async def run_load(port: int, clients: int, seconds: float, make_request: Callable[[int, int], bytes],
-                   max_requests: int | None = None) -> LoadResult:
+async def run_load(
+    port: int, clients: int, seconds: float, make_request: Callable[[int, int], bytes], max_requests: int | None = None
+) -> LoadResult:
     """``clients`` connections, each sending ``make_request(client, n)`` back to back for ``seconds``."""
     result = LoadResult()
     connections = [await Connection.open(port) for _ in range(clients)]

@@ -39,8 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--stores", default="postgres,sqlite")
     parser.add_argument("--sqlite-poll-seconds", type=float, default=0.05)
-    parser.add_argument("--sqlite-default-trials", type=int, default=20,
-                        help="trials at the default 2 s poll interval on SQLite (each waits ~1 s)")
+    parser.add_argument(
+        "--sqlite-default-trials",
+        type=int,
+        default=20,
+        help="trials at the default 2 s poll interval on SQLite (each waits ~1 s)",
+    )
 
 
 def run(args: argparse.Namespace) -> Report:
@@ -54,8 +58,14 @@ def run(args: argparse.Namespace) -> Report:
             elif name == "sqlite":
                 url = f"sqlite:///{Path(tmp) / 'pickup.db'}"
                 upgrade(url)
-                _case(report, url, Path(tmp), f"sqlite (poll {args.sqlite_poll_seconds:g} s)", args.trials,
-                      ["--poll-seconds", str(args.sqlite_poll_seconds)])
+                _case(
+                    report,
+                    url,
+                    Path(tmp),
+                    f"sqlite (poll {args.sqlite_poll_seconds:g} s)",
+                    args.trials,
+                    ["--poll-seconds", str(args.sqlite_poll_seconds)],
+                )
                 if args.sqlite_default_trials > 0:
                     _case(report, url, Path(tmp), "sqlite (poll 2 s, the default)", args.sqlite_default_trials, [])
             else:
@@ -68,8 +78,15 @@ def _case(report: Report, url: str, tmp: Path, case: str, trials: int, options: 
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         sock.bind(address)
         sock.settimeout(30)
-        worker = WorkerProcess(url, "--concurrency", "1", "--log-level", "warning", *options,
-                               log_path=tmp / f"worker-{len(report.rows)}.log")
+        worker = WorkerProcess(
+            url,
+            "--concurrency",
+            "1",
+            "--log-level",
+            "warning",
+            *options,
+            log_path=tmp / f"worker-{len(report.rows)}.log",
+        )
         store = open_store(Settings(database_url=url))
         latencies = []
         enqueue_times = []
@@ -94,11 +111,17 @@ def _case(report: Report, url: str, tmp: Path, case: str, trials: int, options: 
             store.close()
             worker.stop()
         ms = [x * 1000 for x in latencies]
-        report.add(case, trials=trials, p50_ms=percentile(ms, 50), p95_ms=percentile(ms, 95),
-                   p99_ms=percentile(ms, 99), enqueue_p50_ms=percentile([x * 1000 for x in enqueue_times], 50),
-                   after_enqueue_p50_ms=percentile([x * 1000 for x in after_commit], 50),
-                   after_enqueue_p99_ms=percentile([x * 1000 for x in after_commit], 99),
-                   load=load_average())
+        report.add(
+            case,
+            trials=trials,
+            p50_ms=percentile(ms, 50),
+            p95_ms=percentile(ms, 95),
+            p99_ms=percentile(ms, 99),
+            enqueue_p50_ms=percentile([x * 1000 for x in enqueue_times], 50),
+            after_enqueue_p50_ms=percentile([x * 1000 for x in after_commit], 50),
+            after_enqueue_p99_ms=percentile([x * 1000 for x in after_commit], 99),
+            load=load_average(),
+        )
 
 
 def _registered(store: object) -> bool:

@@ -46,8 +46,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clients", default="1,8,32", help="comma-separated numbers of concurrent clients")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each run")
     parser.add_argument("--jobs", type=int, default=1_000, help="jobs the clients poll (random picks)")
-    parser.add_argument("--auth", choices=["on", "off", "both"], default="both",
-                        help="bearer tokens on (the default of jobq serve) or JOBQ_AUTH=off")
+    parser.add_argument(
+        "--auth",
+        choices=["on", "off", "both"],
+        default="both",
+        help="bearer tokens on (the default of jobq serve) or JOBQ_AUTH=off",
+    )
     parser.add_argument("--no-ceiling", action="store_true", help="skip the bare-uvicorn ceiling")
 
 
@@ -92,12 +96,19 @@ def run(args: argparse.Namespace) -> Report:
                     queries = after["xact_commit"] - before["xact_commit"] - 3
                     ms = [x * 1000 for x in result.latencies]
                     done = max(1, result.requests)
-                    report.add(f"auth {'on' if auth else 'off'}, {n} client(s)", clients=n,
-                               requests_per_s=result.requests / result.seconds, p50_ms=percentile(ms, 50),
-                               p99_ms=percentile(ms, 99), errors=result.errors,
-                               queries_per_poll=queries / done, api_cpu_us_per_poll=api_cpu / done * 1e6,
-                               postgres_cpu_us_per_poll=postgres_cpu / done * 1e6,
-                               api_cpu_share=api_cpu / result.seconds, load=load_average())
+                    report.add(
+                        f"auth {'on' if auth else 'off'}, {n} client(s)",
+                        clients=n,
+                        requests_per_s=result.requests / result.seconds,
+                        p50_ms=percentile(ms, 50),
+                        p99_ms=percentile(ms, 99),
+                        errors=result.errors,
+                        queries_per_poll=queries / done,
+                        api_cpu_us_per_poll=api_cpu / done * 1e6,
+                        postgres_cpu_us_per_poll=postgres_cpu / done * 1e6,
+                        api_cpu_share=api_cpu / result.seconds,
+                        load=load_average(),
+                    )
             finally:
                 api.stop()
         if not args.no_ceiling:
@@ -116,10 +127,17 @@ def _ceiling(args: argparse.Namespace, url: str, clients: list[int], report: Rep
             spent = cpu_seconds(server.proc.pid) - spent
             ms = [x * 1000 for x in result.latencies]
             done = max(1, result.requests)
-            report.add(f"ceiling: bare uvicorn, {n} client(s)", clients=n,
-                       requests_per_s=result.requests / result.seconds, p50_ms=percentile(ms, 50),
-                       p99_ms=percentile(ms, 99), errors=result.errors, queries_per_poll=0.0,
-                       api_cpu_us_per_poll=spent / done * 1e6, api_cpu_share=spent / result.seconds,
-                       load=load_average())
+            report.add(
+                f"ceiling: bare uvicorn, {n} client(s)",
+                clients=n,
+                requests_per_s=result.requests / result.seconds,
+                p50_ms=percentile(ms, 50),
+                p99_ms=percentile(ms, 99),
+                errors=result.errors,
+                queries_per_poll=0.0,
+                api_cpu_us_per_poll=spent / done * 1e6,
+                api_cpu_share=spent / result.seconds,
+                load=load_average(),
+            )
     finally:
         server.stop()

@@ -90,9 +90,17 @@ def _probe(report: Report, url: str, running: int, churned: int, trials: int) ->
     finally:
         store.close()
     dead = scalar(url, "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'jobs'")
-    report.add(f"probe, {running} running, {churned} churned", running=running, churned=churned, trials=trials,
-               p50_ms=percentile(times, 50), p99_ms=percentile(times, 99),
-               postgres_cpu_us=cpu / trials * 1e6, jobs_dead_tuples=dead, load=load_average())
+    report.add(
+        f"probe, {running} running, {churned} churned",
+        running=running,
+        churned=churned,
+        trials=trials,
+        p50_ms=percentile(times, 50),
+        p99_ms=percentile(times, 99),
+        postgres_cpu_us=cpu / trials * 1e6,
+        jobs_dead_tuples=dead,
+        load=load_average(),
+    )
 
 
 def _churn(url: str, jobs: int) -> None:
@@ -120,8 +128,12 @@ def _crash(report: Report, url: str, args: argparse.Namespace, logs: Path, trial
             job = store.enqueue(NewJob(kind="sleep", payload={"seconds": 3600}))
         finally:
             store.close()
-        wait_for(lambda: scalar(url, "SELECT state = 'running' FROM jobs WHERE id = %s", [job.id]), 30, 0.05,
-                 "the job to start")
+        wait_for(
+            lambda: scalar(url, "SELECT state = 'running' FROM jobs WHERE id = %s", [job.id]),
+            30,
+            0.05,
+            "the job to start",
+        )
         survivor = WorkerProcess(url, *options, log_path=logs / f"survivor-{trial}.log")
         wait_for(lambda: workers_registered(url, 2), 60, 0.1, "the second worker to register")
         time.sleep(1.0)  # its start-up reap has run: it is idle
@@ -130,13 +142,22 @@ def _crash(report: Report, url: str, args: argparse.Namespace, logs: Path, trial
         killed_at = scalar(url, "SELECT now()")
         lease = args.lease_seconds if args.lease_seconds is not None else Settings(database_url=url).lease_seconds
         expires = scalar(url, "SELECT lease_expires_at FROM jobs WHERE id = %s", [job.id])
-        again = wait_for(lambda: scalar(url, "SELECT started_at FROM job_attempts WHERE job_id = %s AND claim = 2",
-                                        [job.id]), lease * 3 + 120, 0.1, "the job to run again")
+        again = wait_for(
+            lambda: scalar(url, "SELECT started_at FROM job_attempts WHERE job_id = %s AND claim = 2", [job.id]),
+            lease * 3 + 120,
+            0.1,
+            "the job to run again",
+        )
     finally:
         victim.stop()
         if survivor is not None:
             survivor.stop()
     back = (again - killed_at).total_seconds()
-    report.add(f"kill -9 mid-job, trial {trial + 1}", lease_s=lease, running_again_after_s=back,
-               over_lease_s=back - lease, after_lease_expired_s=(again - expires).total_seconds(),
-               load=load_average())
+    report.add(
+        f"kill -9 mid-job, trial {trial + 1}",
+        lease_s=lease,
+        running_again_after_s=back,
+        over_lease_s=back - lease,
+        after_lease_expired_s=(again - expires).total_seconds(),
+        load=load_average(),
+    )

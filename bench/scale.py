@@ -90,16 +90,30 @@ def run(args: argparse.Namespace) -> Report:
                 began = time.perf_counter()
                 admin.execute("VACUUM jobs")
                 took = time.perf_counter() - began
-                _add(report, f"after {args.churn:,} churned, then VACUUM jobs", present,
-                     _measure(store, admin, args), base, admin, took)
+                _add(
+                    report,
+                    f"after {args.churn:,} churned, then VACUUM jobs",
+                    present,
+                    _measure(store, admin, args),
+                    base,
+                    admin,
+                    took,
+                )
         finally:
             admin.close()
             store.close()
     return report
 
 
-def _add(report: Report, case: str, history: int, figures: dict[str, float], base: dict[str, float],
-         admin: psycopg.Connection[Any], took: float | None = None) -> None:
+def _add(
+    report: Report,
+    case: str,
+    history: int,
+    figures: dict[str, float],
+    base: dict[str, float],
+    admin: psycopg.Connection[Any],
+    took: float | None = None,
+) -> None:
     row = admin.execute(
         "SELECT n_live_tup, n_dead_tup, pg_total_relation_size('jobs'), pg_relation_size('ix_jobs_claimable'),"
         " autovacuum_count FROM pg_stat_user_tables WHERE relname = 'jobs'"

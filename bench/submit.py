@@ -53,8 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clients", default="1,32", help="comma-separated numbers of concurrent clients")
     parser.add_argument("--seconds", type=float, default=4.0, help="length of each case")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds (reference, this, ceiling)")
-    parser.add_argument("--reference", type=Path, default=None,
-                        help="also serve jobq from this checkout (the code before a change), interleaved")
+    parser.add_argument(
+        "--reference",
+        type=Path,
+        default=None,
+        help="also serve jobq from this checkout (the code before a change), interleaved",
+    )
     parser.add_argument("--keys", action="store_true", help="every submit carries a fresh Idempotency-Key")
     parser.add_argument("--no-ceiling", action="store_true", help="skip the bare uvicorn + psycopg ceiling")
 
@@ -94,8 +98,16 @@ def run(args: argparse.Namespace) -> Report:
     return report
 
 
-def _case(args: argparse.Namespace, url: str, report: Report, server: ApiProcess, case: str, round_: int,
-          clients: int, submit: object) -> None:
+def _case(
+    args: argparse.Namespace,
+    url: str,
+    report: Report,
+    server: ApiProcess,
+    case: str,
+    round_: int,
+    clients: int,
+    submit: object,
+) -> None:
     reset_jobs(url)
     counting = args.settle_seconds > 0  # statements per submit need the backends' statistics flushed
     with psycopg.connect(url, autocommit=True) as conn:
@@ -115,8 +127,17 @@ def _case(args: argparse.Namespace, url: str, report: Report, server: ApiProcess
     # this connection's own statements (the snapshot clears and the counter read) are not the API's
     statements = (after["xact_commit"] - before["xact_commit"] - 3) / done if counting else None
     ms = [x * 1000 for x in result.latencies]
-    report.add(case, round=round_, clients=clients, submits_per_s=result.requests / result.seconds,
-               p50_ms=percentile(ms, 50), p99_ms=percentile(ms, 99), errors=result.errors,
-               api_cpu_us_per_submit=api_cpu / done * 1e6, postgres_cpu_us_per_submit=postgres_cpu / done * 1e6,
-               statements_per_submit=statements, load=load_average(),
-               detail={"statuses": result.statuses})
+    report.add(
+        case,
+        round=round_,
+        clients=clients,
+        submits_per_s=result.requests / result.seconds,
+        p50_ms=percentile(ms, 50),
+        p99_ms=percentile(ms, 99),
+        errors=result.errors,
+        api_cpu_us_per_submit=api_cpu / done * 1e6,
+        postgres_cpu_us_per_submit=postgres_cpu / done * 1e6,
+        statements_per_submit=statements,
+        load=load_average(),
+        detail={"statuses": result.statuses},
+    )

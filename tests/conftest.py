@@ -165,9 +165,7 @@ def postgres_required() -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "postgres_only(reason): runs on PostgreSQL only; the sqlite variant is skipped"
-    )
+    config.addinivalue_line("markers", "postgres_only(reason): runs on PostgreSQL only; the sqlite variant is skipped")
     if postgres_required() and postgres_source().kind == "none":
         raise pytest.UsageError(
             f"{REQUIRE_POSTGRES_ENV}=1 but there is no PostgreSQL: set {DATABASE_URL_ENV} or start Docker."
@@ -299,8 +297,7 @@ class PostgresServer:
     def _drop_now(self, name: str) -> None:
         with psycopg.connect(self.admin_url, autocommit=True, connect_timeout=10) as conn:
             conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                " WHERE datname = %s AND pid <> pg_backend_pid()",
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
                 [name],
             )
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

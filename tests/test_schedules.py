@@ -23,7 +23,10 @@ def test_a_periodic_handler_is_declared_with_its_kind_and_queue() -> None:
 
     hourly, every_five = app.schedules
     assert (every_five.name, every_five.kind, every_five.queue, every_five.timezone) == (
-        "reindex", "reindex", "search", "Europe/Berlin",
+        "reindex",
+        "reindex",
+        "search",
+        "Europe/Berlin",
     )
     assert every_five.payload == {"scope": "all"} and every_five.source is ScheduleSource.CODE
     assert (hourly.name, hourly.queue, hourly.catch_up) == ("hourly-reindex", "urgent", CatchUp.SKIP)

@@ -112,9 +112,7 @@ def test_jobq_migrate_from_the_wheel_on_sqlite(installed: Path, outside: Path):
         assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (0,)
 
 
-def test_jobq_migrate_from_the_wheel_on_postgres(
-    installed: Path, outside: Path, postgres_server: PostgresServer
-):
+def test_jobq_migrate_from_the_wheel_on_postgres(installed: Path, outside: Path, postgres_server: PostgresServer):
     name = postgres_server.new_name("wheel")
     url = postgres_server.create_database(name)
     try:

@@ -66,9 +66,7 @@ def upgrade() -> None:
             name=op.f("ck_jobs_running_has_lease"),
         ),
         sa.CheckConstraint("total IS NULL OR total <= 0 OR done <= total", name=op.f("ck_jobs_done_within_total")),
-        sa.CheckConstraint(
-            "done >= 0 AND (total IS NULL OR total >= 0)", name=op.f("ck_jobs_progress_non_negative")
-        ),
+        sa.CheckConstraint("done >= 0 AND (total IS NULL OR total >= 0)", name=op.f("ck_jobs_progress_non_negative")),
         sa.CheckConstraint("priority >= 0", name=op.f("ck_jobs_priority_non_negative")),
         sa.CheckConstraint(
             "attempts >= 0 AND max_attempts >= 1 AND attempts <= max_attempts", name=op.f("ck_jobs_attempts")
@@ -107,9 +105,7 @@ def upgrade() -> None:
         sa.Column("job_id", Id, nullable=False),
         sa.Column("body", Json, nullable=False),
         sa.Column("created_at", Timestamp, nullable=False),
-        sa.ForeignKeyConstraint(
-            ["job_id"], ["jobs.id"], name=op.f("fk_job_results_job_id_jobs"), ondelete="CASCADE"
-        ),
+        sa.ForeignKeyConstraint(["job_id"], ["jobs.id"], name=op.f("fk_job_results_job_id_jobs"), ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_job_results")),
     )
     op.create_index("ix_job_results_job_id", "job_results", ["job_id"])
@@ -130,9 +126,7 @@ def upgrade() -> None:
             "outcome IS NULL OR outcome IN ('succeeded','failed','lease_expired','released','cancelled')",
             name=op.f("ck_job_attempts_outcome"),
         ),
-        sa.ForeignKeyConstraint(
-            ["job_id"], ["jobs.id"], name=op.f("fk_job_attempts_job_id_jobs"), ondelete="CASCADE"
-        ),
+        sa.ForeignKeyConstraint(["job_id"], ["jobs.id"], name=op.f("fk_job_attempts_job_id_jobs"), ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_job_attempts")),
     )
     op.create_index("uq_job_attempts_job_id_claim", "job_attempts", ["job_id", "claim"], unique=True)
@@ -147,9 +141,7 @@ def upgrade() -> None:
         sa.Column("previous_state", sa.Text(), nullable=False),
         sa.Column("previous_error", sa.Text(), nullable=True),
         sa.Column("previous_attempts", sa.Integer(), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["job_id"], ["jobs.id"], name=op.f("fk_job_replays_job_id_jobs"), ondelete="CASCADE"
-        ),
+        sa.ForeignKeyConstraint(["job_id"], ["jobs.id"], name=op.f("fk_job_replays_job_id_jobs"), ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_job_replays")),
     )
     op.create_index("ix_job_replays_job_id", "job_replays", ["job_id"])

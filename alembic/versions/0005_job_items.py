@@ -68,9 +68,7 @@ def upgrade() -> None:
             "state <> 'failed' OR (error IS NOT NULL AND error <> '')", name=op.f("ck_job_items_failed_has_error")
         ),
         sa.CheckConstraint("item_index >= 0", name=op.f("ck_job_items_index_non_negative")),
-        sa.ForeignKeyConstraint(
-            ["job_id"], ["jobs.id"], name=op.f("fk_job_items_job_id_jobs"), ondelete="CASCADE"
-        ),
+        sa.ForeignKeyConstraint(["job_id"], ["jobs.id"], name=op.f("fk_job_items_job_id_jobs"), ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("job_id", "item_index", name=op.f("pk_job_items")),
     )
     op.create_index(

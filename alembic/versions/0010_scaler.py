@@ -100,9 +100,7 @@ END $$
 def upgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
-    op.create_index(
-        "ix_jobs_due", "jobs", ["queue", "kind", "run_after"], postgresql_where=sa.text("state = 'queued'")
-    )
+    op.create_index("ix_jobs_due", "jobs", ["queue", "kind", "run_after"], postgresql_where=sa.text("state = 'queued'"))
     op.execute(SLOTS_NEEDED)
     op.execute(PIN_SEARCH_PATH)
     op.execute("REVOKE EXECUTE ON FUNCTION jobq_slots_needed(text[], text[]) FROM PUBLIC")

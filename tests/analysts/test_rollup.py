@@ -152,9 +152,7 @@ def _finish_one_job_today(store: Store, clock: FakeClock) -> None:
     assert Rollup(store).run_once() == 1
 
 
-def test_the_rollup_keeps_its_days_until_its_own_retention_then_drops_whole_days(
-    store, db: Database, clock: FakeClock
-):
+def test_the_rollup_keeps_its_days_until_its_own_retention_then_drops_whole_days(store, db: Database, clock: FakeClock):
     _finish_one_job_today(store, clock)
     first_day = clock.now().date().isoformat()
     clock.advance(300 * DAY)

@@ -94,9 +94,7 @@ def run_api(settings: Settings, clock: Callable[[], datetime] | None = None) -> 
         if not thread.is_alive() or time.monotonic() > deadline:
             raise RuntimeError("the API server did not start")
         time.sleep(0.01)
-    return LiveApi(
-        url=f"http://127.0.0.1:{port}", app=app, settings=settings, server=server, thread=thread, sock=sock
-    )
+    return LiveApi(url=f"http://127.0.0.1:{port}", app=app, settings=settings, server=server, thread=thread, sock=sock)
 
 
 @pytest.fixture

@@ -79,7 +79,12 @@ def test_errors_are_the_named_exceptions(api: LiveApi, owner_store: Store) -> No
         with pytest.raises(TimeoutError):
             jobq.wait(job.id, timeout=0.3)
 
-        fail_job(owner_store, owner_store.claim("w", ["default"], 1, 60)[0], "ValueError: row 7 is not a date", retryable=False)
+        fail_job(
+            owner_store,
+            owner_store.claim("w", ["default"], 1, 60)[0],
+            "ValueError: row 7 is not a date",
+            retryable=False,
+        )
         with pytest.raises(JobFailed) as failed:
             jobq.wait(job.id, timeout=5)
         assert failed.value.error == "ValueError: row 7 is not a date"

@@ -67,7 +67,6 @@ def test_token_create_prints_it_once_and_revoke_makes_it_a_401(api: LiveApi, sto
     assert jobq("token", "create", "--tenant", " ", env=env).returncode == 2
 
 
-
 def test_token_create_admin_makes_an_operators_token_that_v1_refuses(api: LiveApi, store_url: str) -> None:
     env = {"JOBQ_DATABASE_URL": store_url}
     created = jobq("token", "create", "--admin", "--name", "alice", env=env)
@@ -90,6 +89,7 @@ def test_token_create_admin_makes_an_operators_token_that_v1_refuses(api: LiveAp
     assert record is not None and record.read_only
     assert "* (admin, read-only)  bob" in jobq("token", "list", env=env).stdout
     assert jobq("token", "create", "--tenant", "acme", "--read-only", env=env).returncode == 2
+
 
 def _wait_for(url: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout

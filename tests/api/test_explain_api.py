@@ -13,8 +13,9 @@ from tests.cli.test_cli import jobq
 
 
 def test_explain_names_a_full_scope_and_a_kind_no_worker_handles(api: LiveApi, owner_store: Store, store_url, tmp_path):
-    owner_store.register_worker(WorkerInfo(id="h:1:a", host="h", pid=1, queues=("default",), kinds=("x",),
-                                           concurrency=2))
+    owner_store.register_worker(
+        WorkerInfo(id="h:1:a", host="h", pid=1, queues=("default",), kinds=("x",), concurrency=2)
+    )
     owner_store.set_limit(Limit("key:gpu", concurrency=1))
     http = api.http(api.token("acme"))
     running = http.post("/v1/jobs", json={"kind": "x", "payload": {}, "concurrency_key": "gpu"}).json()["job_id"]

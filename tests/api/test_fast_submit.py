@@ -62,8 +62,9 @@ def headers_for(token: str | None, content_type: str = "application/json", **mor
 def as_job(answer: Answer, job_id: bytes) -> Answer:
     """The answer as it would be for the job ``job_id``: a submit's answer but for its new job's id."""
     own = json.loads(answer.body)["job_id"].encode()
-    return Answer(answer.status, sorted((k, v.replace(own, job_id)) for k, v in answer.headers),
-                  answer.body.replace(own, job_id))
+    return Answer(
+        answer.status, sorted((k, v.replace(own, job_id)) for k, v in answer.headers), answer.body.replace(own, job_id)
+    )
 
 
 async def submit_both(fast: AsgiClient, slow: AsgiClient, body: bytes, headers: Any, chunks: int = 1) -> Answer:
@@ -77,23 +78,35 @@ async def submit_both(fast: AsgiClient, slow: AsgiClient, body: bytes, headers: 
 
 PLAIN_SUBMITS = [
     b'{"kind":"k"}',
-    json.dumps({"kind": "r\u00e4ksm\u00f6rg\u00e5s \u2713 \U0001f600", "payload": {"text": "caf\u00e9\n\u2028", "n": [1, 2.5, None]},
-                "queue": "gpu\tq", "priority": 7, "max_attempts": 5, "delay_seconds": 90, "total": 3,
-                "concurrency_key": "c:1"}).encode(),
+    json.dumps(
+        {
+            "kind": "r\u00e4ksm\u00f6rg\u00e5s \u2713 \U0001f600",
+            "payload": {"text": "caf\u00e9\n\u2028", "n": [1, 2.5, None]},
+            "queue": "gpu\tq",
+            "priority": 7,
+            "max_attempts": 5,
+            "delay_seconds": 90,
+            "total": 3,
+            "concurrency_key": "c:1",
+        }
+    ).encode(),
     b'{"kind": "k", "priority": 3.0, "total": 0, "delay_seconds": 0, "payload": {}}',
     b'{"payload": {"a": {"b": {"c": [true, false, null, "\\u00e9"]}}}, "kind": "late", "queue": "default"}',
 ]
 
 
 @pytest.mark.parametrize("auth", [True, False], ids=["auth", "no-auth"])
-def test_plain_submits_match_the_route_byte_for_byte(store_url: str, clock: FakeClock, auth: bool, db: Database,
-                                                     answered: list[str]) -> None:
+def test_plain_submits_match_the_route_byte_for_byte(
+    store_url: str, clock: FakeClock, auth: bool, db: Database, answered: list[str]
+) -> None:
     asyncio.run(_plain_submits(store_url, clock, auth, db, answered))
 
 
 async def _plain_submits(store_url: str, clock: FakeClock, auth: bool, db: Database, answered: list[str]) -> None:
-    async with asgi_client(store_url, clock, auth=auth) as (fast, app), \
-               asgi_client(store_url, clock, auth=auth, fast_submit=False) as (slow, _):
+    async with (
+        asgi_client(store_url, clock, auth=auth) as (fast, app),
+        asgi_client(store_url, clock, auth=auth, fast_submit=False) as (slow, _),
+    ):
         token = token_of(app.state.store) if auth else None
         tenant = "acme" if auth else "default"
         for body in PLAIN_SUBMITS:
@@ -106,13 +119,17 @@ async def _plain_submits(store_url: str, clock: FakeClock, auth: bool, db: Datab
         assert db.count("jobs") == 2 * len(answered)
 
 
-def test_idempotency_keys_answer_to_the_byte_as_the_route(store_url: str, clock: FakeClock, db: Database,
-                                                          answered: list[str]) -> None:
+def test_idempotency_keys_answer_to_the_byte_as_the_route(
+    store_url: str, clock: FakeClock, db: Database, answered: list[str]
+) -> None:
     asyncio.run(_idempotency_keys(store_url, clock, db, answered))
 
 
 async def _idempotency_keys(store_url: str, clock: FakeClock, db: Database, answered: list[str]) -> None:
-    async with asgi_client(store_url, clock) as (fast, app), asgi_client(store_url, clock, fast_submit=False) as (slow, _):
+    async with (
+        asgi_client(store_url, clock) as (fast, app),
+        asgi_client(store_url, clock, fast_submit=False) as (slow, _),
+    ):
         token = token_of(app.state.store)
         body, other = b'{"kind":"k","payload":{"n":1}}', b'{"kind":"k","payload":{"n":2}}'
         reordered = b'{"payload":{"n":1},"kind":"k"}'
@@ -129,8 +146,9 @@ async def _idempotency_keys(store_url: str, clock: FakeClock, db: Database, answ
         assert db.count("jobs") == 2
 
 
-def test_a_token_the_store_refuses_gets_the_routes_401_and_writes_nothing(pg_url: str, clock: FakeClock,
-                                                                           db: Database, answered: list[str]) -> None:
+def test_a_token_the_store_refuses_gets_the_routes_401_and_writes_nothing(
+    pg_url: str, clock: FakeClock, db: Database, answered: list[str]
+) -> None:
     asyncio.run(_refused_tokens(pg_url, clock, answered))
     assert db.count("jobs") == 0
 
@@ -171,8 +189,9 @@ BAD_BODIES = [
 ]
 
 
-def test_everything_else_gets_the_routes_4xx_and_writes_nothing(pg_url: str, clock: FakeClock, db: Database,
-                                                                answered: list[str]) -> None:
+def test_everything_else_gets_the_routes_4xx_and_writes_nothing(
+    pg_url: str, clock: FakeClock, db: Database, answered: list[str]
+) -> None:
     asyncio.run(_everything_else(pg_url, clock, answered))
     assert db.count("jobs") == 0
 
@@ -198,13 +217,17 @@ async def _everything_else(pg_url: str, clock: FakeClock, answered: list[str]) -
         ]
         for path, body, headers in requests:
             expected = await slow.post(path, body, headers)
-            assert 400 <= expected.status < 500 and (b"content-type", PROBLEM) in expected.headers, (body[:80], expected)
+            assert 400 <= expected.status < 500 and (b"content-type", PROBLEM) in expected.headers, (
+                body[:80],
+                expected,
+            )
             assert await fast.post(path, body, headers) == expected, (path, body[:80], headers)
         assert answered == []
 
 
-def test_a_job_the_store_refuses_gets_the_routes_422_and_writes_nothing(pg_url: str, clock: FakeClock, db: Database,
-                                                                       answered: list[str]) -> None:
+def test_a_job_the_store_refuses_gets_the_routes_422_and_writes_nothing(
+    pg_url: str, clock: FakeClock, db: Database, answered: list[str]
+) -> None:
     asyncio.run(_refused_by_the_store(pg_url, clock))
     assert answered == ["/v1/jobs"]  # the fast path asked the store, so it answered
     assert db.count("jobs") == 0
@@ -218,8 +241,9 @@ async def _refused_by_the_store(pg_url: str, clock: FakeClock) -> None:
         assert await fast.post("/v1/jobs", b'{"kind":"k"}', headers) == expected
 
 
-def test_what_the_route_takes_that_the_fast_path_leaves_still_works(pg_url: str, clock: FakeClock,
-                                                                   answered: list[str]) -> None:
+def test_what_the_route_takes_that_the_fast_path_leaves_still_works(
+    pg_url: str, clock: FakeClock, answered: list[str]
+) -> None:
     asyncio.run(_left_but_accepted(pg_url, clock))
     assert answered == []
 
@@ -236,8 +260,9 @@ async def _left_but_accepted(pg_url: str, clock: FakeClock) -> None:
             await submit_both(fast, slow, b'{"kind":"k"}', headers)
 
 
-def test_a_client_that_leaves_mid_body_gets_no_answer_and_writes_nothing(pg_url: str, clock: FakeClock,
-                                                                        db: Database) -> None:
+def test_a_client_that_leaves_mid_body_gets_no_answer_and_writes_nothing(
+    pg_url: str, clock: FakeClock, db: Database
+) -> None:
     asyncio.run(_leaving_client(pg_url, clock))
     assert db.count("jobs") == 0
 
@@ -245,8 +270,13 @@ def test_a_client_that_leaves_mid_body_gets_no_answer_and_writes_nothing(pg_url:
 async def _leaving_client(pg_url: str, clock: FakeClock) -> None:
     async with asgi_client(pg_url, clock) as (_, app):
         token = token_of(app.state.store)
-        scope = {"type": "http", "method": "POST", "path": "/v1/jobs", "query_string": b"",
-                 "headers": headers_for(token, content_length="12")}
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/v1/jobs",
+            "query_string": b"",
+            "headers": headers_for(token, content_length="12"),
+        }
         messages = [{"type": "http.request", "body": b'{"kind"', "more_body": True}, {"type": "http.disconnect"}]
         sent: list[Any] = []
 
@@ -261,21 +291,26 @@ async def _leaving_client(pg_url: str, clock: FakeClock) -> None:
         assert sent == []
 
 
-def test_an_outage_or_an_unexpected_error_is_the_routes_problem(pg_url: str, clock: FakeClock,
-                                                                answered: list[str]) -> None:
+def test_an_outage_or_an_unexpected_error_is_the_routes_problem(
+    pg_url: str, clock: FakeClock, answered: list[str]
+) -> None:
     asyncio.run(_failures(pg_url, clock))
     assert answered == ["/v1/jobs"] * 2
 
 
 async def _failures(pg_url: str, clock: FakeClock) -> None:
-    async with asgi_client(pg_url, clock) as (fast, app), \
-               asgi_client(pg_url, clock, fast_submit=False) as (slow, slow_app):
+    async with (
+        asgi_client(pg_url, clock) as (fast, app),
+        asgi_client(pg_url, clock, fast_submit=False) as (slow, slow_app),
+    ):
         token = token_of(app.state.store)
         outage = StoreUnavailable("PostgreSQL unavailable: connection to server at 10.1.2.3 failed")
         for error, status in ((outage, 503), (RuntimeError("secret internals"), 500)):
             # The route enqueues its job alone; the fast path's batch calls enqueue_many.
-            with mock.patch.object(slow_app.state.store, "enqueue", side_effect=error), \
-                 mock.patch.object(app.state.store, "enqueue_many", side_effect=error):
+            with (
+                mock.patch.object(slow_app.state.store, "enqueue", side_effect=error),
+                mock.patch.object(app.state.store, "enqueue_many", side_effect=error),
+            ):
                 expected = await slow.post("/v1/jobs", b'{"kind":"k"}', headers_for(token))
                 assert await fast.post("/v1/jobs", b'{"kind":"k"}', headers_for(token)) == expected
             assert expected.status == status and b"10.1.2.3" not in expected.body and b"secret" not in expected.body
@@ -295,8 +330,9 @@ def test_a_revoked_token_is_refused_on_the_very_next_submit(api: LiveApi, db: Da
 
 
 @pytest.mark.parametrize("poisoned", [False, True], ids=["valid", "one-refused"])
-def test_concurrent_submits_share_store_calls_and_each_gets_its_own_answer(store_url: str, clock: FakeClock,
-                                                                         db: Database, poisoned: bool) -> None:
+def test_concurrent_submits_share_store_calls_and_each_gets_its_own_answer(
+    store_url: str, clock: FakeClock, db: Database, poisoned: bool
+) -> None:
     asyncio.run(_concurrent_submits(store_url, clock, db, poisoned))
 
 
@@ -313,9 +349,9 @@ async def _concurrent_submits(store_url: str, clock: FakeClock, db: Database, po
             requests += [(acme, b'{"kind":"nul"}', {"idempotency_key": "nul\x00"})]
             requests += [(acme, b'{"kind":"other"}', {"idempotency_key": "same"})]  # the key, for another job
         with mock.patch.object(store, "enqueue_many", wraps=store.enqueue_many) as enqueue_many:
-            answers = await asyncio.gather(*(
-                fast.post("/v1/jobs", body, headers_for(token, **more)) for token, body, more in requests
-            ))
+            answers = await asyncio.gather(
+                *(fast.post("/v1/jobs", body, headers_for(token, **more)) for token, body, more in requests)
+            )
         by_kind: dict[bytes, list[Answer]] = {}
         for (_, body, _), answer in zip(requests, answers, strict=True):
             by_kind.setdefault(json.loads(body)["kind"].encode(), []).append(answer)

@@ -24,8 +24,7 @@ BROKEN = {17, 150}
 
 @contextmanager
 def worker_on(store: Store, app: App) -> Iterator[Worker]:
-    worker = Worker(store, app, WorkerConfig(poll_seconds=0.1, lease_seconds=3.0, grace_seconds=1.0,
-                                             flush_seconds=0.1))
+    worker = Worker(store, app, WorkerConfig(poll_seconds=0.1, lease_seconds=3.0, grace_seconds=1.0, flush_seconds=0.1))
     thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False}, daemon=True)
     thread.start()
     assert worker.started.wait(10)
@@ -68,7 +67,12 @@ def test_a_job_with_failing_items_succeeds_with_them_marked(api: LiveApi, worker
         done = client.wait(job.id, timeout=60)
 
         assert (done.state.value, done.items_ok, done.items_failed, done.done, done.total) == (
-            "succeeded", 198, 2, 200, 200)
+            "succeeded",
+            198,
+            2,
+            200,
+            200,
+        )
         answer = http.get(f"/v1/jobs/{job.id}/items", params={"state": "failed"}).json()
         assert [(i["index"], i["state"]) for i in answer["items"]] == [(17, "failed"), (150, "failed")]
         assert all(i["error"].startswith(f"ValueError: item {i['index']} is unreadable") for i in answer["items"])
@@ -122,8 +126,14 @@ def _check_scoping_and_input(api: LiveApi, mine: Client, theirs: Client) -> None
     with pytest.raises(JobNotFound):
         list(theirs.items(job.id))
     http = api.http(api.token("acme"))
-    for params in ({"state": "done"}, {"cursor": "not a cursor"}, {"cursor": "eHl6"}, {"limit": 0},
-                   {"limit": 1001}, {"page": 2}):
+    for params in (
+        {"state": "done"},
+        {"cursor": "not a cursor"},
+        {"cursor": "eHl6"},
+        {"limit": 0},
+        {"limit": 1001},
+        {"page": 2},
+    ):
         answer = http.get(f"/v1/jobs/{job.id}/items", params=params)
         assert answer.status_code == 422, (params, answer.text)
         assert answer.headers["content-type"] == "application/problem+json"

@@ -23,6 +23,8 @@ from tests.conftest import Database
 pytestmark = pytest.mark.slow
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
+
+
 def section(title: str) -> str:
     """The README from the heading ``title`` to the next heading of the same level."""
     start = README.index(f"\n{title}\n")
@@ -70,7 +72,12 @@ def example_env(
 def test_the_curl_example_runs(example_env: dict[str, str]) -> None:
     script = _block("bash")
     done = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", script], check=False, env=example_env, capture_output=True, text=True, timeout=120
+        ["bash", "-euo", "pipefail", "-c", script],
+        check=False,
+        env=example_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     status, result = done.stdout.splitlines()[0], done.stdout.splitlines()[-1]
@@ -79,14 +86,24 @@ def test_the_curl_example_runs(example_env: dict[str, str]) -> None:
     assert [entry["item"] for entry in labels] == ["great product", "arrived broken"]
 
     again = subprocess.run(  # the Idempotency-Key: running it again names the same job
-        ["bash", "-euo", "pipefail", "-c", script], check=False, env=example_env, capture_output=True, text=True, timeout=120
+        ["bash", "-euo", "pipefail", "-c", script],
+        check=False,
+        env=example_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert json.loads(again.stdout.splitlines()[0])["job_id"] == json.loads(status)["job_id"]
 
 
 def test_the_python_example_runs(example_env: dict[str, str]) -> None:
     done = subprocess.run(
-        [sys.executable, "-c", _block("python")], check=False, env=example_env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", _block("python")],
+        check=False,
+        env=example_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
@@ -106,8 +123,14 @@ def test_the_per_item_handler_is_the_one_the_examples_run() -> None:
 
 def test_the_per_item_example_runs(example_env: dict[str, str]) -> None:
     [script] = re.findall(r"^```bash\n(.*?)^```$", ITEMS_SECTION, flags=re.MULTILINE | re.DOTALL)
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], check=False, env=example_env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        check=False,
+        env=example_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     partial, status, failed = (json.loads(line) for line in done.stdout.splitlines())
     print(f"\nthe partial results a second in: {[i['index'] for i in partial['items']]}, next {partial['next_cursor']}")
@@ -126,7 +149,12 @@ def test_the_curl_example_stops_on_a_failed_job(example_env: dict[str, str]) -> 
     )
     assert '"kind": "fail"' in script
     done = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", script], check=False, env=example_env, capture_output=True, text=True, timeout=120
+        ["bash", "-euo", "pipefail", "-c", script],
+        check=False,
+        env=example_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 1, (done.stdout, done.stderr)
     last = json.loads(done.stdout.splitlines()[-1])
@@ -152,12 +180,17 @@ def test_the_handler_example_runs_as_written(tmp_path: Path, sqlite_url: str) ->
     with open(log, "wb") as output:
         worker = subprocess.Popen(
             ["jobq", "worker", "--app", "myhandlers", "--poll-seconds", "0.2"],
-            cwd=tmp_path, env=env, stdout=output, stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
         )
     try:
         ids = []
         for line in enqueues:
-            done = subprocess.run(["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+            done = subprocess.run(
+                ["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+            )
             assert done.returncode == 0, (line, done.stderr)
             ids.append(done.stdout.strip())
         with Queue(sqlite_url) as queue:
@@ -169,7 +202,11 @@ def test_the_handler_example_runs_as_written(tmp_path: Path, sqlite_url: str) ->
             assert queue.get(missing).attempts == 1, "a PermanentError fails at once"
             assert queue.result(labelled.id) == {"labels": ["positive", "negative"]}
             [nightly] = queue.store.list_schedules()
-            assert (nightly.name, nightly.spec.cron, nightly.spec.timezone) == ("purge_drafts", "0 3 * * *", "Europe/Berlin")
+            assert (nightly.name, nightly.spec.cron, nightly.spec.timezone) == (
+                "purge_drafts",
+                "0 3 * * *",
+                "Europe/Berlin",
+            )
     except BaseException:
         print(log.read_text(errors="replace")[-3000:])
         raise
@@ -199,7 +236,9 @@ def test_the_producer_api_example_runs_on_postgres(
         assert time.monotonic() < deadline and worker.process.poll() is None, worker.output()
         time.sleep(0.05)
     env = {**os.environ, "JOBQ_DATABASE_URL": pg_url, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-c", script], check=False, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", script], check=False, env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     result, state = done.stdout.splitlines()
     assert "great product" in result and "'label'" in result

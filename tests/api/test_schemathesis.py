@@ -93,6 +93,4 @@ def test_the_api_never_fails_and_always_matches_its_schema(
 ) -> None:
     token = getattr(live_api, "_schemathesis_token", None) or live_api.token("schemathesis")
     live_api._schemathesis_token = token  # type: ignore[attr-defined]
-    case.call_and_validate(
-        base_url=live_api.url, session=http_session, headers={"Authorization": f"Bearer {token}"}
-    )
+    case.call_and_validate(base_url=live_api.url, session=http_session, headers={"Authorization": f"Bearer {token}"})

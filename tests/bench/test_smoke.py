@@ -21,29 +21,83 @@ TINY = {
     "poll": ["--clients", "2", "--seconds", "0.5", "--jobs", "5", "--auth", "on"],
     "submit": ["--clients", "2", "--seconds", "0.5", "--rounds", "1", "--keys"],
     "scale": ["--history", "500", "--churn", "300", "--trials", "5", "--queued", "20"],
-    "cost": ["--jobs", "30", "--concurrency", "2", "--enqueue", "batch", "--connection-jobs", "4", "--items", "40",
-             "--item-seconds", "0"],
+    "cost": [
+        "--jobs",
+        "30",
+        "--concurrency",
+        "2",
+        "--enqueue",
+        "batch",
+        "--connection-jobs",
+        "4",
+        "--items",
+        "40",
+        "--item-seconds",
+        "0",
+    ],
     "claim": ["--queued", "200", "--tenants", "1,20", "--claims", "5", "--limit", "3"],
-    "drain_limited": ["--jobs", "60", "--cases", "1x4", "--pgbench-seconds", "0", "--tenants", "10", "--limit", "2",
-                      "--weighted"],
+    "drain_limited": [
+        "--jobs",
+        "60",
+        "--cases",
+        "1x4",
+        "--pgbench-seconds",
+        "0",
+        "--tenants",
+        "10",
+        "--limit",
+        "2",
+        "--weighted",
+    ],
     "console": ["--history", "500", "--trials", "2", "--queued", "30"],
     "reap": ["--running", "0,5", "--churn", "20", "--trials", "3", "--crash-trials", "1", "--lease-seconds", "2"],
-    "history": ["--jobs", "3000", "--trials", "5", "--queued", "20", "--runs", "1", "--pgbench-seconds", "0",
-                "--prunes", "100:0,50:0.01", "--retention-workers", "1", "--retention-seconds", "2"],
-    "fleet": ["--workers", "2", "--pooler", "none,pgbouncer", "--idle-seconds", "1", "--warmup-seconds", "0",
-              "--jobs", "20", "--pickup-trials", "2"],
+    "history": [
+        "--jobs",
+        "3000",
+        "--trials",
+        "5",
+        "--queued",
+        "20",
+        "--runs",
+        "1",
+        "--pgbench-seconds",
+        "0",
+        "--prunes",
+        "100:0,50:0.01",
+        "--retention-workers",
+        "1",
+        "--retention-seconds",
+        "2",
+    ],
+    "fleet": [
+        "--workers",
+        "2",
+        "--pooler",
+        "none,pgbouncer",
+        "--idle-seconds",
+        "1",
+        "--warmup-seconds",
+        "0",
+        "--jobs",
+        "20",
+        "--pickup-trials",
+        "2",
+    ],
     "compare": ["--jobs", "20", "--rounds", "1", "--cases", "1x2", "--enqueue-jobs", "10", "--pgbench-seconds", "0"],
 }
 NEEDS = {"compare": "pgqueuer"}  # the bench extra, which CI does not install
 
 
 @pytest.mark.parametrize("name", [*NAMES, "drain_limited"])
-def test_bench_runs_at_a_tiny_size(name: str, postgres_server: PostgresServer, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bench_runs_at_a_tiny_size(
+    name: str, postgres_server: PostgresServer, capsys: pytest.CaptureFixture[str]
+) -> None:
     if name in NEEDS:
         pytest.importorskip(NEEDS[name])
     bench = name.removesuffix("_limited")
-    code = main([bench, "--database-url", postgres_server.admin_url, "--repeat", "1", "--settle-seconds", "0",
-                 *TINY[name]])
+    code = main(
+        [bench, "--database-url", postgres_server.admin_url, "--repeat", "1", "--settle-seconds", "0", *TINY[name]]
+    )
     assert code == 0
     out = capsys.readouterr().out
     lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]

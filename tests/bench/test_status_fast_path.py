@@ -23,8 +23,9 @@ from tests.store.builders import fail_job
 
 
 @pytest.mark.parametrize("auth", [True, False], ids=["auth", "no-auth"])
-def test_plain_polls_match_the_route_byte_for_byte(store_url: str, clock: FakeClock, auth: bool,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plain_polls_match_the_route_byte_for_byte(
+    store_url: str, clock: FakeClock, auth: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     answered: list[str] = []
     original = StatusPollFastPath._answer
 
@@ -39,16 +40,22 @@ def test_plain_polls_match_the_route_byte_for_byte(store_url: str, clock: FakeCl
 
 
 async def _plain_polls(store_url: str, clock: FakeClock, auth: bool, answered: list[str]) -> None:
-    async with asgi_client(store_url, clock, auth=auth) as (fast, app), \
-               asgi_client(store_url, clock, auth=auth, fast_poll=False) as (slow, _):
+    async with (
+        asgi_client(store_url, clock, auth=auth) as (fast, app),
+        asgi_client(store_url, clock, auth=auth, fast_poll=False) as (slow, _),
+    ):
         store = app.state.store
         token = new_token()
         store.create_token("acme", hash_token(token))
         tenant = "acme" if auth else "default"
         headers = {"Authorization": f"Bearer {token}"} if auth else {}
         running, done, failed, queued = store.enqueue_many(  # the first three get claimed
-            [NewJob(kind="k", tenant=tenant, total=10), NewJob(kind="k", tenant=tenant),
-             NewJob(kind="k", tenant=tenant, max_attempts=1), NewJob(kind="k", tenant=tenant)]
+            [
+                NewJob(kind="k", tenant=tenant, total=10),
+                NewJob(kind="k", tenant=tenant),
+                NewJob(kind="k", tenant=tenant, max_attempts=1),
+                NewJob(kind="k", tenant=tenant),
+            ]
         )
         claimed = {c.id: c for c in store.claim("w", ["default"], 3, 30)}
         store.complete(claimed[done.id].lease, {"ok": True})

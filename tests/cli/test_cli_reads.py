@@ -114,7 +114,9 @@ def test_payload_from_a_file_and_from_stdin(run: Run, db: Database, tmp_path: Pa
 
 def test_version_and_short_help_everywhere(tmp_path: Path, cli: Run) -> None:
     version = jobq("--version", url=None, cwd=tmp_path)  # the real script, once
-    assert version.returncode == EXIT_OK and version.stdout.startswith("jobq ") and version.stdout.split()[1][0].isdigit()
+    assert (
+        version.returncode == EXIT_OK and version.stdout.startswith("jobq ") and version.stdout.split()[1][0].isdigit()
+    )
     command = cli_command()
     paths = [[name] for name in command.commands]  # type: ignore[attr-defined]
     paths += [[name, sub] for name, group in command.commands.items()  # type: ignore[attr-defined]

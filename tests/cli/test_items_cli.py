@@ -16,12 +16,16 @@ from tests.store.builders import claim_one
 def finished_with_failed_items(store: Store) -> Completion:
     store.enqueue(NewJob(kind="rows", total=4))
     job = claim_one(store)
-    done = Completion(job.lease, "partial", items=(
-        ItemOutcome(0, ItemState.OK, result={"n": 0}),
-        ItemOutcome(1, ItemState.FAILED, error="ValueError: row 1\n\nTraceback ..."),
-        ItemOutcome(2, ItemState.OK, result={"n": 2}),
-        ItemOutcome(3, ItemState.FAILED, error="KeyError: 3"),
-    ))
+    done = Completion(
+        job.lease,
+        "partial",
+        items=(
+            ItemOutcome(0, ItemState.OK, result={"n": 0}),
+            ItemOutcome(1, ItemState.FAILED, error="ValueError: row 1\n\nTraceback ..."),
+            ItemOutcome(2, ItemState.OK, result={"n": 2}),
+            ItemOutcome(3, ItemState.FAILED, error="KeyError: 3"),
+        ),
+    )
     assert store.complete_many([done]) == []
     return done
 
@@ -37,14 +41,21 @@ def test_items_shows_the_outcomes_and_the_failed_ones(
 
     assert listed.returncode == EXIT_OK, listed.stderr
     assert [line.split()[:2] for line in listed.stdout.splitlines()] == [
-        ["0", "ok"], ["1", "failed"], ["2", "ok"], ["3", "failed"]]
+        ["0", "ok"],
+        ["1", "failed"],
+        ["2", "ok"],
+        ["3", "failed"],
+    ]
     assert "ValueError: row 1" in listed.stdout and "Traceback" not in listed.stdout
     assert failed.returncode == EXIT_OK, failed.stderr
     rows = [json.loads(line) for line in failed.stdout.splitlines()]
     assert [(r["index"], r["state"], r["error"].splitlines()[0], r["attempt"]) for r in rows] == [
-        (1, "failed", "ValueError: row 1", 1), (3, "failed", "KeyError: 3", 1)]
-    assert_one_line_error(jobq("items", "01234567-89ab-7def-8123-456789abcdef", url=store_url, cwd=tmp_path),
-                          EXIT_FAILED)
+        (1, "failed", "ValueError: row 1", 1),
+        (3, "failed", "KeyError: 3", 1),
+    ]
+    assert_one_line_error(
+        jobq("items", "01234567-89ab-7def-8123-456789abcdef", url=store_url, cwd=tmp_path), EXIT_FAILED
+    )
 
 
 def test_replay_failed_items_queues_the_job_with_only_those_left_to_run(
@@ -54,8 +65,7 @@ def test_replay_failed_items_queues_the_job_with_only_those_left_to_run(
     done = finished_with_failed_items(store)
     job_id = done.lease.job_id
 
-    replayed = jobq("replay", "--failed-items", str(job_id), url=store_url, cwd=tmp_path,
-                    env={"USER": "ann"})
+    replayed = jobq("replay", "--failed-items", str(job_id), url=store_url, cwd=tmp_path, env={"USER": "ann"})
 
     assert replayed.returncode == EXIT_OK, replayed.stderr
     assert replayed.stdout.strip() == "replayed 1 job"

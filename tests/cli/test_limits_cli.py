@@ -22,7 +22,9 @@ def test_limits_are_set_listed_and_deleted(run: Run, db: Database) -> None:
         {"scope": "tenant:acme", "concurrency": 8, "rate": None, "weight": 3.0},
     ]
     assert {s["scope"]: s["concurrency"] for s in listed["scopes"]} == {
-        "kind:call_model": None, "tenant:acme": 8, "tenant:beta": 2,
+        "kind:call_model": None,
+        "tenant:acme": 8,
+        "tenant:beta": 2,
     }
     text = run("limits", "list").stdout
     assert "tenant:acme  concurrency 8  weight 3" in text

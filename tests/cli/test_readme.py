@@ -24,7 +24,13 @@ def test_the_settings_table_lists_every_setting() -> None:
 def test_the_settings_table_shows_the_defaults() -> None:
     for name, field in Settings.model_fields.items():
         default = field.default
-        shown = str(default).lower() if isinstance(default, bool) else f"{default:g}" if isinstance(default, float) else str(default)
+        shown = (
+            str(default).lower()
+            if isinstance(default, bool)
+            else f"{default:g}"
+            if isinstance(default, float)
+            else str(default)
+        )
         assert f"| `JOBQ_{name.upper()}` | `{shown}` |" in README, f"JOBQ_{name.upper()} default {shown}"
 
 
@@ -44,7 +50,9 @@ def test_the_periodic_jobs_commands_run_as_written(sqlite_url: str, tmp_path: Pa
         "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
     }
     for command in commands:
-        done = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            ["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+        )
         assert done.returncode == 0, (command, done.stderr)
         if command.startswith("jobq schedule list"):
             assert "nightly-report  '30 2 * * *' Europe/Berlin  classify on default  next " in done.stdout

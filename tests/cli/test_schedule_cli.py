@@ -19,8 +19,21 @@ def listed(run: Run) -> dict[str, dict[str, object]]:
 
 def test_a_schedule_is_added_listed_with_its_next_run_paused_resumed_and_deleted(run: Run, db: Database) -> None:
     added = run(
-        "schedule", "add", "digest", "--cron", "0 7 * * 1", "--kind", "send_digest",
-        "--payload", '{"list": "weekly"}', "--queue", "mail", "--timezone", "Europe/Berlin", "--catch-up", "skip",
+        "schedule",
+        "add",
+        "digest",
+        "--cron",
+        "0 7 * * 1",
+        "--kind",
+        "send_digest",
+        "--payload",
+        '{"list": "weekly"}',
+        "--queue",
+        "mail",
+        "--timezone",
+        "Europe/Berlin",
+        "--catch-up",
+        "skip",
     )
     assert added.returncode == EXIT_OK, added.stderr
     assert "next run" in added.stderr
@@ -31,8 +44,13 @@ def test_a_schedule_is_added_listed_with_its_next_run_paused_resumed_and_deleted
     local = next_run.astimezone(ZoneInfo("Europe/Berlin"))
     assert (local.weekday(), local.hour, local.minute) == (0, 7, 0), "Mondays at 07:00 in Berlin"
     assert {k: digest[k] for k in ("cron", "kind", "payload", "queue", "catch_up", "source", "paused")} == {
-        "cron": "0 7 * * 1", "kind": "send_digest", "payload": {"list": "weekly"}, "queue": "mail",
-        "catch_up": "skip", "source": "cli", "paused": False,
+        "cron": "0 7 * * 1",
+        "kind": "send_digest",
+        "payload": {"list": "weekly"},
+        "queue": "mail",
+        "catch_up": "skip",
+        "source": "cli",
+        "paused": False,
     }
     assert "digest  '0 7 * * 1' Europe/Berlin  send_digest on mail  next " in run("schedule", "list").stdout
 

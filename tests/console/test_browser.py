@@ -126,16 +126,30 @@ def world(
         pytest.fail("the browser tests need Debian's chromium and chromium-driver (.ci/run installs them)")
     name, url = postgres_server.copy_of(pg_template)
     logs = tmp_path_factory.mktemp("console-world")
-    worker = WorkerProcess(url, logs, "worker", ["--queues", "default", "--lease-seconds", "3", "--concurrency", "4"],
-                           app="service.examples")
+    worker = WorkerProcess(
+        url,
+        logs,
+        "worker",
+        ["--queues", "default", "--lease-seconds", "3", "--concurrency", "4"],
+        app="service.examples",
+    )
     api = run_api(Settings(database_url=url))
     profile = tempfile.mkdtemp(prefix="jobq-chromium-")
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
-                 f"--user-data-dir={profile}", "--window-size=1280,900",
-                 f"--host-resolver-rules=MAP {SERVER_NAME} 127.0.0.1"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={profile}",
+        "--window-size=1280,900",
+        f"--host-resolver-rules=MAP {SERVER_NAME} 127.0.0.1",
+    ):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
@@ -229,8 +243,11 @@ def test_the_overview_shows_the_counts_the_database_has(ui: World, tmp_path: Pat
         return str(row.find_element(By.CSS_SELECTOR, f'td[data-figure="{name}"]').text)
 
     assert figure("failure-ratio") == "33 %"  # 1 failed of 3 finished in the hour
-    oldest = ui.db.one("SELECT extract(epoch FROM now() - min(run_after))::float8 AS age FROM jobs "
-                       "WHERE queue = %(queue)s AND state = 'queued' AND run_after <= now()", queue=PARKED)["age"]
+    oldest = ui.db.one(
+        "SELECT extract(epoch FROM now() - min(run_after))::float8 AS age FROM jobs "
+        "WHERE queue = %(queue)s AND state = 'queued' AND run_after <= now()",
+        queue=PARKED,
+    )["age"]
     assert figure("oldest-due").endswith(" s") and abs(int(figure("oldest-due")[:-2]) - oldest) <= 2
     assert figure("workers") == "0"  # the worker serves "default" only
     # The last hour's chart: twelve 5-minute bars, which between them hold the hour's outcomes.
@@ -393,25 +410,47 @@ def _long_world(ui: World) -> dict[str, str]:
     if made:
         return made
     kind = "nightly-report-for-every-tenant-of-the-largest-region"
-    traceback = "\n".join(["Traceback (most recent call last):"]
-                          + [f'  File "/srv/app/handlers/very/deeply/nested/module_{n}.py", line {n}, in step' for n in range(12)]
-                          + ["ValueError: " + "the-upstream-service-answered-with-a-very-long-message-" * 4])
+    traceback = "\n".join(
+        ["Traceback (most recent call last):"]
+        + [f'  File "/srv/app/handlers/very/deeply/nested/module_{n}.py", line {n}, in step' for n in range(12)]
+        + ["ValueError: " + "the-upstream-service-answered-with-a-very-long-message-" * 4]
+    )
     job = _park(ui, kind=kind, total=3, tenant="tenant-with-a-rather-long-name-for-testing", max_attempts=1)
     [claimed] = store.claim("seeder-with-a-long-worker-id-on-host-42", [PARKED], 1, 30, kinds=[kind])
     from service.jobs import ItemOutcome, ItemState
 
-    store.heartbeat(claimed.lease, 30, done=3, items=[ItemOutcome(0, ItemState.OK), ItemOutcome(1, ItemState.FAILED, error=traceback),
-                                                     ItemOutcome(2, ItemState.OK)])
+    store.heartbeat(
+        claimed.lease,
+        30,
+        done=3,
+        items=[
+            ItemOutcome(0, ItemState.OK),
+            ItemOutcome(1, ItemState.FAILED, error=traceback),
+            ItemOutcome(2, ItemState.OK),
+        ],
+    )
     store.fail(claimed.lease, traceback, GiveUp())
     store.save_schedule(
-        ScheduleSpec(name="nightly-report-for-every-tenant", cron="30 2 * * *", kind=kind, queue=PARKED,
-                     timezone="America/Argentina/Buenos_Aires"),
+        ScheduleSpec(
+            name="nightly-report-for-every-tenant",
+            cron="30 2 * * *",
+            kind=kind,
+            queue=PARKED,
+            timezone="America/Argentina/Buenos_Aires",
+        ),
         datetime(2031, 1, 2, 5, 30, tzinfo=UTC),
     )
     made = {
-        "overview": "/ui", "jobs": "/ui/jobs", "job": f"/ui/jobs/{job.id}", "failed-items": f"/ui/jobs/{job.id}?items=failed",
-        "failures": "/ui/failures", "replay": "/ui/failures/replay?" + urlencode({"kind": kind, "group": "x", "since": "24h"}),
-        "schedules": "/ui/schedules", "workers": "/ui/workers", "ambiguous": "/ui/jobs?id=0", "problem": "/ui/nowhere",
+        "overview": "/ui",
+        "jobs": "/ui/jobs",
+        "job": f"/ui/jobs/{job.id}",
+        "failed-items": f"/ui/jobs/{job.id}?items=failed",
+        "failures": "/ui/failures",
+        "replay": "/ui/failures/replay?" + urlencode({"kind": kind, "group": "x", "since": "24h"}),
+        "schedules": "/ui/schedules",
+        "workers": "/ui/workers",
+        "ambiguous": "/ui/jobs?id=0",
+        "problem": "/ui/nowhere",
     }
     ui.long_world = made  # type: ignore[attr-defined]
     return made
@@ -440,7 +479,9 @@ def test_the_console_follows_the_systems_dark_mode(ui: World, tmp_path: Path) ->
 
     ui.open("/ui")
     light = background()
-    ui.driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+    ui.driver.execute_cdp_cmd(
+        "Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]}
+    )
     try:
         dark = background()
         levels = [int(n) for n in re.findall(r"\d+", dark)[:3]]
@@ -476,8 +517,10 @@ def test_a_job_opens_by_the_start_of_its_id_and_shows_its_failed_items(ui: World
     store = ui.api.store
     job = _park(ui, kind="items", total=12)
     [claimed] = store.claim("seeder", [PARKED], 1, 30, kinds=["items"])
-    outcomes = [ItemOutcome(i, ItemState.FAILED, error=f"ValueError: row {i}") if i == 5 else ItemOutcome(i, ItemState.OK)
-                for i in range(12)]
+    outcomes = [
+        ItemOutcome(i, ItemState.FAILED, error=f"ValueError: row {i}") if i == 5 else ItemOutcome(i, ItemState.OK)
+        for i in range(12)
+    ]
     store.heartbeat(claimed.lease, 30, done=12, items=outcomes)
     store.complete(claimed.lease, None)
     ui.open("/ui")
@@ -557,7 +600,9 @@ def test_lists_refresh_themselves_without_a_reload_keeping_their_filters(ui: Wor
     ui.driver.execute_script("localStorage.setItem('jobq-live', 'off')")
 
 
-def test_a_bulk_cancel_of_a_filtered_set_shows_its_dry_run_first_and_lands_in_the_audit(ui: World, tmp_path: Path) -> None:
+def test_a_bulk_cancel_of_a_filtered_set_shows_its_dry_run_first_and_lands_in_the_audit(
+    ui: World, tmp_path: Path
+) -> None:
     doomed = [_park(ui, kind="bulk-browser").id for _ in range(3)]
     kept = _park(ui, kind="bulk-kept").id
     ui.open(f"/ui/jobs?kind=bulk-browser&queue={PARKED}")
@@ -596,9 +641,14 @@ def test_a_queue_paused_from_the_console_stops_its_claims_until_resumed(ui: Worl
         ui.driver.find_element(By.CSS_SELECTOR, 'tr[data-queue="default"] button.resume').click()
         ui.accept_confirmation()
         until(lambda: "Resumed" in ui.text("#notice"), what="the resume's notice")
-    until(lambda: ui.db.one("SELECT state FROM jobs WHERE id = %(id)s", id=job.id)["state"] == "succeeded", 20,
-          "the job to run once the queue is resumed")
-    actions = [r["action"] for r in ui.db.rows("SELECT action FROM console_audit WHERE target = 'queue:default' ORDER BY id")]
+    until(
+        lambda: ui.db.one("SELECT state FROM jobs WHERE id = %(id)s", id=job.id)["state"] == "succeeded",
+        20,
+        "the job to run once the queue is resumed",
+    )
+    actions = [
+        r["action"] for r in ui.db.rows("SELECT action FROM console_audit WHERE target = 'queue:default' ORDER BY id")
+    ]
     assert actions[-2:] == ["scope-pause", "scope-resume"]
 
 
@@ -615,6 +665,8 @@ def test_a_schedule_run_now_queues_its_job_at_once(ui: World, tmp_path: Path) ->
     # (Its notice may be gone already: the worker can finish the job before the page's first poll,
     # which then reloads the page once.)
     until(lambda: ui.text("#state") == "succeeded", 20, "the schedule's job to run")
-    entry = ui.db.one("SELECT action, target, detail FROM console_audit WHERE action = 'schedule-run-now' ORDER BY id DESC LIMIT 1")
+    entry = ui.db.one(
+        "SELECT action, target, detail FROM console_audit WHERE action = 'schedule-run-now' ORDER BY id DESC LIMIT 1"
+    )
     assert entry["target"] == "schedule:browser-run-now" and json.loads(entry["detail"]) == {"job_id": job_id}
     ui.screenshot(tmp_path, "schedule-run-now")

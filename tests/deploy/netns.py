@@ -49,8 +49,18 @@ class Host:
 
     def run(self) -> list[str]:
         """A command prefix: run inside the namespace, under a hostname of its own (a UTS namespace)."""
-        return ["ip", "netns", "exec", self.namespace,
-                "unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', self.hostname]
+        return [
+            "ip",
+            "netns",
+            "exec",
+            self.namespace,
+            "unshare",
+            "--uts",
+            "sh",
+            "-c",
+            'hostname "$0" && exec "$@"',
+            self.hostname,
+        ]
 
     def cut(self) -> None:
         ip("link", "set", self.link, "down")

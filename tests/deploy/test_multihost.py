@@ -66,8 +66,21 @@ def fleet(relay_url: str, tmp_path: Path) -> Iterator[Fleet]:
 def api(hosts: Hosts, relay_url: str, tmp_path: Path) -> Iterator[str]:
     """``jobq serve`` on host 0's own address; answers its base URL."""
     log = open(tmp_path / "api.log", "wb")
-    command = [*hosts[0].run(), sys.executable, "-m", "service", "--database-url", relay_url,
-               "serve", "--host", hosts[0].address, "--port", str(API_PORT), "--log-level", "warning"]
+    command = [
+        *hosts[0].run(),
+        sys.executable,
+        "-m",
+        "service",
+        "--database-url",
+        relay_url,
+        "serve",
+        "--host",
+        hosts[0].address,
+        "--port",
+        str(API_PORT),
+        "--log-level",
+        "warning",
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("JOBQ_DATABASE_URL", None)
     proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
@@ -81,8 +94,13 @@ def api(hosts: Hosts, relay_url: str, tmp_path: Path) -> Iterator[str]:
 
 def in_namespace(host: Host, code: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*host.run(), sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **env}, cwd=ROOT, stdin=subprocess.DEVNULL,
+        [*host.run(), sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
     )
 
 
@@ -102,14 +120,21 @@ def succeeded_by(pg: Database, workers: set[str], job_ids: list[str] | None = No
 
 
 def enqueue(store: Store, count: int, sleep: float) -> list[str]:
-    jobs = store.enqueue_many([NewJob(kind="side_effect", payload={"sleep": sleep}, max_attempts=10)
-                               for _ in range(count)])
+    jobs = store.enqueue_many(
+        [NewJob(kind="side_effect", payload={"sleep": sleep}, max_attempts=10) for _ in range(count)]
+    )
     return [str(j.id) for j in jobs]
 
 
 def test_fleet_on_three_hosts(
-    hosts: Hosts, fleet: Fleet, api: str, relay_url: str, pg_url: str, pg: Database,
-    make_store: Callable[..., Store], tmp_path: Path,
+    hosts: Hosts,
+    fleet: Fleet,
+    api: str,
+    relay_url: str,
+    pg_url: str,
+    pg: Database,
+    make_store: Callable[..., Store],
+    tmp_path: Path,
 ) -> None:
     began = time.monotonic()
     env = {"JOBQ_SIDE_EFFECT_URL": relay_url}
@@ -130,10 +155,21 @@ def test_fleet_on_three_hosts(
     # -- 2. the API on host 0, a client on host 1: submit and poll over the bridge ---------------
     token = subprocess.run(
         [sys.executable, "-m", "service", "--database-url", pg_url, "token", "create", "--tenant", "acme"],
-        capture_output=True, text=True, timeout=60, check=True, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        cwd=ROOT,
     ).stdout.strip()
-    wait_until(lambda: in_namespace(hosts[1], f"import httpx; httpx.get('{api}/readyz').raise_for_status()",
-                                    {}, 30).returncode == 0, 30, interval=0.5, what="the API to be ready")
+    wait_until(
+        lambda: (
+            in_namespace(hosts[1], f"import httpx; httpx.get('{api}/readyz').raise_for_status()", {}, 30).returncode
+            == 0
+        ),
+        30,
+        interval=0.5,
+        what="the API to be ready",
+    )
     client = in_namespace(hosts[1], CLIENT, {"JOBQ_URL": api, "JOBQ_TOKEN": token})
     assert client.returncode == 0, client.stderr[-3000:]
     answer = json.loads(client.stdout)
@@ -144,15 +180,22 @@ def test_fleet_on_three_hosts(
     cut, cut_ids = hosts[2], ids[hosts[2].hostname]
     second = enqueue(store, SLOTS, 2.0)  # one per slot: every worker holds three
     wait_until(lambda: pg.count("jobs", "state = 'running'") == SLOTS, 20, interval=0.02, what="all slots busy")
-    held = [r["id"] for r in pg.rows("SELECT id, lease_owner FROM jobs WHERE state = 'running'")
-            if r["lease_owner"] in cut_ids]
+    held = [
+        r["id"]
+        for r in pg.rows("SELECT id, lease_owner FROM jobs WHERE state = 'running'")
+        if r["lease_owner"] in cut_ids
+    ]
     cut.cut()
     cut_at = time.monotonic()
     try:
         assert len(held) == 6, "the cut host's two workers hold three jobs each"
         # Reclaimed after the lease by the other hosts, and finished there.
-        wait_until(lambda: pg.count("jobs", "state = 'succeeded' AND id = ANY(%(ids)s)", ids=held) == len(held),
-                   40, interval=0.2, what="the cut host's jobs to finish elsewhere")
+        wait_until(
+            lambda: pg.count("jobs", "state = 'succeeded' AND id = ANY(%(ids)s)", ids=held) == len(held),
+            40,
+            interval=0.2,
+            what="the cut host's jobs to finish elsewhere",
+        )
         taken_over = time.monotonic() - cut_at
         assert taken_over > LEASE, "nothing is taken over before the lease runs out"
     finally:
@@ -189,7 +232,9 @@ def test_fleet_on_three_hosts(
     assert pg.count("job_attempts", "outcome = 'succeeded'") == total
     assert pg.count("job_attempts", "outcome IS NULL") == 0
     assert pg.count("side_effects") == total, "the idempotent side effect happened once per job"
-    print(f"\nmultihost: 3 hosts x 2 workers; {per_host} of the first 300 jobs per host; the cut host's "
-          f"{len(held)} jobs finished elsewhere {taken_over:.1f} s after the cut; lease_lost for all "
-          f"{told:.1f} s after the link came back; {len(third)} jobs fed until it rejoined; "
-          f"{time.monotonic() - began:.1f} s in all")
+    print(
+        f"\nmultihost: 3 hosts x 2 workers; {per_host} of the first 300 jobs per host; the cut host's "
+        f"{len(held)} jobs finished elsewhere {taken_over:.1f} s after the cut; lease_lost for all "
+        f"{told:.1f} s after the link came back; {len(third)} jobs fed until it rejoined; "
+        f"{time.monotonic() - began:.1f} s in all"
+    )

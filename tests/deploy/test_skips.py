@@ -14,9 +14,21 @@ from tests.deploy.manifests import ROOT
 def test_a_missing_kubectl_skips_and_the_run_says_so_at_its_end(tmp_path: Path) -> None:
     env = {**os.environ, "PATH": str(tmp_path)}  # an empty directory: no kubectl on the PATH
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         "tests/deploy/test_kubernetes.py::test_api_probes_and_service"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/deploy/test_kubernetes.py::test_api_probes_and_service",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
     )
     assert run.returncode == 0, run.stdout + run.stderr
     tail = run.stdout.splitlines()[-3:]

@@ -135,5 +135,7 @@ def test_the_failures_query_reads_a_window_of_the_finished_at_index(db: Database
         )
         shown = json.dumps(explained(row))
         # either window on finished_at: all jobs' or the failed jobs' (ix_jobs_failed_finished_at, issue 17)
-        assert re.search(r'"Index Name": "ix_jobs_(failed_)?finished_at"', shown), f"kind={kind} tenant={tenant}:\n{shown}"
+        assert re.search(r'"Index Name": "ix_jobs_(failed_)?finished_at"', shown), (
+            f"kind={kind} tenant={tenant}:\n{shown}"
+        )
         assert '"Seq Scan"' not in shown, f"kind={kind} tenant={tenant}: scans six weeks of history\n{shown}"

@@ -167,8 +167,11 @@ def test_workers_with_a_retention_share_the_expired_history_a_small_batch_at_a_t
     fleet = [worker("--retention", "42d", "--retention-every", "0.1", "--log-level", "debug") for _ in range(2)]
 
     cutoff = db_time(db, datetime.now(UTC) - timedelta(days=42))
-    wait_until(lambda: db.count("jobs", "finished_at < %(cutoff)s", cutoff=cutoff) == 0, 30,
-               what="the worker's retention to delete the expired jobs")
+    wait_until(
+        lambda: db.count("jobs", "finished_at < %(cutoff)s", cutoff=cutoff) == 0,
+        30,
+        what="the worker's retention to delete the expired jobs",
+    )
     assert related_rows(db, expired) == 0
     assert sorted(str(r["id"]) for r in db.rows("SELECT id FROM jobs")) == sorted(young + active)
 

@@ -153,4 +153,3 @@ def test_bad_replay_requests_are_problems_and_change_nothing(api: LiveApi, db: D
     assert_problem(api.http().post("/v1/jobs/replay", json={"kind": "resize"}), 401, "unauthorized")
     assert_problem(http.get("/v1/jobs/replay"), 405)
     assert db.job(job.id)["state"] == "failed" and db.count("job_replays") == 0
-

@@ -26,7 +26,9 @@ def test_fail_then_replay_then_succeed(
     bug = tmp_path / "bug"
     bug.touch()
     worker()
-    jobs = live.enqueue_many([NewJob(kind="flaky", payload={"bug": str(bug), "n": i}, max_attempts=2) for i in range(3)])
+    jobs = live.enqueue_many(
+        [NewJob(kind="flaky", payload={"bug": str(bug), "n": i}, max_attempts=2) for i in range(3)]
+    )
     wait_until(lambda: db.count("jobs", "state = 'failed'") == 3, 60, what="the three jobs to fail")
 
     failures = cli("failures", "--json")

@@ -61,8 +61,10 @@ def test_bad_input_is_refused_by_name_and_writes_nothing(queue: Queue, db: Datab
             queue.enqueue(kind, payload, **options)  # type: ignore[arg-type]
     with pytest.raises(InvalidInput):
         queue.enqueue_many([NewJob(kind="fine"), {"kind": "bad", "priority": -1}])
-    with pytest.raises(InvalidInput, match="needs PostgreSQL") if db.dialect == "sqlite" else pytest.raises(
-        InvalidInput, match="psycopg connection"
+    with (
+        pytest.raises(InvalidInput, match="needs PostgreSQL")
+        if db.dialect == "sqlite"
+        else pytest.raises(InvalidInput, match="psycopg connection")
     ):
         queue.enqueue("k", connection=object())
     with pytest.raises(InvalidInput):

@@ -138,18 +138,21 @@ def test_a_key_reused_in_the_callers_transaction_is_checked_and_a_conflict_leave
         assert queue.enqueue("ship", {"order": 1}, connection=conn, idempotency_key="order-1") == first
         with pytest.raises(IdempotencyConflict, match=f"already used for job {first.id} with a different payload"):
             queue.enqueue_many(
-                [{"kind": "ship", "payload": {"order": 9}}, {"kind": "ship", "payload": {"order": 2}, "idempotency_key": "order-1"}],
+                [
+                    {"kind": "ship", "payload": {"order": 9}},
+                    {"kind": "ship", "payload": {"order": 2}, "idempotency_key": "order-1"},
+                ],
                 connection=conn,
             )
-        conn.execute("INSERT INTO orders VALUES (1, 100)")  # the transaction goes on: the refused batch's savepoint is gone
+        conn.execute(
+            "INSERT INTO orders VALUES (1, 100)"
+        )  # the transaction goes on: the refused batch's savepoint is gone
         conn.commit()
     assert orders.count("orders") == 1
     assert [r["payload"] for r in orders.rows("SELECT payload FROM jobs")] == [{"order": 1}]
 
 
-def test_the_business_row_and_its_job_commit_together_under_a_concurrent_claim(
-    queue: Queue, orders: Database
-) -> None:
+def test_the_business_row_and_its_job_commit_together_under_a_concurrent_claim(queue: Queue, orders: Database) -> None:
     """A claimer polling all along never gets the job before the commit, and when it gets
     it the order it names is already there: they became visible in the same instant."""
     claimed: list[tuple[float, int, int]] = []  # (when, order id, orders rows seen at the claim)

@@ -18,16 +18,23 @@ def new_job(kind: str = "resize", **fields: Any) -> NewJob:
     return NewJob(kind=kind, **fields)
 
 
-def claim_one(store: Store, worker: str = "worker-a", *, queues: tuple[str, ...] = ("default",),
-              lease_seconds: float = LEASE_SECONDS, kinds: list[str] | None = None) -> ClaimedJob:
+def claim_one(
+    store: Store,
+    worker: str = "worker-a",
+    *,
+    queues: tuple[str, ...] = ("default",),
+    lease_seconds: float = LEASE_SECONDS,
+    kinds: list[str] | None = None,
+) -> ClaimedJob:
     """Claim and return exactly one job (fails the test if the claim takes none or more)."""
     claimed = store.claim(worker, list(queues), 1, lease_seconds, kinds=kinds)
     assert len(claimed) == 1, f"expected to claim one job, claimed {len(claimed)}"
     return claimed[0]
 
 
-def fail_job(store: Store, job: ClaimedJob, error: str, *, retryable: bool,
-             policy: RetryPolicy = DEFAULT_POLICY) -> FailResult:
+def fail_job(
+    store: Store, job: ClaimedJob, error: str, *, retryable: bool, policy: RetryPolicy = DEFAULT_POLICY
+) -> FailResult:
     """Fail a claimed job as a worker does: service.retry decides, the store persists."""
     return store.fail(job.lease, error, policy.decide(job.attempt, job.max_attempts, retryable))
 

@@ -201,7 +201,7 @@ def test_json_with_a_nul_character_is_rejected_alike_by_both_stores(store, db: D
 
 
 def test_json_round_trips_exactly(store):
-    payload = {"big": 2**70, "float": 0.1, "text": "żółw ✓ \"quoted\" \\", "": None, "list": [1, [2, {}]]}
+    payload = {"big": 2**70, "float": 0.1, "text": 'żółw ✓ "quoted" \\', "": None, "list": [1, [2, {}]]}
     store.enqueue(new_job(payload=payload))
     job = claim_one(store)
 

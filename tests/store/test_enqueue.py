@@ -85,8 +85,14 @@ def test_a_batch_answers_each_job_as_stored_delays_and_keys_mixed(store, clock: 
     """The statuses are built from one summary row (PostgreSQL): each must still equal the stored job."""
     at = clock.now() + timedelta(hours=2)
     store.enqueue(new_job(idempotency_key="taken"))
-    jobs = [new_job(delay_seconds=0), new_job(delay_seconds=1.5), new_job(run_after=at),
-            new_job(idempotency_key="taken"), new_job(idempotency_key="fresh", delay_seconds=30), new_job()]
+    jobs = [
+        new_job(delay_seconds=0),
+        new_job(delay_seconds=1.5),
+        new_job(run_after=at),
+        new_job(idempotency_key="taken"),
+        new_job(idempotency_key="fresh", delay_seconds=30),
+        new_job(),
+    ]
 
     statuses = store.enqueue_many(jobs)
 
@@ -139,9 +145,7 @@ def test_enqueue_many_of_nothing_writes_nothing(store, db: Database):
 def test_enqueue_many_returns_the_existing_job_in_place_of_a_used_key(store, db: Database):
     existing = store.enqueue(new_job(idempotency_key="k-1", payload={"v": "first"}))
 
-    statuses = store.enqueue_many(
-        [new_job("a"), new_job(idempotency_key="k-1", payload={"v": "first"}), new_job("c")]
-    )
+    statuses = store.enqueue_many([new_job("a"), new_job(idempotency_key="k-1", payload={"v": "first"}), new_job("c")])
 
     assert [s.kind for s in statuses] == ["a", "resize", "c"]
     assert statuses[1] == existing
@@ -234,9 +238,7 @@ def test_the_same_idempotency_key_in_two_tenants_makes_two_jobs(store, db: Datab
 
 
 def test_the_same_idempotency_key_twice_in_one_batch_makes_one_job(store, db: Database):
-    statuses = store.enqueue_many(
-        [new_job(idempotency_key="dup"), new_job("other"), new_job(idempotency_key="dup")]
-    )
+    statuses = store.enqueue_many([new_job(idempotency_key="dup"), new_job("other"), new_job(idempotency_key="dup")])
 
     assert statuses[0].id == statuses[2].id
     assert statuses[1].id != statuses[0].id

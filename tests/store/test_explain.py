@@ -81,8 +81,9 @@ def test_a_rate_limit_says_when_the_next_start_is_allowed(store, worker, clock: 
 
 def test_no_live_worker_for_the_queue_or_the_kind(store, clock: FakeClock):
     store.register_worker(WorkerInfo(id="w:1:a", host="w", pid=1, queues=("email",), kinds=("send",), concurrency=1))
-    store.register_worker(WorkerInfo(id="w:2:b", host="w", pid=2, queues=("default",), kinds=("ocr", "resize"),
-                                     concurrency=1))
+    store.register_worker(
+        WorkerInfo(id="w:2:b", host="w", pid=2, queues=("default",), kinds=("ocr", "resize"), concurrency=1)
+    )
     elsewhere = store.enqueue(new_job(queue="sms"))
     typo = store.enqueue(new_job("resise"))
 

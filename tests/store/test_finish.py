@@ -41,10 +41,12 @@ def test_complete_takes_the_handlers_final_progress(store):
     store.heartbeat(jobs[heartbeat_only.id].lease, 30, done=6)
 
     store.complete(jobs[counted.id].lease, "ok", done=3)
-    lost = store.complete_many([
-        Completion(jobs[sized.id].lease, "ok", done=2, total=5),
-        Completion(jobs[heartbeat_only.id].lease, "ok"),  # nothing new since the heartbeat
-    ])
+    lost = store.complete_many(
+        [
+            Completion(jobs[sized.id].lease, "ok", done=2, total=5),
+            Completion(jobs[heartbeat_only.id].lease, "ok"),  # nothing new since the heartbeat
+        ]
+    )
 
     assert lost == []
     assert (store.get(counted.id).done, store.get(counted.id).total) == (3, None)
@@ -81,8 +83,10 @@ def test_complete_and_claim_with_nothing_left_to_claim_still_completes(store):
     store.enqueue(new_job())
     job = claim_one(store, "worker-a")
 
-    assert store.complete_and_claim([Completion(job.lease, None)], ClaimRequest("worker-a", ("default",), 1, 30)) \
-        == ([], [])
+    assert store.complete_and_claim([Completion(job.lease, None)], ClaimRequest("worker-a", ("default",), 1, 30)) == (
+        [],
+        [],
+    )
     assert store.get(job.id).state is JobState.SUCCEEDED
 
 

@@ -232,18 +232,21 @@ def test_limits_are_listed_per_tenant(store):
     assert store.list_limits()[0].rate_text == "60/min"
 
 
-@pytest.mark.parametrize("bad", [
-    lambda: Limit("tenant", concurrency=1),
-    lambda: Limit("user:x", concurrency=1),
-    lambda: Limit("kind:*", concurrency=1),
-    lambda: Limit("kind: x", concurrency=1),
-    lambda: Limit("kind:x", concurrency=-1),
-    lambda: Limit("kind:x", weight=2),
-    lambda: Limit("tenant:x", weight=0),
-    lambda: Limit("tenant:x"),
-    lambda: parse_rate("20/fortnight"),
-    lambda: parse_rate("0/s"),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        lambda: Limit("tenant", concurrency=1),
+        lambda: Limit("user:x", concurrency=1),
+        lambda: Limit("kind:*", concurrency=1),
+        lambda: Limit("kind: x", concurrency=1),
+        lambda: Limit("kind:x", concurrency=-1),
+        lambda: Limit("kind:x", weight=2),
+        lambda: Limit("tenant:x", weight=0),
+        lambda: Limit("tenant:x"),
+        lambda: parse_rate("20/fortnight"),
+        lambda: parse_rate("0/s"),
+    ],
+)
 def test_bad_limits_are_refused_by_name(bad):
     with pytest.raises(InvalidInput):
         bad()

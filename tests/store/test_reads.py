@@ -121,19 +121,28 @@ def test_read_statuses_answers_many_polls_in_order_each_within_its_own_tenant(st
     store.revoke_token(revoked.id)
     missing = uuid.uuid4()
 
-    found = store.read_statuses([
-        StatusRead(acme.id, token_hash="hash-of-acme-token"),
-        StatusRead(globex.id, token_hash="hash-of-acme-token"),  # another tenant's job
-        StatusRead(acme.id, token_hash="hash-of-revoked-token"),
-        StatusRead(acme.id, token_hash="hash-of-no-token"),
-        StatusRead(missing, tenant="acme"),
-        StatusRead(globex.id, tenant="globex"),
-        StatusRead(globex.id, tenant="acme"),
-        StatusRead(acme.id, tenant="acme"),  # the same job twice in one batch
-    ])
+    found = store.read_statuses(
+        [
+            StatusRead(acme.id, token_hash="hash-of-acme-token"),
+            StatusRead(globex.id, token_hash="hash-of-acme-token"),  # another tenant's job
+            StatusRead(acme.id, token_hash="hash-of-revoked-token"),
+            StatusRead(acme.id, token_hash="hash-of-no-token"),
+            StatusRead(missing, tenant="acme"),
+            StatusRead(globex.id, tenant="globex"),
+            StatusRead(globex.id, tenant="acme"),
+            StatusRead(acme.id, tenant="acme"),  # the same job twice in one batch
+        ]
+    )
 
     assert [status.id if status else None for status in found] == [
-        acme.id, None, None, None, None, globex.id, None, acme.id,
+        acme.id,
+        None,
+        None,
+        None,
+        None,
+        globex.id,
+        None,
+        acme.id,
     ]
     assert found[0] == store.get(acme.id, "acme")  # the same status a single read gives
 

@@ -56,7 +56,9 @@ def test_a_refill_waiting_for_a_counter_holds_none_its_completion_gave_back(make
         try:
             deadline = time.monotonic() + 3
             while counter_free(probe, "tenant:a") != 0:
-                assert time.monotonic() < deadline, "tenant:a's counter stayed held while the claim waited for tenant:b's"
+                assert time.monotonic() < deadline, (
+                    "tenant:a's counter stayed held while the claim waited for tenant:b's"
+                )
                 time.sleep(0.02)
             assert db.scalar("SELECT state FROM jobs WHERE id = %(id)s", id=job.id) == "succeeded"
             assert outcome == [], "the claim went on while tenant:b's counter was held"

@@ -57,7 +57,9 @@ def test_a_completion_and_its_refill_are_one_round_trip(make_store, store_url, t
     [job] = store.claim("worker-a", ["default"], 1, 30)
 
     with sent(store, tmp_path / "trace") as messages:
-        lost, claimed = store.complete_and_claim([Completion(job.lease, {"ok": True})], ClaimRequest("worker-a", ("default",), 1, 30))
+        lost, claimed = store.complete_and_claim(
+            [Completion(job.lease, {"ok": True})], ClaimRequest("worker-a", ("default",), 1, 30)
+        )
 
     assert lost == [] and len(claimed) == 1
     assert store.get(job.id).state.value == "succeeded"

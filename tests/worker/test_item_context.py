@@ -16,8 +16,16 @@ from service.worker.context import JobContext, JobStopped, StopReason
 
 def claimed(checkpoint: Any = None) -> ClaimedJob:
     return ClaimedJob(
-        lease=Lease(uuid.uuid4(), "w", 1, 1), kind="k", queue="default", tenant="default", payload={},
-        checkpoint=checkpoint, done=0, total=None, max_attempts=3, lease_expires_at=datetime.now(UTC),
+        lease=Lease(uuid.uuid4(), "w", 1, 1),
+        kind="k",
+        queue="default",
+        tenant="default",
+        payload={},
+        checkpoint=checkpoint,
+        done=0,
+        total=None,
+        max_attempts=3,
+        lease_expires_at=datetime.now(UTC),
     )
 
 
@@ -42,8 +50,12 @@ def test_map_records_each_item_and_goes_on_after_a_failure() -> None:
     results = ctx.map([0, 1, 2, 3], work)
 
     assert results == [0, 10, 30]
-    assert outcomes(ctx) == [(0, "ok", 0, None), (1, "ok", 10, None), (2, "failed", None, "ValueError: bad 2"),
-                             (3, "ok", 30, None)]
+    assert outcomes(ctx) == [
+        (0, "ok", 0, None),
+        (1, "ok", 10, None),
+        (2, "failed", None, "ValueError: bad 2"),
+        (3, "ok", 30, None),
+    ]
     assert (ctx.items_ok, ctx.items_failed, ctx.done, ctx.total) == (3, 1, 4, 4)
     assert "Traceback" in (ctx.pending().items[2].error or "")  # type: ignore[union-attr]
 
@@ -58,8 +70,12 @@ def test_the_item_block_catches_records_and_the_loop_goes_on() -> None:
     with ctx.item(7):
         ctx.item_failed(7, "told by hand")  # the block's own outcome wins
 
-    assert outcomes(ctx) == [(0, "ok", 1, None), (1, "failed", None, "KeyError: 'bb'"), (2, "ok", 3, None),
-                             (7, "failed", None, "told by hand")]
+    assert outcomes(ctx) == [
+        (0, "ok", 1, None),
+        (1, "failed", None, "KeyError: 'bb'"),
+        (2, "ok", 3, None),
+        (7, "failed", None, "told by hand"),
+    ]
 
 
 def test_a_stop_is_not_an_item_failure() -> None:
@@ -127,8 +143,14 @@ def test_a_resumed_attempt_skips_every_item_with_an_outcome() -> None:
 
 def test_a_retry_past_the_limit_runs_the_failed_items_again() -> None:
     ctx = JobContext(claimed({"position": 4, "state": {}, "outcomes": True}), "w", max_item_failures=1)
-    ctx.resume_items([stored(0, ItemState.OK, "a"), stored(1, ItemState.FAILED), stored(2, ItemState.FAILED),
-                      stored(3, ItemState.OK, "d")])
+    ctx.resume_items(
+        [
+            stored(0, ItemState.OK, "a"),
+            stored(1, ItemState.FAILED),
+            stored(2, ItemState.FAILED),
+            stored(3, ItemState.OK, "d"),
+        ]
+    )
 
     seen = []
     ctx.map(["A", "B", "C", "D"], lambda x: seen.append(x) or x.lower())

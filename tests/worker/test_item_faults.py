@@ -25,11 +25,13 @@ pytestmark = pytest.mark.slow
 ARGS = ("--concurrency", "1", "--lease-seconds", "1.5", "--poll-seconds", "0.2")
 
 
-def start_job(store: Store, store_fleet: Fleet, db: Database, log: Path, items: int, delay: float,
-              written: int) -> uuid.UUID:
+def start_job(
+    store: Store, store_fleet: Fleet, db: Database, log: Path, items: int, delay: float, written: int
+) -> uuid.UUID:
     """A job of ``items`` items and a worker running it, once it wrote ``written`` outcomes."""
-    job = store.enqueue(NewJob(kind="numbered", payload={"count": items, "delay": delay, "call_log": str(log)},
-                               max_attempts=3))
+    job = store.enqueue(
+        NewJob(kind="numbered", payload={"count": items, "delay": delay, "call_log": str(log)}, max_attempts=3)
+    )
     store_fleet.start(*ARGS)
     wait_until(lambda: db.count("job_items") >= written, 30, what="the first worker to write some outcomes")
     return job.id
@@ -56,12 +58,16 @@ def test_a_worker_killed_mid_job_leaves_exactly_one_outcome_per_item(
     wait_until(lambda: db.job(job_id)["state"] == "succeeded", 60, interval=0.2, what="the job to succeed")
 
     row = db.job(job_id)
-    outcomes = {r["item_index"]: r["attempt"] for r in db.rows(
-        "SELECT item_index, attempt FROM job_items WHERE job_id = %(id)s", id=job_id)}
+    outcomes = {
+        r["item_index"]: r["attempt"]
+        for r in db.rows("SELECT item_index, attempt FROM job_items WHERE job_id = %(id)s", id=job_id)
+    }
     runs = runs_per_item(log)
     rerun = [i for i, attempts in runs.items() if len(attempts) > 1]
-    print(f"\nkilled after {written_by_first} outcomes were written; {len(rerun)} items ran twice "
-          "(run, but their outcome not yet written when the worker died)")
+    print(
+        f"\nkilled after {written_by_first} outcomes were written; {len(rerun)} items ran twice "
+        "(run, but their outcome not yet written when the worker died)"
+    )
     assert (row["items_ok"], row["items_failed"], row["done"]) == (items, 0, items)
     assert db.count("job_items", "job_id = %(id)s", id=job_id) == items
     assert sorted(outcomes) == list(range(items))
@@ -92,12 +98,17 @@ def test_a_paused_worker_past_its_lease_writes_no_item_outcome(
     assert len(run_by_first) > by_first, "the paused worker held outcomes it had not written yet"
 
     paused.signal(signal.SIGCONT)
-    wait_until(lambda: paused.events("job.lease_lost") or paused.events("job.discarded"), 20,
-               what="the resumed worker to find its lease gone")
+    wait_until(
+        lambda: paused.events("job.lease_lost") or paused.events("job.discarded"),
+        20,
+        what="the resumed worker to find its lease gone",
+    )
     time.sleep(0.5)  # its keeper's next round, had anything been left to write
 
-    print(f"\npaused {time.monotonic() - stopped_at:.1f} s; {by_first} outcomes written before the pause, "
-          f"{len(run_by_first) - by_first} run but unwritten")
+    print(
+        f"\npaused {time.monotonic() - stopped_at:.1f} s; {by_first} outcomes written before the pause, "
+        f"{len(run_by_first) - by_first} run but unwritten"
+    )
     assert db.count("job_items", "attempt = 1") == by_first, "a fenced-out worker wrote item outcomes"
     assert db.count("job_items") == items
     assert (db.job(job_id)["items_ok"], db.job(job_id)["items_failed"]) == (items, 0)

@@ -18,8 +18,9 @@ from tests.worker.harness import wait_until
 
 
 def run_until(store: Store, app: App, done: Callable[[], bool], flush_seconds: float = 0.5) -> Worker:
-    worker = Worker(store, app, WorkerConfig(poll_seconds=0.1, lease_seconds=3.0, grace_seconds=1.0,
-                                             flush_seconds=flush_seconds))
+    worker = Worker(
+        store, app, WorkerConfig(poll_seconds=0.1, lease_seconds=3.0, grace_seconds=1.0, flush_seconds=flush_seconds)
+    )
     thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False}, daemon=True)
     thread.start()
     try:

@@ -25,9 +25,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _job(kind: str, queue: str) -> ClaimedJob:
-    return ClaimedJob(lease=Lease(job_id=uuid.uuid4(), owner="h:1:a", attempt=2), kind=kind, queue=queue,
-                      tenant="t", payload={}, checkpoint=None, done=0, total=None, max_attempts=3,
-                      lease_expires_at=datetime.now(UTC))
+    return ClaimedJob(
+        lease=Lease(job_id=uuid.uuid4(), owner="h:1:a", attempt=2),
+        kind=kind,
+        queue=queue,
+        tenant="t",
+        payload={},
+        checkpoint=None,
+        done=0,
+        total=None,
+        max_attempts=3,
+        lease_expires_at=datetime.now(UTC),
+    )
 
 
 @pytest.mark.parametrize("duration", [None, 0.0012, 75.25])
@@ -49,15 +58,21 @@ def test_a_job_events_fast_line_is_the_encoders_line(duration: float | None, fie
 def _child(code: str, log: Path, *args: str) -> subprocess.Popen[bytes]:
     out = open(log, "wb")  # noqa: SIM115 - the child owns it
     try:
-        return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args], stderr=out,
-                                stdout=subprocess.DEVNULL, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        return subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(code), *args],
+            stderr=out,
+            stdout=subprocess.DEVNULL,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
     finally:
         out.close()
 
 
 def test_every_line_is_written_in_order_by_a_normal_exit(tmp_path: Path) -> None:
     log = tmp_path / "worker.log"
-    child = _child("""
+    child = _child(
+        """
         import logging, sys
         from service.worker.logs import configure_logging, log_event
         configure_logging("info")
@@ -66,7 +81,9 @@ def test_every_line_is_written_in_order_by_a_normal_exit(tmp_path: Path) -> None
             if i == 10000:
                 logging.getLogger("other").warning("from the logging module")
         sys.exit(3)
-    """, log)
+    """,
+        log,
+    )
     assert child.wait(60) == 3
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     assert [line["seq"] for line in lines if line["event"] == "tick"] == list(range(20000))
@@ -80,7 +97,8 @@ def test_sigkill_loses_only_the_last_few_milliseconds_of_lines(tmp_path: Path) -
     the lines missing from the file are those of the last moments only."""
     log, counter = tmp_path / "worker.log", tmp_path / "counter"
     counter.write_bytes(b"\0" * 8)
-    child = _child("""
+    child = _child(
+        """
         import mmap, struct, sys, time
         from service.worker.logs import configure_logging, log_event
         configure_logging("info")
@@ -94,7 +112,10 @@ def test_sigkill_loses_only_the_last_few_milliseconds_of_lines(tmp_path: Path) -
             end = time.perf_counter() + 0.0001
             while time.perf_counter() < end:
                 pass
-    """, log, str(counter))
+    """,
+        log,
+        str(counter),
+    )
     with open(counter, "r+b") as f:
         shared = mmap.mmap(f.fileno(), 8)
     try:

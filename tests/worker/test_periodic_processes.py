@@ -29,10 +29,7 @@ def test_three_workers_enqueue_exactly_one_job_per_tick_of_a_per_second_schedule
     window = [tick_key("every_second", start + timedelta(seconds=s)) for s in range(10)]
     time.sleep(max(0.0, (start - datetime.now(UTC)).total_seconds()) + 10 + 1.5)  # the last tick, fired
 
-    keys = {
-        row["idempotency_key"]
-        for row in pg.rows("SELECT idempotency_key FROM jobs WHERE kind = 'every_second'")
-    }
+    keys = {row["idempotency_key"] for row in pg.rows("SELECT idempotency_key FROM jobs WHERE kind = 'every_second'")}
     fired_in_window = [key for key in window if key in keys]
     assert 9 <= len(fired_in_window) <= 10, f"ticks fired in 10 s: {len(fired_in_window)}"
     assert pg.count("jobs", "kind = 'every_second'") == len(keys), "one job per tick, never two"

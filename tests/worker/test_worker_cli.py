@@ -17,15 +17,29 @@ from service.jobs import NewJob
 from service.store import Store
 from tests.worker.harness import ROOT, WorkerProcess, wait_until
 
-OPTIONS = ["--app", "--queues", "--concurrency", "--lease-seconds", "--grace-seconds", "--poll-seconds",
-           "--max-poll-seconds", "--retention", "--leader-lease-seconds",
-           "--log-level", "--wait-for-database", "--metrics-port", "--metrics-host", "--traceback"]
+OPTIONS = [
+    "--app",
+    "--queues",
+    "--concurrency",
+    "--lease-seconds",
+    "--grace-seconds",
+    "--poll-seconds",
+    "--max-poll-seconds",
+    "--retention",
+    "--leader-lease-seconds",
+    "--log-level",
+    "--wait-for-database",
+    "--metrics-port",
+    "--metrics-host",
+    "--traceback",
+]
 
 
 def jobq(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "200", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "service", *args], capture_output=True, text=True, env=env,
-                          timeout=60, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "service", *args], capture_output=True, text=True, env=env, timeout=60, cwd=ROOT
+    )
 
 
 def test_help_documents_every_option() -> None:
@@ -54,16 +68,25 @@ def test_a_bad_app_is_a_usage_error(sqlite_url: str) -> None:
 def test_an_app_whose_import_raises_is_one_line_naming_the_exception_and_where(tmp_path: Path) -> None:
     (tmp_path / "broken_handlers.py").write_text("import os\n\nraise RuntimeError('JOBQ_MODEL_PATH is not set')\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "service", "--database-url", "sqlite:///unused.db", "worker", "--app",
-               "broken_handlers"]
+    command = [
+        sys.executable,
+        "-m",
+        "service",
+        "--database-url",
+        "sqlite:///unused.db",
+        "worker",
+        "--app",
+        "broken_handlers",
+    ]
     plain = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path)
     assert plain.returncode == 2, plain.stderr
     assert plain.stderr.splitlines() == [
         f"error: --app broken_handlers: importing it raised RuntimeError: JOBQ_MODEL_PATH is not set at "
         f"{tmp_path / 'broken_handlers.py'}:3"
     ]
-    verbose = subprocess.run([*command, "--traceback"], capture_output=True, text=True, env=env, timeout=60,
-                             cwd=tmp_path)
+    verbose = subprocess.run(
+        [*command, "--traceback"], capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path
+    )
     assert verbose.returncode == 2
     assert verbose.stderr.startswith("Traceback") and 'broken_handlers.py", line 3' in verbose.stderr
     assert verbose.stderr.splitlines()[-1] == plain.stderr.strip()
@@ -72,8 +95,9 @@ def test_an_app_whose_import_raises_is_one_line_naming_the_exception_and_where(t
 
 def test_a_worker_on_an_unmigrated_database_says_why_every_interval_then_gives_up_with_exit_3(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'never-migrated.db'}"
-    worker = WorkerProcess(url, tmp_path, "waiting", ["--wait-for-database", "2", "--report-seconds", "0.4"],
-                           app="service.examples")
+    worker = WorkerProcess(
+        url, tmp_path, "waiting", ["--wait-for-database", "2", "--report-seconds", "0.4"], app="service.examples"
+    )
     assert worker.wait(30) == 3, worker.log()
     waits = worker.events("worker.waiting_for_database")
     assert len(waits) >= 3, worker.log()  # at once, then every 0.4 s, for 2 s
@@ -88,8 +112,13 @@ def test_a_worker_on_a_refused_postgresql_says_so_at_once_and_gives_up_on_time(t
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    worker = WorkerProcess(f"postgresql://jobq@127.0.0.1:{port}/jobq", tmp_path, "refused",
-                           ["--wait-for-database", "1"], app="service.examples")
+    worker = WorkerProcess(
+        f"postgresql://jobq@127.0.0.1:{port}/jobq",
+        tmp_path,
+        "refused",
+        ["--wait-for-database", "1"],
+        app="service.examples",
+    )
     started = time.monotonic()
     assert worker.wait(30) == 3, worker.log()
     assert time.monotonic() - started < 15  # not the store pool's timeout per try
@@ -102,8 +131,7 @@ def test_a_worker_on_a_schema_behind_keeps_waiting_then_starts_once_migrated(tmp
 
     path = tmp_path / "behind.db"
     migrate.upgrade(f"sqlite:///{path}", "0005")  # migrations short of head
-    worker = WorkerProcess(f"sqlite:///{path}", tmp_path, "behind", ["--report-seconds", "0.3"],
-                           app="service.examples")
+    worker = WorkerProcess(f"sqlite:///{path}", tmp_path, "behind", ["--report-seconds", "0.3"], app="service.examples")
     try:
         waits = wait_until(lambda: worker.events("worker.waiting_for_database")[1:], 20, what="two reports")
         assert all("behind" in w["error"] and "jobq migrate" in w["todo"] for w in waits), waits
@@ -118,11 +146,13 @@ def test_a_worker_on_a_schema_behind_keeps_waiting_then_starts_once_migrated(tmp
 
 def test_a_worker_process_on_sqlite(sqlite_url: str, make_store: Callable[..., Store], tmp_path: Path) -> None:
     store = make_store(sqlite_url)
-    jobs = store.enqueue_many([
-        NewJob(kind="sleep", payload={"seconds": 0.2}),
-        NewJob(kind="classify", payload={"items": ["a", "b", "c"], "delay": 0}),
-        NewJob(kind="fail", payload={"permanent": True, "message": "no such image"}),
-    ])
+    jobs = store.enqueue_many(
+        [
+            NewJob(kind="sleep", payload={"seconds": 0.2}),
+            NewJob(kind="classify", payload={"items": ["a", "b", "c"], "delay": 0}),
+            NewJob(kind="fail", payload={"permanent": True, "message": "no such image"}),
+        ]
+    )
     worker = WorkerProcess(
         sqlite_url, tmp_path, "sqlite-worker", ["--poll-seconds", "0.2", "--lease-seconds", "5"], app="service.examples"
     )

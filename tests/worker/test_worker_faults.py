@@ -75,10 +75,12 @@ def test_chaos_kill(fleet: Fleet, pg_url: str, make_store: Callable[..., Store],
     jobs_run_twice = pg.scalar(
         "SELECT count(*) FROM (SELECT job_id FROM side_effect_runs GROUP BY job_id HAVING count(*) > 1) AS t"
     )
-    print(f"\nchaos: {len(killed)} SIGKILLs; {done_during_chaos} jobs done during the {chaos_seconds} s of chaos; "
-          f"all {jobs} done after {elapsed:.1f} s; {reclaimed} attempts reclaimed after lease expiry; "
-          f"{runs} handler runs recorded ({jobs_run_twice} jobs ran more than once, "
-          f"the side effect stayed once per job)")
+    print(
+        f"\nchaos: {len(killed)} SIGKILLs; {done_during_chaos} jobs done during the {chaos_seconds} s of chaos; "
+        f"all {jobs} done after {elapsed:.1f} s; {reclaimed} attempts reclaimed after lease expiry; "
+        f"{runs} handler runs recorded ({jobs_run_twice} jobs ran more than once, "
+        f"the side effect stayed once per job)"
+    )
 
     assert len(killed) >= 7
     assert states(pg) == {"succeeded": jobs}
@@ -89,7 +91,9 @@ def test_chaos_kill(fleet: Fleet, pg_url: str, make_store: Callable[..., Store],
     assert pg.count("job_attempts", "outcome IS NULL") == 0
     assert reclaimed > 0
     killed_ids = {event["worker"] for w in killed for event in w.events("worker.started")}
-    expired_by = {r["worker"] for r in pg.rows("SELECT DISTINCT worker FROM job_attempts WHERE outcome = 'lease_expired'")}
+    expired_by = {
+        r["worker"] for r in pg.rows("SELECT DISTINCT worker FROM job_attempts WHERE outcome = 'lease_expired'")
+    }
     assert expired_by <= killed_ids, "only killed workers lose leases"
     assert pg.count("jobs", "attempts > 1") > 0
     assert elapsed < 75
@@ -122,7 +126,9 @@ def test_database_restart(fleet: Fleet, pg_url: str, make_store: Callable[..., S
 
     def enqueue_after() -> list[Any]:
         try:
-            return store.enqueue_many([NewJob(kind="sleep", payload={"seconds": 0.5}, max_attempts=5) for _ in range(8)])
+            return store.enqueue_many(
+                [NewJob(kind="sleep", payload={"seconds": 0.5}, max_attempts=5) for _ in range(8)]
+            )
         except Exception:  # the pool may still hand out a connection the restart killed
             return []
 
@@ -149,8 +155,10 @@ def test_database_restart(fleet: Fleet, pg_url: str, make_store: Callable[..., S
         pg.close()
     outages = worker.events("store.unavailable")
     recoveries = worker.events("store.available")
-    print(f"\ndatabase restart took {restarted_after:.1f} s; the worker logged {len(outages)} outage(s), "
-          f"back after {recoveries[0]['down_s'] if recoveries else '?'} s; all {len(ids)} jobs succeeded")
+    print(
+        f"\ndatabase restart took {restarted_after:.1f} s; the worker logged {len(outages)} outage(s), "
+        f"back after {recoveries[0]['down_s'] if recoveries else '?'} s; all {len(ids)} jobs succeeded"
+    )
     assert outages and recoveries
     worker.terminate()
     assert worker.wait(timeout=15) == 0
@@ -172,11 +180,13 @@ def test_partition(fleet: Fleet, pg_url: str, make_store: Callable[..., Store], 
         cut_off = fleet.start("--concurrency", "1", "--lease-seconds", str(lease), url=_via(pg_url, proxy.port))
         cut_off_id = cut_off.wait_started()
         store = make_store(pg_url)
-        job = store.enqueue(NewJob(
-            kind="probe",
-            payload={"markers": str(tmp_path), "seconds": 60, "later_seconds": 0.5, "return_when_stopped": True},
-            max_attempts=3,
-        ))
+        job = store.enqueue(
+            NewJob(
+                kind="probe",
+                payload={"markers": str(tmp_path), "seconds": 60, "later_seconds": 0.5, "return_when_stopped": True},
+                max_attempts=3,
+            )
+        )
         wait_until(lambda: markers(tmp_path, job.id, "start"), 20, what="the first worker to start the job")
         time.sleep(1.0)  # a heartbeat or two go through
 
@@ -194,8 +204,10 @@ def test_partition(fleet: Fleet, pg_url: str, make_store: Callable[..., Store], 
         resumed_at = time.time()
         stopped = wait_until(lambda: markers(tmp_path, job.id, "stopped"), 20, what="the cut-off handler to be stopped")
         wait_until(lambda: cut_off.events("job.discarded"), 10, what="the late result to be discarded")
-        print(f"\npartition: taken over {taken_over_after:.1f} s after the cut; the cut-off handler was told to "
-              f"stop {stopped[0]['at'] - resumed_at:.2f} s after the link returned")
+        print(
+            f"\npartition: taken over {taken_over_after:.1f} s after the cut; the cut-off handler was told to "
+            f"stop {stopped[0]['at'] - resumed_at:.2f} s after the link returned"
+        )
 
         assert stopped[0]["reason"] == "lease_lost" and stopped[0]["worker"] == cut_off_id
         assert store.get_result(job.id) == {"worker": other_id, "attempt": 2}, "the late result must be discarded"

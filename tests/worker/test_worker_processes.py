@@ -57,8 +57,10 @@ def test_pickup_latency_median_under_500ms(
         wait_until(lambda j=job: job_state(pg, j.id) == "succeeded", 10, interval=0.01, what="job to succeed")
     median = statistics.median(latencies)
     p95 = sorted(latencies)[int(0.95 * len(latencies)) - 1]
-    print(f"\npickup latency over {len(latencies)} trials: median {median * 1000:.1f} ms, "
-          f"p95 {p95 * 1000:.1f} ms, max {max(latencies) * 1000:.1f} ms")
+    print(
+        f"\npickup latency over {len(latencies)} trials: median {median * 1000:.1f} ms, "
+        f"p95 {p95 * 1000:.1f} ms, max {max(latencies) * 1000:.1f} ms"
+    )
     assert median < 0.5, f"median pickup {median:.3f} s"
 
 
@@ -91,8 +93,10 @@ def test_graceful_sigterm_hands_jobs_back_at_once(
     store = make_store(pg_url)
     first = fleet.start("--concurrency", "2", "--lease-seconds", str(lease), "--grace-seconds", "1")
     first_id = first.wait_started()
-    jobs = [store.enqueue(NewJob(kind="probe", payload={"markers": str(tmp_path), "seconds": 60, "later_seconds": 0.2}))
-            for _ in range(2)]
+    jobs = [
+        store.enqueue(NewJob(kind="probe", payload={"markers": str(tmp_path), "seconds": 60, "later_seconds": 0.2}))
+        for _ in range(2)
+    ]
     wait_until(lambda: all(markers(tmp_path, j.id, "start") for j in jobs), 20, what="both jobs to start")
     second = fleet.start("--concurrency", "2", "--lease-seconds", str(lease), "--poll-seconds", "0.5")
     second_id = second.wait_started()
@@ -105,8 +109,10 @@ def test_graceful_sigterm_hands_jobs_back_at_once(
         lambda: all(job_state(pg, j.id) == "succeeded" for j in jobs), 10, what="the other worker to finish both jobs"
     )
     taken_over_after = time.monotonic() - signalled_at
-    print(f"\nSIGTERM: exited after {exited_after:.2f} s, jobs done elsewhere after {taken_over_after:.2f} s "
-          f"(lease {lease:g} s)")
+    print(
+        f"\nSIGTERM: exited after {exited_after:.2f} s, jobs done elsewhere after {taken_over_after:.2f} s "
+        f"(lease {lease:g} s)"
+    )
     assert exited_after < 1 + 4
     assert taken_over_after < lease / 3
     for job in jobs:
@@ -143,8 +149,11 @@ def test_resume_runs_only_the_items_after_the_checkpoint(
     call_log = tmp_path / "calls.log"
     first = fleet.start("--concurrency", "1", "--lease-seconds", "2")
     job = store.enqueue(
-        NewJob(kind="classify", payload={"items": list(range(100)), "delay": 0.05, "call_log": str(call_log)},
-               max_attempts=3)
+        NewJob(
+            kind="classify",
+            payload={"items": list(range(100)), "delay": 0.05, "call_log": str(call_log)},
+            max_attempts=3,
+        )
     )
     wait_until(lambda: pg.job(job.id)["done"] >= 50, 30, interval=0.02, what="progress to reach 50")
     first.kill()
@@ -157,8 +166,10 @@ def test_resume_runs_only_the_items_after_the_checkpoint(
     calls = [tuple(map(int, line.split())) for line in call_log.read_text().splitlines()]
     first_attempt = [item for attempt, item in calls if attempt == 1]
     second_attempt = [item for attempt, item in calls if attempt == 2]
-    print(f"\nkilled at progress {killed['done']} (~item {calls_before_kill}); checkpoint at {position}; "
-          f"second attempt ran items {second_attempt[0]}..{second_attempt[-1]} ({len(second_attempt)} calls)")
+    print(
+        f"\nkilled at progress {killed['done']} (~item {calls_before_kill}); checkpoint at {position}; "
+        f"second attempt ran items {second_attempt[0]}..{second_attempt[-1]} ({len(second_attempt)} calls)"
+    )
 
     assert 40 <= position <= calls_before_kill
     assert second_attempt == list(range(position, 100)), "the second attempt must start at the checkpoint"
@@ -175,16 +186,18 @@ def test_a_worker_uses_at_most_three_connections(
     """Concurrency 8, jobs flowing: the process never holds more than pool (2) + listener (1)."""
     app_name = "jobq_connection_count"
     separator = "&" if "?" in pg_url else "?"
-    worker = fleet.start("--concurrency", "8", "--lease-seconds", "3", url=f"{pg_url}{separator}application_name={app_name}")
+    worker = fleet.start(
+        "--concurrency", "8", "--lease-seconds", "3", url=f"{pg_url}{separator}application_name={app_name}"
+    )
     store = make_store(pg_url)
     worker.wait_started()
     jobs = store.enqueue_many([NewJob(kind="sleep", payload={"seconds": 0.3}) for _ in range(48)])
     most = running_most = 0
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        most = max(most, pg.scalar(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %(name)s", name=app_name
-        ))
+        most = max(
+            most, pg.scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = %(name)s", name=app_name)
+        )
         running_most = max(running_most, pg.count("jobs", "state = 'running'"))
         if pg.count("jobs", "state = 'succeeded'") == len(jobs):
             break
