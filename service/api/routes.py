@@ -24,6 +24,7 @@ from service.api.answers import job_answer, polled, submitted
 from service.api.auth import DEFAULT_TENANT, Caller, unauthorized
 from service.api.dependencies import CallerDep, PollerDep, TenantDep, no_unknown_query_parameters
 from service.api.problems import problem_responses
+from service.api.readiness import readiness
 from service.api.schemas import (
     BatchOut,
     BatchSubmit,
@@ -326,15 +327,12 @@ async def healthz() -> HealthOut:
     summary="The database is reachable and its schema is one this release runs on",
     responses=problem_responses(503),
 )
-async def readyz(settings: SettingsDep) -> HealthOut:
+async def readyz(settings: SettingsDep, store: StoreDep) -> HealthOut:
     """Ready on a schema at this release's newest migration, or ahead of it with the newer migrations
     marked compatible (a rollback). A schema behind, or ahead and not compatible, is a 503
-    ``schema-mismatch`` problem that says which and what to do; an unreachable database a 503 ``unavailable``."""
-    from service.store import migrate  # SQLAlchemy and Alembic: loaded only when asked
-
-    status = await blocking(migrate.schema_status, settings.database_url)  # StoreUnavailable: a 503
-    if not status.usable:
-        raise status.mismatch()
+    ``schema-mismatch`` problem that says which and what to do; an unreachable database a 503
+    ``unavailable``. A usable schema is read again every 30 s (service.api.readiness says why)."""
+    await blocking(readiness(settings.database_url).check, store)
     return HealthOut(status="ready")
 
 
