@@ -5,7 +5,7 @@ test has its own), with NOTIFY on (wake-ups, polls as a safety net) and off (pol
 Issue 24 asks for at most 0.2 transactions/s per idle worker. Before the check-in (one statement
 for the touch, the leadership and the fleet's size) and the fleet-aware poll ceiling, this read
 0.71; since, 0.10-0.20 on a quiet machine and up to 0.5 in one reading of eleven on a loaded
-one (docs/PERFORMANCE.md, "An idle fleet": part of the excess is not yet explained). The bound
+one (docs/PERFORMANCE.md, "idle fleet": part of the excess is not yet explained). The bound
 asserted, 0.6, is loose enough for a shared machine and still below the old design's 0.71."""
 
 from __future__ import annotations
