@@ -157,7 +157,9 @@ def bench_database(args: argparse.Namespace, name: str) -> Iterator[str]:
                 conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
 
 
-EMPTY_QUEUE_TABLES = "TRUNCATE jobs, job_edges, job_attempts, job_results, job_replays, job_items, workers, scope_counters, limits"
+EMPTY_QUEUE_TABLES = (
+    "TRUNCATE jobs, job_edges, job_attempts, job_results, job_replays, job_items, workers, scope_counters, limits"
+)
 
 
 def reset_jobs(url: str) -> None:

@@ -20,9 +20,7 @@ def sessions(url: str) -> int:
         return int(row[0])
 
 
-def test_twenty_readiness_probes_open_no_database_session_each(
-    start_api: Callable[..., LiveApi], pg_url: str
-) -> None:
+def test_twenty_readiness_probes_open_no_database_session_each(start_api: Callable[..., LiveApi], pg_url: str) -> None:
     http = start_api(pg_url).http()
     assert http.get("/readyz").json() == {"status": "ready"}  # the schema read once, the pool warm
     before = sessions(pg_url)
