@@ -113,7 +113,8 @@ _POLL_HINT_HEADERS = {
                 **_POLL_HINT_HEADERS,
             },
         },
-        **problem_responses(401, 409, 413, 422, 503),
+        # 404: a parent in depends_on that is not one of the caller's jobs (workflows).
+        **problem_responses(401, 404, 409, 413, 422, 503),
     },
 )
 async def submit_job(
@@ -131,7 +132,7 @@ async def submit_job(
     status_code=202,
     response_model=BatchOut,
     summary="Submit many jobs at once",
-    responses=problem_responses(401, 409, 413, 422, 503),
+    responses=problem_responses(401, 404, 409, 413, 422, 503),
 )
 async def submit_batch(
     body: BatchSubmit, tenant: TenantDep, store: StoreDep, settings: SettingsDep, now: NowDep

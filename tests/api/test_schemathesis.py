@@ -65,6 +65,22 @@ def _storable(value: Any) -> Any:
     return value
 
 
+def _earlier_positions(body: Any) -> Any:
+    """A batch's job may depend on an earlier job of the batch only (so no cycle can be written),
+    a rule JSON Schema cannot say: a generated position is moved to an earlier one, and the first
+    job's are dropped, so a case stays as valid or as invalid as it was otherwise."""
+    if not isinstance(body, dict) or not isinstance(body.get("jobs"), list):
+        return body
+    for place, job in enumerate(body["jobs"]):
+        if isinstance(job, dict) and isinstance(job.get("depends_on"), list):
+            job["depends_on"] = [
+                {"index": parent["index"] % place} if isinstance(parent, dict) else parent
+                for parent in job["depends_on"]
+                if not (isinstance(parent, dict) and place == 0)
+            ]
+    return body
+
+
 @schema.hook
 def map_body(context: Any, body: Any) -> Any:
     return _storable(body)
@@ -93,4 +109,5 @@ def test_the_api_never_fails_and_always_matches_its_schema(
 ) -> None:
     token = getattr(live_api, "_schemathesis_token", None) or live_api.token("schemathesis")
     live_api._schemathesis_token = token  # type: ignore[attr-defined]
+    case.body = _earlier_positions(case.body)  # on the case itself, so a case of every phase gets it
     case.call_and_validate(base_url=live_api.url, session=http_session, headers={"Authorization": f"Bearer {token}"})
