@@ -22,11 +22,17 @@ from service.store.schema import schema_compatibility
 from service.store.urls import POSTGRES_PREFIXES, database_dialect
 
 CONNECT_TIMEOUT_SECONDS = 10
+
+
 # On PostgreSQL: give up on a silent host after CONNECT_TIMEOUT_SECONDS, and prepare nothing:
 # psycopg prepares a statement on its fifth run on a connection (migrate reads alembic_version
 # several times), and a transaction pooler that does not track prepared statements (PgBouncer
 # before 1.21) then answers "prepared statement "_pg3_0" already exists".
-POSTGRES_CONNECT_ARGS = {"connect_timeout": CONNECT_TIMEOUT_SECONDS, "prepare_threshold": None}
+def _postgres_connect_args() -> dict[str, object]:
+    """Read at every connect, so a test may shorten CONNECT_TIMEOUT_SECONDS."""
+    return {"connect_timeout": CONNECT_TIMEOUT_SECONDS, "prepare_threshold": None}
+
+
 LOCK_TIMEOUT_SECONDS = 5.0
 """How long one migration step may wait for a table lock before it gives up and is retried."""
 LOCK_RETRIES = 12
@@ -177,7 +183,7 @@ def _migrate(
     lock_timeout_seconds = lock_timeout_seconds or LOCK_TIMEOUT_SECONDS
     url = sqlalchemy_url(database_url)
     postgres = url.startswith("postgresql")
-    connect_args = POSTGRES_CONNECT_ARGS if postgres else {}
+    connect_args = _postgres_connect_args() if postgres else {}
     engine = create_engine(url, poolclass=pool.NullPool, connect_args=connect_args)
     config = alembic_config(database_url)
     try:
@@ -280,7 +286,7 @@ def schema_status(database_url: str) -> SchemaStatus:
     url = sqlalchemy_url(database_url)
     # A host that drops packets would otherwise hold a readiness check or the worker's
     # start-up wait for the kernel's TCP timeout (minutes): give up as the listener does.
-    connect_args = POSTGRES_CONNECT_ARGS if url.startswith("postgresql") else {}
+    connect_args = _postgres_connect_args() if url.startswith("postgresql") else {}
     engine = create_engine(url, poolclass=pool.NullPool, connect_args=connect_args)
     try:
         with _translate("cannot read the schema version"), engine.connect() as connection:
