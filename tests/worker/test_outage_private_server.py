@@ -22,7 +22,9 @@ def test_a_server_stop_is_one_outage_with_its_true_length(
 ) -> None:
     migrate.upgrade(private_server.url)
     worker = WorkerProcess(
-        private_server.url, tmp_path, "outage", ["--lease-seconds", "2", "--poll-seconds", "0.2"],
+        # An idle worker's polls back off (to 5 s, alone); at 0.5 s it meets the outage soon after it starts.
+        private_server.url, tmp_path, "outage", ["--lease-seconds", "2", "--poll-seconds", "0.2",
+                                                 "--max-poll-seconds", "0.5"],
         app="service.examples",
     )  # fmt: skip
     try:
