@@ -159,7 +159,9 @@ def test_database_restart(fleet: Fleet, pg_url: str, make_store: Callable[..., S
         f"\ndatabase restart took {restarted_after:.1f} s; the worker logged {len(outages)} outage(s), "
         f"back after {recoveries[0]['down_s'] if recoveries else '?'} s; all {len(ids)} jobs succeeded"
     )
-    assert outages and recoveries
+    # The store drops a pooled connection the restart ended before using it (service/store/postgres),
+    # so a worker between statements may see no outage at all; one it saw has ended, once.
+    assert len(outages) == len(recoveries) <= 1
     worker.terminate()
     assert worker.wait(timeout=15) == 0
 
