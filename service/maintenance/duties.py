@@ -162,10 +162,11 @@ class Maintenance:
                     duty.due = duty.next_due(self.clock())
                 # Which worker ran what, when and for how long: the fleet tests read it to show that
                 # one worker at a time runs the fleet's duties.
-                logger.debug(
-                    "maintenance.ran",
-                    extra={"jobq_fields": {"worker": self.worker_id, "duty": duty.name, "s": self.clock() - now}},
-                )
+                if logger.isEnabledFor(logging.DEBUG):
+                    logger.debug(
+                        "maintenance.ran",
+                        extra={"jobq_fields": {"worker": self.worker_id, "duty": duty.name, "s": self.clock() - now}},
+                    )
         return ran
 
     def run(self, halt: threading.Event) -> None:
