@@ -10,7 +10,11 @@ passes (:class:`IdlePolls`):
   ``has_claimable``, one read of the claim's index, and the fair claim runs only when it
   says a job is due; and the waits between looks back off, with full jitter, to a ceiling
   that grows with the fleet (:class:`IdlePolls`). The first claim that takes a job makes
-  it fast again.
+  it fast again;
+- a claim that comes back empty while jobs are due (a scope's concurrency or rate limit
+  holds them) is not idleness: the worker claims again after a short wait that spreads
+  over the fleet, without backing off (:meth:`IdlePolls.held`), so a rate-limited kind
+  keeps its rate.
 
 A notification wakes every listening worker at once (PostgreSQL signals them all).
 An idle worker woken so waits a moment first (up to WAKE_SPREAD_SECONDS, less the more
@@ -79,6 +83,7 @@ class IdlePolls:
         self.max_poll_seconds = max_poll_seconds
         self.peers = peers
         self.empty = 0
+        self.holding = False
         self._rng = rng or random.Random()
 
     def ceiling(self) -> float:
@@ -93,11 +98,26 @@ class IdlePolls:
 
     def found(self) -> None:
         self.empty = 0
+        self.holding = False
 
     def missed(self) -> None:
         self.empty += 1
+        self.holding = False
+
+    def held(self) -> None:
+        """Jobs are due but the claim took none: a limit holds them, and frees them soon."""
+        self.empty = 0
+        self.holding = True
 
     def wait(self) -> float:
+        if self.holding:
+            # The fleet's looks, together, come every poll_seconds/3 or so (the ceiling's
+            # argument, at poll_seconds instead of max_poll_seconds): a rate window that opens
+            # is met within a fraction of poll_seconds, whatever the fleet's size, and no more
+            # claims are spent on held work by a thousand workers than by three. Backing off
+            # here instead left a rate limit of 20/s with whole seconds of no starts (CI, 3 Dec).
+            held = FLEET_SHARE * max(self.peers(), 1) * self.poll_seconds
+            return self._rng.uniform(0, max(self.poll_seconds, min(held, self.max_poll_seconds)))
         if not self.idle:
             return jittered(self.poll_seconds, self._rng)
         ramp = self.poll_seconds * 2.0 ** min(self.empty, 30)
@@ -158,8 +178,9 @@ class ClaimLoop:
 
     def _look(self, free: int, notified: bool) -> int:
         """Claim for the free slots (an idle worker probes first); how many jobs were claimed."""
-        if self.polls.idle:
-            if notified:
+        probed = self.polls.idle or self.polls.holding
+        if probed:
+            if notified and self.polls.idle:
                 # Spread the fleet woken together; a worker with more free slots looks sooner.
                 if self.slots.stopping.wait(random.uniform(0, WAKE_SPREAD_SECONDS / free)):
                     return 0
@@ -176,6 +197,8 @@ class ClaimLoop:
         self.slots.fill(jobs, sent)
         if jobs:
             self.polls.found()
+        elif probed:
+            self.polls.held()  # the index has due jobs, and the claim took none: limits hold them
         else:
             self.polls.missed()
         return len(jobs)

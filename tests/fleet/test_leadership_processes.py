@@ -94,6 +94,7 @@ def test_one_worker_at_a_time_runs_the_fleet_duties_and_a_killed_leader_is_repla
     old = by_id(workers, first["owner"])
     held = pg.scalar("SELECT id FROM jobs WHERE lease_owner = %(owner)s AND state = 'running'", owner=old.worker_id)
     killed_at = pg.scalar("SELECT now()")
+    killed_here = datetime.now(UTC)  # the clock the workers' log lines are stamped with
     old.kill()
 
     new = wait_until(lambda: (row := leader(pg)) and row["owner"] != old.worker_id and row, LEADER_LEASE + SLACK,
@@ -128,7 +129,12 @@ def test_one_worker_at_a_time_runs_the_fleet_duties_and_a_killed_leader_is_repla
     changes = sum(1 for a, b in zip(hands, hands[1:], strict=False) if a != b)
     gained = sum(len(w.events("leadership.gained")) for w in workers)
     assert changes <= gained - 1
-    assert {hands[0], hands[-1]} == {old.worker_id, new["owner"]}
+    # The leader we killed had run duties, the one that took over ran duties after. (Others
+    # may have led in between or since: a lease renewal late under load hands the lead on, counted
+    # above; CI on 3 Dec saw a third worker lead after the takeover.)
+    assert any(worker == old.worker_id for began, _, worker, _ in runs if began < killed_here)
+    assert all(worker != old.worker_id for began, _, worker, _ in runs if began > killed_here)
+    assert any(worker == new["owner"] for began, _, worker, _ in runs if began > killed_here)
     # One job per tick, fleet-wide, through the takeover: no tick twice, none since lost for good.
     ticks = pg.scalar("SELECT count(*) FROM jobs WHERE queue = 'ticks'")
     assert ticks == pg.scalar("SELECT count(DISTINCT idempotency_key) FROM jobs WHERE queue = 'ticks'")

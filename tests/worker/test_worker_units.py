@@ -319,6 +319,24 @@ def test_an_idle_workers_ceiling_grows_with_its_idle_peers_so_the_fleets_pickup_
     assert IdlePolls(0.1, 90.0, peers=lambda: 1000).ceiling() == 90.0
 
 
+def test_a_worker_whose_due_jobs_are_held_by_a_limit_keeps_looking_at_the_poll_interval_spread_over_its_peers() -> None:
+    peers = 1
+    polls = IdlePolls(poll_seconds=0.1, max_poll_seconds=5.0, rng=random.Random(7), peers=lambda: peers)
+    for _ in range(20):
+        polls.missed()  # idle long enough to be at the fleet's ceiling
+    for _ in range(20):
+        polls.held()  # then jobs come due, and a rate limit holds them: no backing off
+    assert not polls.idle and polls.holding
+    assert max(polls.wait() for _ in range(2000)) <= 0.1
+    peers = 30  # a fleet shares the looks: each waits longer, the fleet looks as often
+    waits = [polls.wait() for _ in range(5000)]
+    assert max(waits) <= 2 / 3 * 30 * 0.1 and 0.9 <= statistics.mean(waits) <= 1.1
+    peers = 1000  # never past --max-poll-seconds
+    assert max(polls.wait() for _ in range(2000)) <= 5.0
+    polls.missed()  # the jobs are gone: idle again, from the start of the ramp
+    assert polls.idle and not polls.holding and max(polls.wait() for _ in range(2000)) <= 0.2
+
+
 def test_a_duty_with_an_interval_is_due_by_what_its_run_learnt_and_one_with_due_at_when_that_says() -> None:
     now = 100.0
     learnt = [1.0]
