@@ -48,6 +48,7 @@ from bench.common import (
     reset_jobs,
     scalar,
     wait_for,
+    with_database,
     workers_registered,
 )
 from bench.pgbouncer import available as pgbouncer_available
@@ -99,20 +100,25 @@ def run(args: argparse.Namespace) -> Report:
 
 
 class _Connections:
-    """The most server connections to the database seen, sampled every 0.2 s in a thread."""
+    """The most server connections to the database seen, sampled every 0.2 s in a thread.
+
+    It samples from the server's ``postgres`` database: five reads a second from inside the
+    fleet's database were five of its transactions a second, which the idle window counted as
+    the fleet's (0.5 per worker of a fleet of 10, 3 Dec)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
+        self.database = url.rsplit("/", 1)[1].split("?", 1)[0]
         self.most = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
 
     def _sample(self) -> None:
-        with psycopg.connect(self.url, autocommit=True) as conn:
+        with psycopg.connect(with_database(self.url, "postgres"), autocommit=True) as conn:
             while not self._stop.wait(0.2):
                 count = conn.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (self.database,)
                 ).fetchone()
                 self.most = max(self.most, int(count[0]) if count else 0)
 
@@ -175,7 +181,8 @@ def _idle(url: str, seconds: float) -> tuple[int, float]:
         cpu = backends.stop()
         conn.execute("SELECT pg_stat_clear_snapshot()")
         after = database_counters(conn)["xact_commit"]
-    return after - before - 2, cpu  # less the two counter reads of this connection
+    # Less this connection's first read and its snapshot clear, and BackendCpu's two samples.
+    return after - before - 4, cpu
 
 
 def _pickup(url: str, tmp: Path, trials: int) -> list[float]:
