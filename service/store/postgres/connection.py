@@ -196,6 +196,13 @@ def hung_up(conn: psycopg.Connection[Any]) -> bool:
     return bool(readable)
 
 
+RECONNECT_SECONDS = 2.0
+"""How long the pool keeps retrying a connection it failed to make before it gives up and waits
+for the next caller to ask again. psycopg_pool's default (5 min, doubling waits from 1 s) left a
+pool that lost its server for a minute still waiting up to a minute more after the server came
+back; given up, the next caller's need starts a fresh attempt at once."""
+
+
 def open_pool(database_url: str, size: int, preparation: Preparation, timeout: float) -> ConnectionPool[Any]:
     """The store's pool: at most ``size`` autocommit connections, one kept open while idle (each
     checked at checkout for a server that hung up on it: :func:`hung_up`)."""
@@ -207,6 +214,7 @@ def open_pool(database_url: str, size: int, preparation: Preparation, timeout: f
         kwargs={"autocommit": True, "row_factory": dict_row, **connection_defaults(database_url)},
         configure=preparation.configure,
         timeout=timeout,
+        reconnect_timeout=RECONNECT_SECONDS,
         open=True,
         name="jobq",
     )
@@ -222,6 +230,8 @@ class Connected:
     _clock: Clock | None
     _pool: ConnectionPool[Any]
     _preparation: Preparation
+    _unreachable: str | None
+    """Why the server could not be reached the last time this store tried (None: it could)."""
 
     def _params(self, **values: Any) -> dict[str, Any]:
         values["now"] = self._clock() if self._clock else None
@@ -249,28 +259,40 @@ class Connected:
                         conn.close()  # its psycopg knows names the server may not: the pool makes another
                         self._preparation.lost(exc)
             except PoolTimeout as exc:
-                raise StoreUnavailable(f"no PostgreSQL connection: {self._why_unreachable()}") from exc
+                self._probe()  # the pool only says it timed out: unreachable says why
+                raise StoreUnavailable("no PostgreSQL connection: every pooled connection is busy") from exc
 
     @contextmanager
     def _live_connection(self) -> Iterator[psycopg.Connection[Any]]:
         """A pooled connection the server has not hung up on (:func:`hung_up`): dead ones (all of
-        them, after a server restart) are closed, so the pool replaces them, and another is taken."""
+        them, after a server restart) are closed, so the pool replaces them, and another is taken.
+
+        Waiting on the pool for a connection it cannot make costs the pool's whole timeout (10 s)
+        before StoreUnavailable: every claim, renewal and API request of an outage took that long
+        to fail. So while the server is known unreachable, and after it hung up on a pooled
+        connection, one direct attempt (:meth:`_probe`) comes first and fails at once."""
+        if self._unreachable is not None:
+            self._probe()
         for _ in range(self._pool.max_size):
             with self._pool.connection() as conn:
                 if not hung_up(conn):
                     yield conn
                     return
                 conn.close()  # closed: the pool makes a new one instead of keeping it
+            self._probe()  # is there a server to make that new one?
         with self._pool.connection() as conn:  # every one was dead: this one is new
             yield conn
 
-    def _why_unreachable(self) -> str:
-        """The pool only says it timed out; one direct attempt tells the reason (refused, no such database…)."""
+    def _probe(self) -> None:
+        """One direct connection attempt: StoreUnavailable, naming why (refused, no such
+        database…), when the server cannot be reached; otherwise nothing, and it is marked up."""
         try:
             with JobqConnection.connect(self.database_url, **connection_defaults(self.database_url)):
-                return "every pooled connection is busy"
+                pass
         except psycopg.Error as exc:
-            return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            self._unreachable = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise StoreUnavailable(f"no PostgreSQL connection: {self._unreachable}") from exc
+        self._unreachable = None
 
     def _retrying(self, operation: Callable[[], T], *, replay: bool = False) -> T:
         """Retry deadlocks and serialization failures with jitter. ``replay``: the operation may run

@@ -96,6 +96,7 @@ class PostgresStore(
         self._clock = clock
         self._claim_cursor = ""  # the fair claim's place among tenants (service.store.fairness)
         self._preparation = Preparation(prepare)
+        self._unreachable = None
         self._pool = open_pool(database_url, pool_size, self._preparation, pool_timeout)
 
     # -- the worker's hot path ------------------------------------------------------
