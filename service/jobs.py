@@ -363,6 +363,15 @@ class JobPage:
 
 
 @dataclass(frozen=True)
+class JobCount:
+    """How many jobs a search matches: exact, or at least ``matched`` when counting stopped
+    at its budget of jobs read (``Store.count_jobs`` says why a count is bounded)."""
+
+    matched: int
+    exact: bool
+
+
+@dataclass(frozen=True)
 class ReplayFilter:
     """Which terminal jobs to put back in the queue: ids, or a filter."""
 

@@ -53,6 +53,7 @@ from service.jobs import (
     WORKER_ALIVE_SECONDS,
     ItemQuery,
     ItemState,
+    JobCount,
     JobQuery,
     JobState,
     JobStatus,
@@ -263,7 +264,7 @@ async def overview(request: Request, who: OperatorDep, store: StoreDep) -> Respo
 # -- jobs -----------------------------------------------------------------------------------
 
 
-JOB_SEARCH_CAP = 10_000  # matching jobs the list counts at most (count_text says why)
+JOB_SEARCH_CAP = 10_000  # jobs a search's count reads at most (count_text says why)
 # The search's fields as the jobs list's URL (and a bulk action's form) carries them.
 SEARCH_FIELDS = (
     "state",
@@ -309,11 +310,12 @@ def _search(fields: Mapping[str, str]) -> tuple[JobQuery, dict[str, str]]:
     return query, {name: value for name, value in given.items() if value}
 
 
-def count_text(count: int) -> str:
-    """ "1,234" or, past the cap, "10,000+": an exact count of a broad filter would read every
-    matching job of the history (a million rows); a count that stops at the cap reads at most
-    that many index entries, and an operator's decision is the same past it."""
-    return f"{JOB_SEARCH_CAP:,}+" if count > JOB_SEARCH_CAP else f"{count:,}"
+def count_text(count: JobCount) -> str:
+    """ "1,234" when the count is exact, "1,234+" when it stopped at JOB_SEARCH_CAP jobs read
+    (newest first, the way the pages walk): an exact count of a filter that no index serves
+    (a kind, a time range) reads every job of the history, a million rows, on every refresh;
+    this one reads what 200 pages would, and an operator's decision is the same past it."""
+    return f"{count.matched:,}" if count.exact else f"{count.matched:,}+"
 
 
 @console.get("/jobs")
@@ -349,6 +351,7 @@ async def jobs(
         kept=kept,
         page=page,
         count=count_text(count),
+        count_budget=JOB_SEARCH_CAP,
         next_url=next_url,
         prev_url=prev_url,
         first_url=here if (after or before) else None,

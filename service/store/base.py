@@ -33,6 +33,7 @@ from service.jobs import (
     ItemOutcome,
     ItemPage,
     ItemQuery,
+    JobCount,
     JobPage,
     JobQuery,
     JobStatus,
@@ -342,9 +343,11 @@ class Store(Protocol):
         """One tenant's jobs (every tenant's when ``query.tenant`` is None), newest first, keyset-paginated."""
         ...
 
-    def count_jobs(self, query: JobQuery, cap: int) -> int:
-        """How many jobs ``query``'s filters match (its cursors ignored), counted up to ``cap + 1``:
-        an answer above ``cap`` means "more than cap", read without visiting them all."""
+    def count_jobs(self, query: JobQuery, budget: int) -> JobCount:
+        """How many jobs ``query``'s filters match (its cursors ignored), reading at most
+        ``budget`` jobs of the index its listing walks, newest first: exact when the walk ends
+        within it, else a lower bound. An exact count of a filter no index serves (a kind, a
+        time range) would read the whole history; this costs what ``budget / limit`` pages do."""
         ...
 
     def job_attempts(self, job_id: uuid.UUID) -> list[Attempt]:

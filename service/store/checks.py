@@ -32,6 +32,7 @@ from service.jobs import (
     JSON,
     AttemptOutcome,
     Completion,
+    JobCount,
     JobPage,
     JobQuery,
     JobState,
@@ -235,6 +236,23 @@ def job_listing(query: JobQuery) -> str:
     if query.error_text is not None:
         return "errored"
     return "all" if query.tenant is None else "tenant"
+
+
+MAX_COUNT_BUDGET = 100_000
+"""Jobs a count may read at most: a few hundred milliseconds of index, whatever is asked."""
+
+
+def count_budget(budget: int) -> int:
+    """A count's budget of jobs read, checked."""
+    if not isinstance(budget, int) or isinstance(budget, bool) or not 1 <= budget <= MAX_COUNT_BUDGET:
+        raise InvalidInput(f"a count reads from 1 to {MAX_COUNT_BUDGET:,} jobs")
+    return budget
+
+
+def job_count(row: Row | None, budget: int) -> JobCount:
+    """A count's answer: exact when its walk read no more than ``budget`` jobs (it asked for one more)."""
+    matched, read = (int(row["n"]), int(row["read"])) if row else (0, 0)
+    return JobCount(matched=matched, exact=read <= budget)
 
 
 def found(row: Row | None, job_id: uuid.UUID) -> Row:

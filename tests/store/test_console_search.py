@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 
 from service.errors import InvalidInput
-from service.jobs import JobQuery, JobState
+from service.jobs import JobCount, JobQuery, JobState
 from service.maintenance.rollup import BUCKET_BOUNDS, BUCKET_SECONDS
 from service.retry import GiveUp, Retry
 from tests.conftest import FakeClock
@@ -75,10 +75,14 @@ def test_pages_go_forward_and_back_with_the_filter_and_a_count_stops_at_its_cap(
     front = store.list_jobs(JobQuery(tenant=None, kind="paged", limit=3, before_id=back.newer_before_id))
     assert [s.id for s in front.items] == ids[:3] and front.newer_before_id is None
 
-    assert store.count_jobs(query, 100) == 7
-    assert store.count_jobs(JobQuery(tenant=None, kind="paged", after_id=ids[0]), 100) == 7  # cursors ignored
-    assert store.count_jobs(query, 5) == 6  # past the cap: cap + 1, "more than 5"
-    assert store.count_jobs(JobQuery(tenant="nobody"), 5) == 0
+    assert store.count_jobs(query, 100) == JobCount(7, exact=True)
+    assert store.count_jobs(JobQuery(tenant=None, kind="paged", after_id=ids[0]), 100) == JobCount(7, exact=True)
+    # A budget of 5 jobs read, newest first: the newest ("other") is no match, so 5 of the 6 read
+    # match and the count is "at least 5".
+    assert store.count_jobs(query, 5) == JobCount(5, exact=False)
+    assert store.count_jobs(JobQuery(tenant="nobody"), 5) == JobCount(0, exact=True)
+    with pytest.raises(InvalidInput):
+        store.count_jobs(query, 0)
     with pytest.raises(InvalidInput):
         store.list_jobs(JobQuery(tenant=None, after_id=ids[0], before_id=ids[1]))
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from service.errors import JobNotFound, Unauthorized
-from service.jobs import JSON, Attempt, JobPage, JobQuery, JobStatus, StatusRead
+from service.jobs import JSON, Attempt, JobCount, JobPage, JobQuery, JobStatus, StatusRead
 from service.store import checks
 from service.store.base import RUNNING_JOBS_LIMIT, StoredResult
 from service.store.encoding import substring_pattern
@@ -93,10 +93,10 @@ class Reads(Connected):
         )
         return checks.job_page([status(row) for row in rows], query)
 
-    def count_jobs(self, query: JobQuery, cap: int) -> int:
+    def count_jobs(self, query: JobQuery, budget: int) -> JobCount:
         *_, count = JOB_LISTINGS[checks.job_listing(query)]
-        row = self._fetchone(count, self._listing_params(query, cap + 1), replay=True)
-        return int(row["n"]) if row else 0
+        row = self._fetchone(count, self._listing_params(query, checks.count_budget(budget) + 1), replay=True)
+        return checks.job_count(row, budget)
 
     def _listing_params(self, query: JobQuery, limit: int) -> dict[str, Any]:
         return self._params(

@@ -99,9 +99,14 @@ WHERE tenant = :tenant
 {{job_page(ASC)}}
 
 -- name: count_jobs
--- How many jobs list_jobs's filters match, counted up to :limit (a cap: an exact count of a
--- broad filter would read every matching row of the history).
-SELECT count(*) AS n FROM (SELECT 1 FROM jobs WHERE tenant = :tenant {{job_filters}} LIMIT :limit) AS matching
+-- How many jobs list_jobs's filters match: a count that reads at most :limit entries of the
+-- listing's index, newest first (as the page walks it). When the walk ends before that the
+-- count is exact; else it is "at least n" among the newest :limit. An exact count of a
+-- broad or rare filter would read every job of the history, whatever the cap on matches.
+SELECT count(*) FILTER (WHERE true {{job_filters}}) AS n, count(*) AS read
+FROM (
+    SELECT {{search_columns}} FROM jobs WHERE tenant = :tenant ORDER BY id DESC LIMIT :limit
+) AS walked
 
 -- name: list_all_jobs
 -- The operators' list, every tenant: the same keyset walk down the primary key. A statement
@@ -121,8 +126,11 @@ WHERE true
 {{job_page(ASC)}}
 
 -- name: count_all_jobs
--- How many jobs list_all_jobs's filters match, up to :limit (see count_jobs).
-SELECT count(*) AS n FROM (SELECT 1 FROM jobs WHERE true {{job_filters}} LIMIT :limit) AS matching
+-- How many jobs list_all_jobs's filters match, reading at most :limit of the primary key (see count_jobs).
+SELECT count(*) FILTER (WHERE true {{job_filters}}) AS n, count(*) AS read
+FROM (
+    SELECT {{search_columns}} FROM jobs WHERE true ORDER BY id DESC LIMIT :limit
+) AS walked
 
 -- name: list_errored_jobs
 -- A search by error text walks ix_jobs_errored_id (jobs that show an error) newest first:
@@ -143,10 +151,11 @@ WHERE error IS NOT NULL AND state <> 'succeeded'
 {{job_page(ASC)}}
 
 -- name: count_errored_jobs
--- How many errored jobs match, up to :limit, from ix_jobs_errored_id.
-SELECT count(*) AS n FROM (
-    SELECT 1 FROM jobs WHERE error IS NOT NULL AND state <> 'succeeded' {{job_filters}} LIMIT :limit
-) AS matching
+-- How many errored jobs match, reading at most :limit of ix_jobs_errored_id (see count_jobs).
+SELECT count(*) FILTER (WHERE true {{job_filters}}) AS n, count(*) AS read
+FROM (
+    SELECT {{search_columns}} FROM jobs WHERE error IS NOT NULL AND state <> 'succeeded' ORDER BY id DESC LIMIT :limit
+) AS walked
 
 -- name: list_jobs_by_idempotency_key
 -- The jobs of one idempotency key (one per tenant at most), through ix_jobs_idempotency_key_id:
@@ -166,10 +175,11 @@ WHERE idempotency_key = :idempotency_key
 {{job_page(ASC)}}
 
 -- name: count_jobs_by_idempotency_key
--- How many jobs of the idempotency key match, up to :limit.
-SELECT count(*) AS n FROM (
-    SELECT 1 FROM jobs WHERE idempotency_key = :idempotency_key {{job_filters}} LIMIT :limit
-) AS matching
+-- How many jobs of the idempotency key match, reading at most :limit of its index (see count_jobs).
+SELECT count(*) FILTER (WHERE true {{job_filters}}) AS n, count(*) AS read
+FROM (
+    SELECT {{search_columns}} FROM jobs WHERE idempotency_key = :idempotency_key ORDER BY id DESC LIMIT :limit
+) AS walked
 
 -- name: list_jobs_by_concurrency_key
 -- The jobs of one concurrency key, every state, newest first, through ix_jobs_concurrency_key_id
@@ -189,7 +199,12 @@ WHERE concurrency_key = :concurrency_key
 {{job_page(ASC)}}
 
 -- name: count_jobs_by_concurrency_key
--- How many jobs of the concurrency key match, up to :limit.
-SELECT count(*) AS n FROM (
-    SELECT 1 FROM jobs WHERE concurrency_key = :concurrency_key {{job_filters}} LIMIT :limit
-) AS matching
+-- How many jobs of the concurrency key match, reading at most :limit of its index (see count_jobs).
+SELECT count(*) FILTER (WHERE true {{job_filters}}) AS n, count(*) AS read
+FROM (
+    SELECT {{search_columns}} FROM jobs WHERE concurrency_key = :concurrency_key ORDER BY id DESC LIMIT :limit
+) AS walked
+
+-- fragment: search_columns
+-- What job_filters reads of a row: a count walks only these.
+id, tenant, state, kind, queue, created_at, idempotency_key, concurrency_key, error

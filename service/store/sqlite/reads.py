@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from service.jobs import JSON, Attempt, JobPage, JobQuery, JobStatus, StatusRead
+from service.jobs import JSON, Attempt, JobCount, JobPage, JobQuery, JobStatus, StatusRead
 from service.store import checks
 from service.store.base import RUNNING_JOBS_LIMIT, StoredResult
 from service.store.encoding import substring_pattern
@@ -87,11 +87,12 @@ class Reads(Connected):
             rows = conn.execute(newer if query.before_id is not None else page, {**params, "now": now}).fetchall()
         return checks.job_page([status(row) for row in rows], query)
 
-    def count_jobs(self, query: JobQuery, cap: int) -> int:
+    def count_jobs(self, query: JobQuery, budget: int) -> JobCount:
         *_, count = JOB_LISTINGS[checks.job_listing(query)]
+        params = _listing_params(query, checks.count_budget(budget) + 1)
         with self._read() as (conn, now):
-            row = conn.execute(count, {**_listing_params(query, cap + 1), "now": now}).fetchone()
-        return int(row["n"]) if row else 0
+            row = conn.execute(count, {**params, "now": now}).fetchone()
+        return checks.job_count(row, budget)
 
     def job_attempts(self, job_id: uuid.UUID) -> list[Attempt]:
         with self._read() as (conn, _now):

@@ -9,24 +9,29 @@
 -- name: recent_outcomes
 -- The console's charts over a short window (1 h, 24 h): jobs that succeeded or failed per
 -- queue or kind (:by) and time bucket, with their run (the last attempt's, as the rollup
--- counts it) and their first attempt's queue wait (uq_job_attempts_job_id_claim, one probe per
--- job). Reads the window of ix_jobs_finished_at: its cost follows the jobs finished in it,
--- never the history. A job that ended exactly "now" goes in the last bucket.
-SELECT CASE WHEN :by = 'kind' THEN j.kind ELSE j.queue END AS name,
-       least(:buckets - 1, floor(extract(epoch FROM j.finished_at - ({{now}}
-             - make_interval(secs => :window))) / :bucket_seconds))::int AS bucket,
-       count(*) FILTER (WHERE j.state = 'succeeded')::int AS succeeded,
-       count(*) FILTER (WHERE j.state = 'failed')::int AS failed,
-       coalesce(sum(extract(epoch FROM j.finished_at - j.started_at)), 0)::float8 AS run_seconds,
-       count(j.started_at)::int AS runs,
-       coalesce(sum(extract(epoch FROM a.started_at - a.due_at)), 0)::float8 AS wait_seconds,
-       count(a.job_id)::int AS waits
-FROM jobs AS j
-LEFT JOIN job_attempts AS a ON a.job_id = j.id AND a.claim = 1
-WHERE j.finished_at >= {{now}} - make_interval(secs => :window)
-  AND j.state IN ('succeeded', 'failed')
-GROUP BY 1, 2
-ORDER BY 1, 2
+-- counts it) and their first attempt's queue wait. Reads the window of ix_jobs_finished_at:
+-- its cost follows the jobs finished in it, never the history; the wait is a scalar subquery,
+-- one probe of uq_job_attempts_job_id_claim per job (a join was planned as a hash over every
+-- attempt ever). A job that ended exactly "now" goes in the last bucket.
+SELECT name, bucket,
+       count(*) FILTER (WHERE state = 'succeeded')::int AS succeeded,
+       count(*) FILTER (WHERE state = 'failed')::int AS failed,
+       coalesce(sum(run), 0)::float8 AS run_seconds, count(run)::int AS runs,
+       coalesce(sum(wait), 0)::float8 AS wait_seconds, count(wait)::int AS waits
+FROM (
+    SELECT CASE WHEN :by = 'kind' THEN j.kind ELSE j.queue END AS name,
+           least(:buckets - 1, floor(extract(epoch FROM j.finished_at - ({{now}}
+                 - make_interval(secs => :window))) / :bucket_seconds))::int AS bucket,
+           j.state,
+           extract(epoch FROM j.finished_at - j.started_at) AS run,
+           (SELECT extract(epoch FROM a.started_at - a.due_at)
+            FROM job_attempts AS a WHERE a.job_id = j.id AND a.claim = 1) AS wait
+    FROM jobs AS j
+    WHERE j.finished_at >= {{now}} - make_interval(secs => :window)
+      AND j.state IN ('succeeded', 'failed')
+) AS finished
+GROUP BY name, bucket
+ORDER BY name, bucket
 
 -- name: daily_outcomes
 -- The console's charts over days (7 d): the daily rollup (job_daily_rollup, and the wait
