@@ -292,7 +292,10 @@ def _search(fields: Mapping[str, str]) -> tuple[JobQuery, dict[str, str]]:
     for name in ("idempotency_key", "concurrency_key", "error"):
         if len(given[name]) > MAX_KEY_LENGTH:
             raise InvalidInput(f"{name.replace('_', ' ')}: at most {MAX_KEY_LENGTH} characters")
-    after, before = _instant(given["created_after"], "created after"), _instant(given["created_before"], "before")
+    after, before = (
+        _instant(given["created_after"], "created after"),
+        _instant(given["created_before"], "created before"),
+    )
     if after and before and after >= before:
         raise InvalidInput("created after must be earlier than created before: no job is in that range")
     query = JobQuery(

@@ -20,6 +20,7 @@ WINDOW_SECONDS = 3_600.0
 BUCKETS = 12  # five-minute bars over the last hour
 CHART_WIDTH = 120
 CHART_HEIGHT = 28
+MIN_BAR = 1.0  # the height of a bar whose value is above zero but too small to draw to scale
 
 
 @dataclass(frozen=True)
@@ -303,18 +304,19 @@ def _charts(
     width = CHART_WIDTH / len(series)
     charts: dict[str, list[Rect]] = {name: [] for name in STATS_CHARTS}
 
-    def bar(chart: str, index: int, value: float, top: float, css: str, title: str, below: float = 0.0) -> None:
-        height = CHART_HEIGHT * value / top if top else 0.0
+    def bar(chart: str, index: int, value: float, top: float, css: str, title: str, below: float = 0.0) -> float:
+        # Any value above zero stays visible (a pixel at least) beside a row a thousand times larger.
+        height = max(MIN_BAR, CHART_HEIGHT * value / top) if value > 0 and top else 0.0
         y = CHART_HEIGHT - below - height
         charts[chart].append(Rect(index * width, y, max(width - 1, 0.5), height, css, title))
+        return height
 
     for index, (b, label) in enumerate(zip(series, labels, strict=True)):
         if b is None:
             continue
         done = b.succeeded + b.failed
-        ok_height = CHART_HEIGHT * b.succeeded / tallest if tallest else 0.0
         counts = f"{label}: {b.succeeded} succeeded, {b.failed} failed"
-        bar("throughput", index, b.succeeded, tallest, "ok", counts)
+        ok_height = bar("throughput", index, b.succeeded, tallest, "ok", counts)
         bar("throughput", index, b.failed, tallest, "bad", counts, below=ok_height)
         if done:
             bar("failure-ratio", index, b.failed / done, 1.0, "bad", f"{label}: {100 * b.failed / done:.0f} % failed")
