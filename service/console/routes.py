@@ -340,12 +340,15 @@ async def jobs(
         return render(request, "jobs.html", who, status_code=422, error=str(exc), filters=filters, page=None)
     page = await blocking(store.list_jobs, query)
     count = await blocking(store.count_jobs, query, JOB_SEARCH_CAP)
-    here = "/ui/jobs?" + urlencode(kept)
-    next_url = here + "&" + urlencode({"after": page.next_after_id}) if page.next_after_id else None
+
+    def here(**cursor: uuid.UUID) -> str:  # this search's URL, at a page
+        return "/ui/jobs" + (f"?{urlencode({**kept, **cursor})}" if kept or cursor else "")
+
+    next_url = here(after=page.next_after_id) if page.next_after_id else None
     # A page reached by "next" has newer jobs before it (the cursor's own job at least); one reached
     # by "previous" knows from its read whether more newer ones match.
     newer = page.newer_before_id if before else (page.items[0].id if after and page.items else None)
-    prev_url = here + "&" + urlencode({"before": newer}) if newer else None
+    prev_url = here(before=newer) if newer else None
     return render(
         request,
         "jobs.html",
@@ -357,7 +360,7 @@ async def jobs(
         count_budget=JOB_SEARCH_CAP,
         next_url=next_url,
         prev_url=prev_url,
-        first_url=here if (after or before) else None,
+        first_url=here() if (after or before) else None,
         error=None,
     )
 
