@@ -816,11 +816,14 @@ def test_a_limit_is_set_edited_and_deleted_through_the_browser(ui: World, tmp_pa
     [limit] = [lim for lim in store.list_limits() if lim.scope == "kind:browser-limited"]
     assert (limit.concurrency, limit.rate_text) == (4, "5/s")
 
-    ui.driver.find_element(By.CSS_SELECTOR, "#limit-form [name=concurrency]").send_keys("x")  # "4x": refused
-    ui.driver.find_element(By.ID, "save-limit").click()
+    form = ui.driver.find_element(By.ID, "limit-form")  # after a save: an empty form for a new limit
+    form.find_element(By.NAME, "scope").send_keys("kind:browser-limited")
+    form.find_element(By.NAME, "concurrency").send_keys("4x")  # refused: not a whole number
+    form.find_element(By.ID, "save-limit").click()
     ui.accept_confirmation()
     until(lambda: "concurrency must be a whole number" in ui.text("#problem-detail"), what="the refusal")
     assert "Nothing was changed" in ui.text("#problem-detail")
+    assert [(lim.concurrency, lim.rate_text) for lim in store.list_limits() if lim.scope == limit.scope] == [(4, "5/s")]
     ui.console_errors()  # the 422 is logged by the browser: expected, drained
     ui.driver.find_element(By.ID, "problem-back").click()
 
