@@ -346,12 +346,29 @@ class JobQuery:
     created_after: datetime | None = None
     limit: int = DEFAULT_PAGE_SIZE
     after_id: uuid.UUID | None = None  # the last id of the previous page
+    # The console's search (issue 28): every filter is off when None.
+    created_before: datetime | None = None
+    idempotency_key: str | None = None
+    concurrency_key: str | None = None
+    error_text: str | None = None  # in the last error of a job that shows one (not a succeeded job's)
+    before_id: uuid.UUID | None = None  # the page newer than this id (the first of the next page): "previous"
 
 
 @dataclass(frozen=True)
 class JobPage:
     items: list[JobStatus]
     next_after_id: uuid.UUID | None
+    # Set on a page asked for with before_id when still newer jobs match: the previous page's cursor.
+    newer_before_id: uuid.UUID | None = None
+
+
+@dataclass(frozen=True)
+class JobCount:
+    """How many jobs a search matches: exact, or at least ``matched`` when counting stopped
+    at its budget of jobs read (``Store.count_jobs`` says why a count is bounded)."""
+
+    matched: int
+    exact: bool
 
 
 @dataclass(frozen=True)
@@ -669,6 +686,21 @@ class Attempt:
     finished_at: datetime | None  # None while it runs
     outcome: AttemptOutcome | None
     error: str | None
+
+
+@dataclass(frozen=True)
+class OutcomeBucket:
+    """Jobs of one queue or kind that succeeded or failed in one time bucket (0 the oldest), with
+    their run and queue-wait seconds summed (``runs`` and ``waits`` jobs: a mean is the quotient)."""
+
+    name: str
+    bucket: int
+    succeeded: int
+    failed: int
+    run_seconds: float
+    runs: int
+    wait_seconds: float
+    waits: int
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@ HISTORY = 20_000
 HISTORY_TABLES = {"jobs", "job_attempts"}
 
 
-def params(statement: str, job_id: str, dialect: str) -> dict[str, Any]:
+def params(statement: str, job_id: str, dialect: str, **given: Any) -> dict[str, Any]:
+    """The parameters ``statement`` names, with plausible values (``given`` ones win)."""
     now = datetime.now(UTC)
     day_ago: Any = now - timedelta(hours=24)
     values: dict[str, Any] = {
@@ -35,7 +36,14 @@ def params(statement: str, job_id: str, dialect: str) -> dict[str, Any]:
         "kind": None,
         "queue": None,
         "created_after": None,
+        "created_before": None,
+        "idempotency_key": None,
+        "concurrency_key": None,
+        "error_like": None,
         "after_id": None,
+        "before_id": None,
+        "by": "queue",
+        "first_day": (now - timedelta(days=6)).date(),
         "limit": 51,
         "job_id": job_id,
         "since": day_ago,
@@ -49,6 +57,8 @@ def params(statement: str, job_id: str, dialect: str) -> dict[str, Any]:
         values["now"] = now.strftime("%Y-%m-%d %H:%M:%S.000")
         values["since"] = day_ago.strftime("%Y-%m-%d %H:%M:%S.000")
         values["bounds"] = json.dumps(values["bounds"])
+        values["first_day"] = values["first_day"].isoformat()
+    values.update(given)
     pattern = r"%\((\w+)\)s" if dialect == "postgresql" else r":(\w+)"
     return {name: values[name] for name in set(re.findall(pattern, statement))}
 
@@ -58,11 +68,13 @@ def seed(db: Database, make_store: Any, url: str) -> str:
         db.execute(
             """
             INSERT INTO jobs (id, tenant, queue, kind, payload, state, attempts, max_attempts, error, error_group,
-                              run_after, created_at, updated_at, started_at, finished_at)
+                              run_after, created_at, updated_at, started_at, finished_at, idempotency_key,
+                              concurrency_key)
             SELECT gen_random_uuid(), 't' || (g %% 50), 'q' || (g %% 4), 'k' || (g %% 7), '{}'::jsonb,
                    CASE WHEN g %% 9 = 0 THEN 'failed' ELSE 'succeeded' END, 1, 3,
                    CASE WHEN g %% 9 = 0 THEN 'ValueError: ' || (g %% 5) END,
-                   CASE WHEN g %% 9 = 0 THEN 'ValueError: N' END, ts, ts, ts, ts, ts
+                   CASE WHEN g %% 9 = 0 THEN 'ValueError: N' END, ts, ts, ts, ts, ts,
+                   CASE WHEN g %% 3 = 0 THEN 'order-' || g END, CASE WHEN g %% 2 = 0 THEN 'c' || (g %% 100) END
             FROM generate_series(1, %(n)s) AS g, LATERAL (SELECT now() - make_interval(secs => g * 30) AS ts) AS t
             """,
             n=HISTORY,
@@ -76,11 +88,13 @@ def seed(db: Database, make_store: Any, url: str) -> str:
             """
             WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < %(n)s)
             INSERT INTO jobs (id, tenant, queue, kind, payload, state, attempts, max_attempts, error, error_group,
-                              run_after, created_at, updated_at, started_at, finished_at)
+                              run_after, created_at, updated_at, started_at, finished_at, idempotency_key,
+                              concurrency_key)
             SELECT printf('00000000-0000-7000-8000-%012d', n), 't' || (n % 50), 'q' || (n % 4), 'k' || (n % 7), '{}',
                    CASE WHEN n % 9 = 0 THEN 'failed' ELSE 'succeeded' END, 1, 3,
                    CASE WHEN n % 9 = 0 THEN 'ValueError: ' || (n % 5) END,
-                   CASE WHEN n % 9 = 0 THEN 'ValueError: N' END, ts, ts, ts, ts, ts
+                   CASE WHEN n % 9 = 0 THEN 'ValueError: N' END, ts, ts, ts, ts, ts,
+                   CASE WHEN n % 3 = 0 THEN 'order-' || n END, CASE WHEN n % 2 = 0 THEN 'c' || (n % 100) END
             FROM (SELECT n, strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || (n * 30) || ' seconds') AS ts FROM g)
             """,
             n=HISTORY,
@@ -138,7 +152,8 @@ def _sqlite_full_scans(db: Database, statement: str, params: dict[str, Any]) -> 
     return scans, "\n".join(details)
 
 
-def full_scans(db: Database, statement: str, job_id: str) -> tuple[list[str], str]:
-    """The history tables ``statement`` reads whole on ``db``'s store, and its plan to show."""
+def full_scans(db: Database, statement: str, job_id: str, **given: Any) -> tuple[list[str], str]:
+    """The history tables ``statement`` reads whole on ``db``'s store, and its plan to show
+    (its parameters from ``params``, ``given`` ones first)."""
     explain = _pg_full_scans if db.dialect == "postgresql" else _sqlite_full_scans
-    return explain(db, statement, params(statement, job_id, db.dialect))
+    return explain(db, statement, params(statement, job_id, db.dialect, **given))

@@ -15,6 +15,7 @@ import functools
 import json
 import logging
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 from urllib.parse import parse_qs, urlencode
@@ -30,7 +31,10 @@ from service.console import session
 from service.console.session import Operator
 from service.console.views import (
     BUCKETS,
+    STATS_CHARTS,
+    STATS_RANGES,
     WINDOW_SECONDS,
+    bucket_labels,
     duration,
     error_block,
     history,
@@ -38,23 +42,26 @@ from service.console.views import (
     percent,
     plain_times,
     queue_rows,
+    stats_rows,
     time_tag,
     unserved,
 )
 from service.durations import parse_duration
-from service.errors import InvalidInput, InvalidTransition, JobNotFound, StoreUnavailable
+from service.errors import InvalidInput, InvalidTransition, JobNotFound, LimitNotFound, StoreUnavailable
 from service.explain import explain
 from service.jobs import (
     WORKER_ALIVE_SECONDS,
     ItemQuery,
     ItemState,
+    JobCount,
     JobQuery,
     JobState,
     JobStatus,
     ReplayFilter,
     id_prefix_range,
 )
-from service.limits import Limit, check_scope
+from service.limits import MAX_CONCURRENCY, MAX_WEIGHT, Limit, check_scope, parse_rate
+from service.payloads import MAX_KEY_LENGTH, MAX_NAME_LENGTH
 from service.schedules import job_for
 from service.web import (
     MAX_TAG_LENGTH,
@@ -97,6 +104,8 @@ NOTICES = {
     "schedule-resume": "The schedule runs again.",
     "scope-pause": "Paused: no new job of it starts (concurrency 0); running ones finish.",
     "scope-resume": "Resumed: its jobs start again.",
+    "limit-set": "The limit is set: in force from the next claim.",
+    "limit-deleted": "The limit is removed: its scope's jobs start without it from the next claim.",
 }
 BULK_LIMIT = 1_000  # jobs one bulk action touches at most (the dry run says when a filter matches more)
 BULK_STATES = {"cancel": (JobState.QUEUED, JobState.RUNNING), "replay": (JobState.FAILED, JobState.CANCELLED)}
@@ -255,56 +264,114 @@ async def overview(request: Request, who: OperatorDep, store: StoreDep) -> Respo
 # -- jobs -----------------------------------------------------------------------------------
 
 
+JOB_SEARCH_CAP = 10_000  # jobs a search's count reads at most (count_text says why)
+# The search's fields as the jobs list's URL (and a bulk action's form) carries them.
+SEARCH_FIELDS = (
+    "state",
+    "kind",
+    "queue",
+    "tenant",
+    "created_after",
+    "created_before",
+    "idempotency_key",
+    "concurrency_key",
+    "error",
+)
+
+
+def _search(fields: Mapping[str, str]) -> tuple[JobQuery, dict[str, str]]:
+    """The jobs list's filters (and a bulk action's, the same words): the query and the
+    filters as given (an empty one is off), to keep in every link of the page."""
+    given = {name: fields.get(name, "").strip() for name in SEARCH_FIELDS}
+    state = given["state"]
+    if state and state not in STATES:
+        raise InvalidInput(f"no state {state!r}: one of {', '.join(STATES)}")
+    for name in ("kind", "queue", "tenant"):
+        if len(given[name]) > MAX_NAME_LENGTH:
+            raise InvalidInput(f"{name}: at most {MAX_NAME_LENGTH} characters")
+    for name in ("idempotency_key", "concurrency_key", "error"):
+        if len(given[name]) > MAX_KEY_LENGTH:
+            raise InvalidInput(f"{name.replace('_', ' ')}: at most {MAX_KEY_LENGTH} characters")
+    after, before = (
+        _instant(given["created_after"], "created after"),
+        _instant(given["created_before"], "created before"),
+    )
+    if after and before and after >= before:
+        raise InvalidInput("created after must be earlier than created before: no job is in that range")
+    query = JobQuery(
+        tenant=given["tenant"] or None,
+        state=JobState(state) if state else None,
+        kind=given["kind"] or None,
+        queue=given["queue"] or None,
+        created_after=after,
+        created_before=before,
+        idempotency_key=given["idempotency_key"] or None,
+        concurrency_key=given["concurrency_key"] or None,
+        error_text=given["error"] or None,
+        limit=PAGE_SIZE,
+    )
+    return query, {name: value for name, value in given.items() if value}
+
+
+def count_text(count: JobCount) -> str:
+    """ "1,234" when the count is exact, "1,234+" when it stopped at JOB_SEARCH_CAP jobs read
+    (newest first, the way the pages walk): an exact count of a filter that no index serves
+    (a kind, a time range) reads every job of the history, a million rows, on every refresh;
+    this one reads what 200 pages would, and an operator's decision is the same past it."""
+    return f"{count.matched:,}" if count.exact else f"{count.matched:,}+"
+
+
 @console.get("/jobs")
 async def jobs(
     request: Request,
     who: OperatorDep,
     store: StoreDep,
     job_id: Annotated[str, Query(alias="id")] = "",
-    state: str = "",
-    kind: str = "",
-    queue: str = "",
-    tenant: str = "",
-    created_after: str = "",
     after: str = "",
+    before: str = "",
 ) -> Response:
     if job_id.strip():  # the header's search box: open the job, by its id or the start of it
         return await _open_by_prefix(request, who, store, job_id)
-    filters = {"state": state, "kind": kind, "queue": queue, "tenant": tenant, "created_after": created_after}
+    filters = {name: request.query_params.get(name, "") for name in SEARCH_FIELDS}
     try:
-        if state and state not in STATES:
-            raise InvalidInput(f"no state {state!r}: one of {', '.join(STATES)}")
-        query = JobQuery(
-            tenant=tenant.strip() or None,
-            state=JobState(state) if state else None,
-            kind=kind.strip() or None,
-            queue=queue.strip() or None,
-            created_after=_instant(created_after),
-            limit=PAGE_SIZE,
-            after_id=_page_id(after),
-        )
+        query, kept = _search(request.query_params)
+        query = dataclasses.replace(query, after_id=_page_id(after), before_id=_page_id(before))
     except ValueError as exc:
-        return render(
-            request, "jobs.html", who, status_code=422, error=str(exc), filters=filters, page=None, next_url=None
-        )
+        return render(request, "jobs.html", who, status_code=422, error=str(exc), filters=filters, page=None)
     page = await blocking(store.list_jobs, query)
-    kept = {name: value for name, value in filters.items() if value}
-    next_url = None
-    if page.next_after_id is not None:
-        next_url = "/ui/jobs?" + urlencode({**kept, "after": str(page.next_after_id)})
-    first_url = "/ui/jobs?" + urlencode(kept) if after else None
+    count = await blocking(store.count_jobs, query, JOB_SEARCH_CAP)
+
+    def here(**cursor: uuid.UUID) -> str:  # this search's URL, at a page
+        return "/ui/jobs" + (f"?{urlencode({**kept, **cursor})}" if kept or cursor else "")
+
+    next_url = here(after=page.next_after_id) if page.next_after_id else None
+    # A page reached by "next" has newer jobs before it (the cursor's own job at least); one reached
+    # by "previous" knows from its read whether more newer ones match.
+    newer = page.newer_before_id if before else (page.items[0].id if after and page.items else None)
+    prev_url = here(before=newer) if newer else None
     return render(
-        request, "jobs.html", who, filters=filters, page=page, next_url=next_url, error=None, first_url=first_url
+        request,
+        "jobs.html",
+        who,
+        filters=filters,
+        kept=kept,
+        page=page,
+        count=count_text(count),
+        count_budget=JOB_SEARCH_CAP,
+        next_url=next_url,
+        prev_url=prev_url,
+        first_url=here() if (after or before) else None,
+        error=None,
     )
 
 
-def _instant(text: str) -> datetime | None:
+def _instant(text: str, name: str = "created after") -> datetime | None:
     if not text.strip():
         return None
     try:
         moment: datetime = iso_datetime(text)
     except ValueError as exc:
-        raise InvalidInput(f"created after: {exc}") from None
+        raise InvalidInput(f"{name}: {exc}") from None
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
@@ -312,7 +379,7 @@ def _page_id(after: str) -> uuid.UUID | None:
     try:
         return uuid.UUID(after) if after else None
     except ValueError:
-        raise InvalidInput(f"not a page of this list (after={after[:40]!r}): start from the first page") from None
+        raise InvalidInput(f"not a page of this list ({after[:40]!r}): start from the first page") from None
 
 
 async def _open_by_prefix(request: Request, who: Operator, store: StoreDep, text: str) -> Response:
@@ -661,24 +728,14 @@ def _validation_text(error: Any) -> str:
 # -- bulk actions: every job matching a filter ---------------------------------------------------
 
 
-def _bulk_query(fields: dict[str, str]) -> tuple[str, JobQuery, dict[str, str]]:
-    """The action and the jobs list's filter of a bulk request (the dry run's URL, the form)."""
+def _bulk_query(fields: Mapping[str, str]) -> tuple[str, JobQuery, dict[str, str]]:
+    """The action and the jobs list's filter of a bulk request (the dry run's URL, the form):
+    the list's own search (_search), so a bulk action touches exactly what the list showed."""
     action = fields.get("action", "")
     if action not in BULK_STATES:
         raise InvalidInput("action is cancel or replay")
-    state = fields.get("state", "")
-    if state and state not in STATES:
-        raise InvalidInput(f"no state {state!r}: one of {', '.join(STATES)}")
-    kept = {name: fields.get(name, "") for name in ("state", "kind", "queue", "tenant", "created_after")}
-    query = JobQuery(
-        tenant=kept["tenant"].strip() or None,
-        state=JobState(state) if state else None,
-        kind=kept["kind"].strip() or None,
-        queue=kept["queue"].strip() or None,
-        created_after=_instant(kept["created_after"]),
-        limit=PAGE_SIZE,
-    )
-    return action, query, {name: value for name, value in kept.items() if value}
+    query, kept = _search(fields)
+    return action, query, kept
 
 
 async def _matching(store: StoreDep, action: str, query: JobQuery) -> tuple[list[uuid.UUID], bool]:
@@ -701,7 +758,7 @@ async def _matching(store: StoreDep, action: str, query: JobQuery) -> tuple[list
 @console.get("/bulk")
 async def bulk_dry_run(request: Request, who: OperatorDep, store: StoreDep) -> Response:
     """The dry run of a bulk action: how many jobs it touches, which, before anything changes."""
-    action, query, kept = _bulk_query(dict(request.query_params))
+    action, query, kept = _bulk_query(request.query_params)
     job_ids, more = await _matching(store, action, query)
     return render(
         request,
@@ -804,3 +861,117 @@ async def audit(request: Request, who: OperatorDep, store: StoreDep, before: str
         entries = entries[:AUDIT_PAGE]
         next_url = "/ui/audit?" + urlencode({**({"target": target} if target else {}), "before": entries[-1].id})
     return render(request, "audit.html", who, entries=entries, next_url=next_url, target=target)
+
+
+# -- limits and weights: what `jobq limits set/delete/list` does ----------------------------------
+
+
+@console.get("/limits")
+async def limits_page(request: Request, who: OperatorDep, store: StoreDep, scope: str = "") -> Response:
+    """Every limit with the jobs running in its scope; the form sets one (pre-filled to edit ``scope``)."""
+    listed = await blocking(store.list_limits)
+    usage = {u.scope: u for u in await blocking(store.scope_usage)}
+    editing = next((limit for limit in listed if limit.scope == scope), None)
+    return render(request, "limits.html", who, limits=listed, usage=usage, editing=editing, scope=scope)
+
+
+def _limit_of(fields: Mapping[str, str]) -> Limit:
+    """The limit a form asks for, checked by the domain's rules (service.limits.Limit): a bad
+    value is an InvalidInput that names it, raised before anything is written."""
+    scope = check_scope(fields.get("scope", "").strip())
+    concurrency, rate, weight = (fields.get(name, "").strip() for name in ("concurrency", "rate", "weight"))
+    if concurrency and not concurrency.isdigit():
+        raise InvalidInput(f"concurrency must be a whole number from 0 to {MAX_CONCURRENCY}, not {concurrency[:40]!r}")
+    starts, per_seconds = parse_rate(rate) if rate else (None, None)
+    try:
+        share = float(weight) if weight else None
+    except ValueError:
+        raise InvalidInput(f"weight must be a number above 0 and at most {MAX_WEIGHT:g}, not {weight[:40]!r}") from None
+    return Limit(
+        scope,
+        concurrency=int(concurrency) if concurrency else None,
+        rate=starts,
+        per_seconds=per_seconds,
+        weight=share,
+    )
+
+
+@console.post("/limits")
+async def set_limit(request: Request, who: OperatorDep, store: StoreDep) -> Response:
+    fields = await form_of(request)
+    who.require_act()
+    try:
+        limit = _limit_of(fields)
+    except InvalidInput as exc:
+        return problem_page(request, who, 422, "Not a valid limit", f"{exc}. Nothing was changed.", back="/ui/limits")
+    before = next((item for item in await blocking(store.list_limits) if item.scope == limit.scope), None)
+    await blocking(store.set_limit, limit)
+    await act(
+        store,
+        who,
+        "limit-set",
+        limit.scope,
+        0,
+        concurrency=limit.concurrency,
+        rate=limit.rate_text,
+        weight=limit.weight,
+        previous=None if before is None else _limit_words(before),
+    )
+    return flash_redirect(request, "/ui/limits", "limit-set")
+
+
+@console.post("/limits/delete")
+async def delete_limit(request: Request, who: OperatorDep, store: StoreDep) -> Response:
+    fields = await form_of(request)
+    who.require_act()
+    scope = fields.get("scope", "").strip()
+    before = next((item for item in await blocking(store.list_limits) if item.scope == scope), None)
+    try:
+        await blocking(store.delete_limit, check_scope(scope))
+    except (InvalidInput, LimitNotFound) as exc:
+        code = 404 if isinstance(exc, LimitNotFound) else 422
+        return problem_page(request, who, code, "No such limit", f"{exc}. Nothing was changed.", back="/ui/limits")
+    await act(store, who, "limit-delete", scope, 0, previous=None if before is None else _limit_words(before))
+    return flash_redirect(request, "/ui/limits", "limit-deleted")
+
+
+def _limit_words(limit: Limit) -> dict[str, Any]:
+    """What a limit was, for the audit record of its change."""
+    return {"concurrency": limit.concurrency, "rate": limit.rate_text, "weight": limit.weight}
+
+
+# -- stats: throughput, failure ratio, queue wait and run time per queue or kind ------------------
+
+
+@console.get("/stats")
+async def stats(
+    request: Request,
+    who: OperatorDep,
+    store: StoreDep,
+    now: NowDep,
+    window: Annotated[str, Query(alias="range")] = "1h",
+    by: str = "queue",
+) -> Response:
+    """Small inline SVG charts per queue or kind. 1 h and 24 h read the window of finished jobs
+    (ix_jobs_finished_at: their cost follows the jobs finished in it); 7 d reads the daily rollup
+    (a few rows per day, whatever the history), which is also why 7 d has daily bars: the
+    rollup keeps days, nothing finer."""
+    span = STATS_RANGES.get(window)
+    if span is None or by not in ("queue", "kind"):
+        detail = f"range is one of {', '.join(STATS_RANGES)}; by is queue or kind"
+        return problem_page(request, who, 422, "Not a range of the stats", detail)
+    if span.daily:
+        first_day = (now.astimezone(UTC) - timedelta(days=span.buckets - 1)).date()
+        buckets = await blocking(store.daily_outcomes, by, first_day)
+    else:
+        buckets = await blocking(store.recent_outcomes, by, span.seconds, span.buckets)
+    return render(
+        request,
+        "stats.html",
+        who,
+        span=span,
+        ranges=STATS_RANGES,
+        by=by,
+        rows=stats_rows(buckets, span, bucket_labels(span, now)),
+        charts=STATS_CHARTS,
+    )

@@ -10,16 +10,17 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from markupsafe import Markup, escape
 
-from service.jobs import Attempt, JobState, JobStatus, QueueStats, Replay, Throughput, WorkerInfo
+from service.jobs import Attempt, JobState, JobStatus, OutcomeBucket, QueueStats, Replay, Throughput, WorkerInfo
 
 WINDOW_SECONDS = 3_600.0
 BUCKETS = 12  # five-minute bars over the last hour
 CHART_WIDTH = 120
 CHART_HEIGHT = 28
+MIN_BAR = 1.0  # the height of a bar whose value is above zero but too small to draw to scale
 
 
 @dataclass(frozen=True)
@@ -207,3 +208,135 @@ def unserved(rows: Sequence[QueueRow]) -> list[QueueRow]:
 def id_text(value: object) -> Markup:
     """A full id, monospace and selected whole with one click (copyable)."""
     return Markup('<span class="mono id">{}</span>').format(escape(str(value)))
+
+
+# -- the stats page: throughput, failure ratio, queue wait and run time over a range -------------
+
+
+@dataclass(frozen=True)
+class StatsRange:
+    """A range the stats page shows: its window cut into buckets; ``daily``: read from the rollup."""
+
+    name: str
+    label: str
+    seconds: float
+    buckets: int
+    daily: bool
+
+
+STATS_RANGES = {
+    r.name: r
+    for r in (
+        StatsRange("1h", "last hour, 5-minute bars", 3_600.0, 12, daily=False),
+        StatsRange("24h", "last 24 hours, 1-hour bars", 86_400.0, 24, daily=False),
+        StatsRange("7d", "last 7 days, daily bars", 7 * 86_400.0, 7, daily=True),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Rect:
+    """One bar (or one part of a stacked bar) of a small inline SVG chart."""
+
+    x: float
+    y: float
+    width: float
+    height: float
+    css: str
+    title: str
+
+
+@dataclass(frozen=True)
+class StatsRow:
+    name: str
+    succeeded: int
+    failed: int
+    failure_ratio: float | None
+    mean_wait_seconds: float | None
+    mean_run_seconds: float | None
+    charts: dict[str, list[Rect]]  # throughput, failure-ratio, wait, run: CHART_WIDTH x CHART_HEIGHT
+
+
+STATS_CHARTS = {
+    "throughput": "jobs finished per bar: succeeded below, failed on top",
+    "failure-ratio": "failed of finished per bar (full height: all failed)",
+    "wait": "mean queue wait per bar (due to first start)",
+    "run": "mean run time per bar",
+}
+
+
+def stats_rows(buckets: Sequence[OutcomeBucket], span: StatsRange, labels: Sequence[str]) -> list[StatsRow]:
+    """One row per queue or kind with jobs in the range: its totals, means and four charts.
+    ``labels`` names each bucket (its time) for the bars' hover titles. Throughput, wait and run
+    charts share one scale across rows, so rows compare at a glance; the ratio's is 0 to 1."""
+    by_name: dict[str, list[OutcomeBucket | None]] = {}
+    for b in buckets:
+        if 0 <= b.bucket < span.buckets:
+            by_name.setdefault(b.name, [None] * span.buckets)[b.bucket] = b
+    finished = [b.succeeded + b.failed for b in buckets]
+    waits = [b.wait_seconds / b.waits for b in buckets if b.waits]
+    runs = [b.run_seconds / b.runs for b in buckets if b.runs]
+    tallest, longest_wait, longest_run = max(finished, default=0), max(waits, default=0.0), max(runs, default=0.0)
+    rows = []
+    for name in sorted(by_name):
+        series = by_name[name]
+        succeeded = sum(b.succeeded for b in series if b)
+        failed = sum(b.failed for b in series if b)
+        wait_total, wait_jobs = sum(b.wait_seconds for b in series if b), sum(b.waits for b in series if b)
+        run_total, run_jobs = sum(b.run_seconds for b in series if b), sum(b.runs for b in series if b)
+        rows.append(
+            StatsRow(
+                name=name,
+                succeeded=succeeded,
+                failed=failed,
+                failure_ratio=failed / (succeeded + failed) if succeeded + failed else None,
+                mean_wait_seconds=wait_total / wait_jobs if wait_jobs else None,
+                mean_run_seconds=run_total / run_jobs if run_jobs else None,
+                charts=_charts(series, labels, tallest, longest_wait, longest_run),
+            )
+        )
+    return rows
+
+
+def _charts(
+    series: Sequence[OutcomeBucket | None], labels: Sequence[str], tallest: int, longest_wait: float, longest_run: float
+) -> dict[str, list[Rect]]:
+    width = CHART_WIDTH / len(series)
+    charts: dict[str, list[Rect]] = {name: [] for name in STATS_CHARTS}
+
+    def bar(chart: str, index: int, value: float, top: float, css: str, title: str, below: float = 0.0) -> float:
+        # Any value above zero stays visible (a pixel at least) beside a row a thousand times larger.
+        height = max(MIN_BAR, CHART_HEIGHT * value / top) if value > 0 and top else 0.0
+        y = CHART_HEIGHT - below - height
+        charts[chart].append(Rect(index * width, y, max(width - 1, 0.5), height, css, title))
+        return height
+
+    for index, (b, label) in enumerate(zip(series, labels, strict=True)):
+        if b is None:
+            continue
+        done = b.succeeded + b.failed
+        counts = f"{label}: {b.succeeded} succeeded, {b.failed} failed"
+        ok_height = bar("throughput", index, b.succeeded, tallest, "ok", counts)
+        bar("throughput", index, b.failed, tallest, "bad", counts, below=ok_height)
+        if done:
+            bar("failure-ratio", index, b.failed / done, 1.0, "bad", f"{label}: {100 * b.failed / done:.0f} % failed")
+        if b.waits:
+            mean = b.wait_seconds / b.waits
+            bar("wait", index, mean, longest_wait, "wait", f"{label}: mean wait {duration(mean)} ({b.waits} jobs)")
+        if b.runs:
+            mean = b.run_seconds / b.runs
+            bar("run", index, mean, longest_run, "run", f"{label}: mean run {duration(mean)} ({b.runs} jobs)")
+    return charts
+
+
+def bucket_labels(span: StatsRange, now: datetime) -> list[str]:
+    """What each bar of a range covers, in the console's one time format."""
+    if span.daily:
+        first = (now.astimezone(UTC) - timedelta(days=span.buckets - 1)).date()
+        return [f"{first + timedelta(days=n)} (UTC day)" for n in range(span.buckets)]
+    width = span.seconds / span.buckets
+    start = now - timedelta(seconds=span.seconds)
+    return [
+        f"{utc_text(start + timedelta(seconds=n * width))} to {utc_text(start + timedelta(seconds=(n + 1) * width))}"
+        for n in range(span.buckets)
+    ]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from typing import Protocol
 
 from service.explain import JobFacts
@@ -33,6 +33,7 @@ from service.jobs import (
     ItemOutcome,
     ItemPage,
     ItemQuery,
+    JobCount,
     JobPage,
     JobQuery,
     JobStatus,
@@ -40,6 +41,7 @@ from service.jobs import (
     Lease,
     NewJob,
     Notification,
+    OutcomeBucket,
     QueueStats,
     ReapResult,
     Replay,
@@ -341,6 +343,13 @@ class Store(Protocol):
         """One tenant's jobs (every tenant's when ``query.tenant`` is None), newest first, keyset-paginated."""
         ...
 
+    def count_jobs(self, query: JobQuery, budget: int) -> JobCount:
+        """How many jobs ``query``'s filters match (its cursors ignored), reading at most
+        ``budget`` jobs of the index its listing walks, newest first: exact when the walk ends
+        within it, else a lower bound. An exact count of a filter no index serves (a kind, a
+        time range) would read the whole history; this costs what ``budget / limit`` pages do."""
+        ...
+
     def job_attempts(self, job_id: uuid.UUID) -> list[Attempt]:
         """A job's attempts, oldest first (empty for a job never claimed or not there)."""
         ...
@@ -568,6 +577,18 @@ class Store(Protocol):
 
     def job_replays(self, job_id: uuid.UUID) -> list[Replay]:
         """A job's replays (job_replays), oldest first; none for an unknown job."""
+        ...
+
+    def recent_outcomes(self, by: str, window_seconds: float, buckets: int) -> list[OutcomeBucket]:
+        """Jobs that succeeded or failed within the last ``window_seconds``, per queue or kind
+        (``by``) and one of ``buckets`` equal time buckets (0 the oldest; empty ones left out),
+        with their run and first-attempt wait summed. Reads the window of finished jobs."""
+        ...
+
+    def daily_outcomes(self, by: str, first_day: date) -> list[OutcomeBucket]:
+        """The same from the daily rollup, per queue or kind and UTC day from ``first_day``
+        (bucket n: first_day + n days); the wait from its histogram's bucket middles. Only
+        what the rollup has folded (jobs settled a minute and folded by the leader)."""
         ...
 
     def start_console_session(

@@ -32,7 +32,9 @@ from service.jobs import (
     JSON,
     AttemptOutcome,
     Completion,
+    JobCount,
     JobPage,
+    JobQuery,
     JobState,
     JobStatus,
     Lease,
@@ -52,6 +54,7 @@ from service.payloads import (
     check_page_size,
     check_progress,
     check_result_size,
+    check_throughput_window,
     dump_json,
     storable_error,
     validate_new_jobs,
@@ -204,11 +207,52 @@ def page_limit(limit: int) -> int:
     return limit + 1
 
 
-def job_page(statuses: Sequence[JobStatus], limit: int) -> JobPage:
-    """A page of jobs from up to ``limit + 1`` rows, keyset-paged on the id."""
-    items = list(statuses[:limit])
-    more = len(statuses) > limit
-    return JobPage(items=items, next_after_id=items[-1].id if more else None)
+def job_page(statuses: Sequence[JobStatus], query: JobQuery) -> JobPage:
+    """A page of jobs from up to ``limit + 1`` rows, keyset-paged on the id. Rows read for
+    ``before_id`` come nearest first (ascending): the page is turned round to newest first,
+    older jobs follow it (``before_id`` itself at least), newer ones when a row was left over."""
+    items = list(statuses[: query.limit])
+    more = len(statuses) > query.limit
+    if query.before_id is None:
+        return JobPage(items=items, next_after_id=items[-1].id if more else None)
+    items.reverse()
+    return JobPage(
+        items=items,
+        next_after_id=items[-1].id if items else query.before_id,
+        newer_before_id=items[0].id if more else None,
+    )
+
+
+def job_listing(query: JobQuery) -> str:
+    """Which index a listing walks, by the most selective filter it has: one key's jobs, the
+    errored jobs (for an error text), a tenant's, or the primary key. The stores keep one
+    statement of each (a page, the page before, a count) under this name."""
+    if query.after_id is not None and query.before_id is not None:
+        raise InvalidInput("a page follows one cursor: after or before, not both")
+    if query.idempotency_key is not None:
+        return "by_idempotency_key"
+    if query.concurrency_key is not None:
+        return "by_concurrency_key"
+    if query.error_text is not None:
+        return "errored"
+    return "all" if query.tenant is None else "tenant"
+
+
+MAX_COUNT_BUDGET = 100_000
+"""Jobs a count may read at most: a few hundred milliseconds of index, whatever is asked."""
+
+
+def count_budget(budget: int) -> int:
+    """A count's budget of jobs read, checked."""
+    if not isinstance(budget, int) or isinstance(budget, bool) or not 1 <= budget <= MAX_COUNT_BUDGET:
+        raise InvalidInput(f"a count reads from 1 to {MAX_COUNT_BUDGET:,} jobs")
+    return budget
+
+
+def job_count(row: Row | None, budget: int) -> JobCount:
+    """A count's answer: exact when its walk read no more than ``budget`` jobs (it asked for one more)."""
+    matched, read = (int(row["n"]), int(row["read"])) if row else (0, 0)
+    return JobCount(matched=matched, exact=read <= budget)
 
 
 def found(row: Row | None, job_id: uuid.UUID) -> Row:
@@ -355,3 +399,19 @@ def check_in_answer(
         next_schedule_in=None if next_schedule_in is None else float(next_schedule_in),
         jobs_running=bool(jobs_running),
     )
+
+
+OUTCOME_GROUPINGS = ("queue", "kind")
+
+
+def outcome_grouping(by: str) -> str:
+    """What the console's charts group by: a queue or a kind (never a column named by input)."""
+    if by not in OUTCOME_GROUPINGS:
+        raise InvalidInput(f"group by queue or kind, not {by!r}")
+    return by
+
+
+def outcome_window(by: str, window_seconds: float, buckets: int) -> dict[str, Any]:
+    """The parameters of recent_outcomes: the grouping, the window and its buckets checked."""
+    width = check_throughput_window(window_seconds, buckets)
+    return {"by": outcome_grouping(by), "window": float(window_seconds), "buckets": buckets, "bucket_seconds": width}

@@ -160,6 +160,28 @@ jobs = sa.Table(
         postgresql_where=sa.text("cancelled_by IS NOT NULL"),
         sqlite_where=sa.text("cancelled_by IS NOT NULL"),
     ),
+    # The console's search (migration 0015): the jobs that show an error, newest first (an error
+    # text is matched on these only), and one idempotency or concurrency key's jobs, any tenant.
+    sa.Index(
+        "ix_jobs_errored_id",
+        "id",
+        postgresql_where=sa.text("error IS NOT NULL AND state <> 'succeeded'"),
+        sqlite_where=sa.text("error IS NOT NULL AND state <> 'succeeded'"),
+    ),
+    sa.Index(
+        "ix_jobs_idempotency_key_id",
+        "idempotency_key",
+        "id",
+        postgresql_where=sa.text("idempotency_key IS NOT NULL"),
+        sqlite_where=sa.text("idempotency_key IS NOT NULL"),
+    ),
+    sa.Index(
+        "ix_jobs_concurrency_key_id",
+        "concurrency_key",
+        "id",
+        postgresql_where=sa.text("concurrency_key IS NOT NULL"),
+        sqlite_where=sa.text("concurrency_key IS NOT NULL"),
+    ),
     # Finished jobs by time: failures and rates over a window, pruning and analysts'
     # date ranges read a slice of this, never the whole history. Written once, at finish.
     sa.Index("ix_jobs_finished_at", "finished_at"),

@@ -19,7 +19,7 @@ from tests.api.conftest import LiveApi
 from tests.console.conftest import admin_token
 from tests.store.builders import new_job
 
-PAGES = ("/ui", "/ui/jobs", "/ui/failures", "/ui/workers", "/ui/schedules")
+PAGES = ("/ui", "/ui/jobs", "/ui/failures", "/ui/workers", "/ui/schedules", "/ui/limits", "/ui/stats")
 
 
 def csrf_of(http: httpx.Client, page: str = "/ui/login") -> str:

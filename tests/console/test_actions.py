@@ -195,6 +195,8 @@ ACTIONS = [
     ("/ui/schedules/nightly/pause", {}),
     ("/ui/scopes/pause", {"scope": "queue:default"}),
     ("/ui/scopes/resume", {"scope": "queue:default"}),
+    ("/ui/limits", {"scope": "queue:default", "concurrency": "2"}),
+    ("/ui/limits/delete", {"scope": "queue:default"}),
 ]
 
 
@@ -205,11 +207,12 @@ def test_a_read_only_operator_sees_every_page_and_is_refused_every_action(api: L
         ScheduleSpec(name="nightly", cron="30 2 * * *", kind="report"), datetime(2031, 1, 2, tzinfo=UTC)
     )
     http = read_only_operator(api)
-    for page in ("/ui", "/ui/jobs", f"/ui/jobs/{job.id}", "/ui/failures", "/ui/workers", "/ui/schedules", "/ui/audit"):
+    pages = ("/ui", "/ui/jobs", f"/ui/jobs/{job.id}", "/ui/failures", "/ui/workers", "/ui/schedules", "/ui/audit")
+    for page in (*pages, "/ui/limits", "/ui/stats"):
         text = http.get(page).text
         assert "read-only" in text, page
         assert 'method="post" action="/ui/jobs' not in text and "run-now" not in text and "/ui/scopes/" not in text
-        assert 'id="bulk-cancel"' not in text
+        assert 'id="bulk-cancel"' not in text and 'action="/ui/limits' not in text
     csrf = csrf_of(http, "/ui")
     for url, fields in ACTIONS:
         answer = http.post(url.format(job=job.id), data={"csrf": csrf, **fields})
@@ -226,3 +229,73 @@ def test_every_action_needs_the_csrf_token(api: LiveApi, url: str, fields: dict[
     answer = http.post(url.format(job=job.id), data=fields)
     assert answer.status_code == 403 and "CSRF" in answer.text
     assert api.store.get(job.id).state == "queued" and api.store.list_actions(10) == []
+
+
+def test_limits_are_set_edited_and_deleted_from_the_console_and_each_change_is_audited(api: LiveApi) -> None:
+    http = operator(api)
+    store = api.store
+    csrf = csrf_of(http, "/ui/limits")
+    answer = http.post("/ui/limits", data={"csrf": csrf, "scope": "tenant:acme", "concurrency": "3", "rate": "5/s"})
+    assert answer.status_code == 303 and answer.headers["location"] == "/ui/limits"
+    assert "The limit is set" in http.get("/ui/limits").text
+    assert store.list_limits() == [Limit("tenant:acme", concurrency=3, rate=5, per_seconds=1.0)]
+
+    form = http.get("/ui/limits", params={"scope": "tenant:acme"}).text  # the edit form, filled in
+    assert 'name="concurrency" value="3"' in form and 'name="rate" value="5/s"' in form
+    http.post("/ui/limits", data={"csrf": csrf, "scope": "tenant:acme", "concurrency": "", "weight": "2.5"})
+    assert store.list_limits() == [Limit("tenant:acme", weight=2.5)]
+
+    deleted = http.post("/ui/limits/delete", data={"csrf": csrf, "scope": "tenant:acme"})
+    assert "The limit is removed" in http.get(deleted.headers["location"]).text
+    assert store.list_limits() == []
+    entries = [(e.action, e.target, json.loads(e.detail)) for e in reversed(store.list_actions(10))]
+    assert entries == [
+        ("limit-set", "tenant:acme", {"concurrency": 3, "rate": "5/s", "weight": None, "previous": None}),
+        (
+            "limit-set",
+            "tenant:acme",
+            {
+                "concurrency": None,
+                "rate": None,
+                "weight": 2.5,
+                "previous": {"concurrency": 3, "rate": "5/s", "weight": None},
+            },
+        ),
+        ("limit-delete", "tenant:acme", {"previous": {"concurrency": None, "rate": None, "weight": 2.5}}),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("fields", "words"),
+    [
+        ({"scope": "tenant:acme", "concurrency": "-1"}, "concurrency must be a whole number"),
+        ({"scope": "tenant:acme", "concurrency": "2.5"}, "concurrency must be a whole number"),
+        ({"scope": "tenant:acme", "rate": "fast"}, "a rate is N/PERIOD"),
+        ({"scope": "tenant:acme", "weight": "heavy"}, "weight must be a number"),
+        ({"scope": "tenant:acme", "weight": "nan"}, "weight must be a number"),
+        ({"scope": "queue:gpu", "weight": "2"}, "only tenant scopes take one"),
+        ({"scope": "galaxy:far", "concurrency": "1"}, "a scope is tenant:NAME"),
+        ({"scope": "tenant:acme"}, "a limit needs a concurrency, a rate or a weight"),
+    ],
+)
+def test_a_bad_limit_is_a_console_page_that_says_why_and_changes_nothing(
+    api: LiveApi, fields: dict[str, str], words: str
+) -> None:
+    api.store.set_limit(Limit("tenant:acme", concurrency=7))
+    http = operator(api)
+    answer = http.post("/ui/limits", data={"csrf": csrf_of(http, "/ui/limits"), **fields})
+    assert answer.status_code == 422 and answer.headers["content-type"].startswith("text/html")
+    assert words in answer.text and "Nothing was changed" in answer.text
+    assert api.store.list_limits() == [Limit("tenant:acme", concurrency=7)] and api.store.list_actions(5) == []
+    missing = http.post("/ui/limits/delete", data={"csrf": csrf_of(http, "/ui/limits"), "scope": "kind:none"})
+    assert missing.status_code == 404 and "no limit is set on kind:none" in missing.text
+
+
+def test_a_read_only_operator_cannot_change_or_remove_a_limit(api: LiveApi) -> None:
+    api.store.set_limit(Limit("kind:ocr", concurrency=2))
+    http = read_only_operator(api)
+    csrf = csrf_of(http, "/ui/limits")
+    for url, fields in (("/ui/limits", {"concurrency": "9"}), ("/ui/limits/delete", {})):
+        answer = http.post(url, data={"csrf": csrf, "scope": "kind:ocr", **fields})
+        assert answer.status_code == 403 and "Read-only" in answer.text, url
+    assert api.store.list_limits() == [Limit("kind:ocr", concurrency=2)] and api.store.list_actions(5) == []

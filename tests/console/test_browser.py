@@ -25,6 +25,7 @@ import pytest
 
 from service.config import Settings
 from service.jobs import NewJob
+from service.limits import Limit
 from service.retry import GiveUp
 from service.schedules import ScheduleSpec
 from tests.api.conftest import LiveApi, run_api
@@ -440,6 +441,8 @@ def _long_world(ui: World) -> dict[str, str]:
         ),
         datetime(2031, 1, 2, 5, 30, tzinfo=UTC),
     )
+    store.set_limit(Limit(f"kind:{kind}", concurrency=1000, rate=1000, per_seconds=86_400.0))
+    store.set_limit(Limit("tenant:tenant-with-a-rather-long-name-for-testing", weight=12.5))
     made = {
         "overview": "/ui",
         "jobs": "/ui/jobs",
@@ -450,6 +453,18 @@ def _long_world(ui: World) -> dict[str, str]:
         "schedules": "/ui/schedules",
         "workers": "/ui/workers",
         "ambiguous": "/ui/jobs?id=0",
+        "search": "/ui/jobs?"
+        + urlencode(
+            {
+                "kind": kind,
+                "tenant": "tenant-with-a-rather-long-name-for-testing",
+                "error": "the-upstream-service-answered-with-a-very-long-message-",
+                "created_after": "2000-01-01T00:00:00Z",
+            }
+        ),
+        "limits": "/ui/limits?" + urlencode({"scope": f"kind:{kind}"}),
+        "stats": "/ui/stats",
+        "stats-7d": "/ui/stats?range=7d&by=kind",
         "problem": "/ui/nowhere",
     }
     ui.long_world = made  # type: ignore[attr-defined]
@@ -670,3 +685,154 @@ def test_a_schedule_run_now_queues_its_job_at_once(ui: World, tmp_path: Path) ->
     )
     assert entry["target"] == "schedule:browser-run-now" and json.loads(entry["detail"]) == {"job_id": job_id}
     ui.screenshot(tmp_path, "schedule-run-now")
+
+
+def _search(ui: World, **fields: str) -> list[str]:
+    """Fill the jobs page's search form (a fresh one: every other field empty) and submit it;
+    the ids of the rows it lists."""
+    ui.open("/ui/jobs")
+    form = ui.driver.find_element(By.CSS_SELECTOR, "form.filters")
+    for name, value in fields.items():
+        field = form.find_element(By.NAME, name)
+        if field.tag_name == "select":
+            field.find_element(By.CSS_SELECTOR, f'option[value="{value}"]').click()
+        else:
+            field.send_keys(value)
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    until(lambda: "/ui/jobs?" in ui.driver.current_url, what="the search's results")
+    return _listed(ui)
+
+
+def _listed(ui: World) -> list[str]:
+    return [
+        str(a.get_attribute("href")).rsplit("/", 1)[1] for a in ui.driver.find_elements(By.CSS_SELECTOR, "tr.job-row a")
+    ]
+
+
+def test_the_job_search_finds_jobs_by_each_filter(ui: World, tmp_path: Path) -> None:
+    store = ui.api.store
+    before = datetime.now(UTC)
+    time.sleep(0.05)
+    plain = str(_park(ui, kind="search-kind", tenant="search-tenant", idempotency_key="search-order-1").id)
+    keyed = str(_park(ui, kind="search-other", concurrency_key="search-customer-7").id)
+    failed = str(_park(ui, kind="search-fails", max_attempts=1).id)
+    [claimed] = store.claim("seeder", [PARKED], 1, 30, kinds=["search-fails"])
+    store.fail(claimed.lease, "ConnectionResetError: the search-upstream hung up", GiveUp())
+    time.sleep(0.05)
+    after = datetime.now(UTC)
+    stamp = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+    assert _search(ui, kind="search-kind") == [plain]
+    assert _search(ui, tenant="search-tenant") == [plain]
+    assert _search(ui, idempotency_key="search-order-1") == [plain]
+    assert _search(ui, concurrency_key="search-customer-7") == [keyed]
+    assert _search(ui, error="SEARCH-UPSTREAM hung") == [failed]
+    assert _search(ui, state="failed", queue=PARKED, error="search-upstream") == [failed]
+    ui.screenshot(tmp_path, "search-error")
+    assert ui.text("#match-count").startswith("1 matching")
+    window = {"created_after": before.strftime(stamp), "created_before": after.strftime(stamp), "queue": PARKED}
+    assert _search(ui, **window) == [failed, keyed, plain]
+    assert _search(ui, created_before=before.strftime(stamp), kind="search-kind") == []
+    assert "No job matches" in ui.text("table.jobs") and ui.text("#match-count").startswith("0 matching")
+    ui.screenshot(tmp_path, "search-time-range")
+
+    ui.open("/ui/jobs?created_before=yesterday")  # a bad value: said on the page, nothing listed
+    assert "created before" in ui.text(".error") or "before:" in ui.text(".error")
+    ui.console_errors()  # the 422 is logged by the browser: expected, drained
+
+
+def test_previous_and_next_pages_keep_the_search(ui: World, tmp_path: Path) -> None:
+    made = [str(_park(ui, kind="pager", concurrency_key="pager-key").id) for _ in range(53)][::-1]
+    _park(ui, kind="pager")  # no key: never listed
+    assert _search(ui, kind="pager", concurrency_key="pager-key") == made[:50]
+    assert ui.text("#match-count").startswith("53 matching")
+    ui.driver.find_element(By.ID, "next-page").click()
+    until(lambda: "after=" in ui.driver.current_url, what="the next page")
+    assert _listed(ui) == made[50:]
+    assert ui.driver.find_element(By.NAME, "concurrency_key").get_attribute("value") == "pager-key"
+    ui.screenshot(tmp_path, "search-next")
+    ui.driver.find_element(By.ID, "prev-page").click()
+    until(lambda: "before=" in ui.driver.current_url, what="the previous page")
+    assert _listed(ui) == made[:50]
+    assert "kind=pager" in ui.driver.current_url and "concurrency_key=pager-key" in ui.driver.current_url
+    assert not ui.driver.find_elements(By.ID, "prev-page")  # the newest page: nothing before it
+    ui.screenshot(tmp_path, "search-previous")
+
+
+def test_the_stats_page_draws_its_charts_for_each_range(ui: World, tmp_path: Path) -> None:
+    store = ui.api.store
+    for ok in (True, True, False):
+        _park(ui, kind="charted", max_attempts=1)
+        [claimed] = store.claim("seeder", [PARKED], 1, 30, kinds=["charted"])
+        store.complete(claimed.lease, None) if ok else store.fail(claimed.lease, "ValueError: charted", GiveUp())
+    # The leader folds the rollup a minute after a finish; fold now, settled or not, for the 7 d view.
+    from service.maintenance.rollup import BUCKET_BOUNDS, BUCKET_SECONDS
+
+    store.fold_rollup(BUCKET_BOUNDS, BUCKET_SECONDS, 0.0, 10_000)
+    ui.open("/ui/stats")
+    for span in ("1h", "24h", "7d"):
+        for by, name in (("queue", PARKED), ("kind", "charted")):
+            if f"range={span}" not in ui.driver.current_url:
+                ui.driver.find_element(By.CSS_SELECTOR, f'nav.selector a[data-range="{span}"]').click()
+                until(lambda span=span: f"range={span}" in ui.driver.current_url, what=f"the {span} range")
+            if f"by={by}" not in ui.driver.current_url:
+                ui.driver.find_element(By.CSS_SELECTOR, f'nav.selector a[data-by="{by}"]').click()
+                until(lambda by=by: f"by={by}" in ui.driver.current_url, what=f"the stats per {by}")
+            row = ui.driver.find_element(By.CSS_SELECTOR, f'tr.stats-row[data-name="{name}"]')
+            charts = row.find_elements(By.CSS_SELECTOR, "svg.chart")
+            assert [c.get_attribute("data-chart") for c in charts] == ["throughput", "failure-ratio", "wait", "run"]
+            for chart in charts:  # each draws at least one bar of some height
+                heights = [float(r.get_attribute("height")) for r in chart.find_elements(By.CSS_SELECTOR, "rect")]
+                assert len(heights) >= 2 and max(heights[1:]) > 0, (span, by, chart.get_attribute("data-chart"))
+            assert row.find_element(By.CSS_SELECTOR, '[data-col="failure-ratio"]').text.endswith("%")
+        ui.screenshot(tmp_path, f"stats-{span}")
+
+
+def test_a_limit_is_set_edited_and_deleted_through_the_browser(ui: World, tmp_path: Path) -> None:
+    store = ui.api.store
+    ui.open("/ui")
+    ui.driver.find_element(By.LINK_TEXT, "Limits").click()
+    until(lambda: ui.driver.current_url.endswith("/ui/limits"), what="the limits page")
+    form = ui.driver.find_element(By.ID, "limit-form")
+    form.find_element(By.NAME, "scope").send_keys("kind:browser-limited")
+    form.find_element(By.NAME, "concurrency").send_keys("2")
+    form.find_element(By.NAME, "rate").send_keys("5/s")
+    form.find_element(By.ID, "save-limit").click()
+    assert "Set this limit?" in ui.accept_confirmation()
+    until(lambda: "The limit is set" in ui.text("#notice"), what="the limit's notice")
+    row = ui.driver.find_element(By.CSS_SELECTOR, 'tr.limit-row[data-scope="kind:browser-limited"]')
+    assert row.find_element(By.CSS_SELECTOR, '[data-col="rate"]').text == "5/s"
+    ui.screenshot(tmp_path, "limit-set")
+
+    row.find_element(By.CSS_SELECTOR, "a.edit").click()
+    until(lambda: "scope=kind" in ui.driver.current_url, what="the edit form")
+    field = ui.driver.find_element(By.CSS_SELECTOR, "#limit-form [name=concurrency]")
+    assert field.get_attribute("value") == "2"
+    field.clear()
+    field.send_keys("4")
+    ui.driver.find_element(By.ID, "save-limit").click()
+    ui.accept_confirmation()
+    until(lambda: "The limit is set" in ui.text("#notice"), what="the edit's notice")
+    [limit] = [lim for lim in store.list_limits() if lim.scope == "kind:browser-limited"]
+    assert (limit.concurrency, limit.rate_text) == (4, "5/s")
+
+    form = ui.driver.find_element(By.ID, "limit-form")  # after a save: an empty form for a new limit
+    form.find_element(By.NAME, "scope").send_keys("kind:browser-limited")
+    form.find_element(By.NAME, "concurrency").send_keys("4x")  # refused: not a whole number
+    form.find_element(By.ID, "save-limit").click()
+    ui.accept_confirmation()
+    until(lambda: "concurrency must be a whole number" in ui.text("#problem-detail"), what="the refusal")
+    assert "Nothing was changed" in ui.text("#problem-detail")
+    assert [(lim.concurrency, lim.rate_text) for lim in store.list_limits() if lim.scope == limit.scope] == [(4, "5/s")]
+    ui.console_errors()  # the 422 is logged by the browser: expected, drained
+    ui.driver.find_element(By.ID, "problem-back").click()
+
+    until(lambda: ui.driver.current_url.endswith("/ui/limits"), what="the limits page again")
+    row = ui.driver.find_element(By.CSS_SELECTOR, 'tr.limit-row[data-scope="kind:browser-limited"]')
+    row.find_element(By.CSS_SELECTOR, "button.delete").click()
+    assert "Remove the limit on kind:browser-limited?" in ui.accept_confirmation()
+    until(lambda: "The limit is removed" in ui.text("#notice"), what="the removal's notice")
+    assert all(lim.scope != "kind:browser-limited" for lim in store.list_limits())
+    actions = ui.db.rows("SELECT action FROM console_audit WHERE target = 'kind:browser-limited' ORDER BY id")
+    assert [a["action"] for a in actions] == ["limit-set", "limit-set", "limit-delete"]
+    ui.screenshot(tmp_path, "limit-deleted")

@@ -4,8 +4,10 @@ replays, the operators' sessions."""
 from __future__ import annotations
 
 import uuid
+from datetime import date
 
-from service.jobs import ApiToken, AuditEntry, Replay
+from service.jobs import ApiToken, AuditEntry, OutcomeBucket, Replay
+from service.store import checks
 from service.store.postgres.connection import READ, Connected
 from service.store.rows import api_token, audit_entry, replay
 from service.store.sqlfiles import statements
@@ -21,6 +23,8 @@ END_CONSOLE_SESSION = _SQL["end_console_session"]
 PRUNE_CONSOLE_SESSIONS = _SQL["prune_console_sessions"]
 RECORD_ACTION = _SQL["record_action"]
 LIST_ACTIONS = _SQL["list_actions"]
+RECENT_OUTCOMES = _SQL["recent_outcomes"]
+DAILY_OUTCOMES = _SQL["daily_outcomes"]
 
 
 class Console(Connected):
@@ -32,6 +36,14 @@ class Console(Connected):
 
     def job_replays(self, job_id: uuid.UUID) -> list[Replay]:
         return [replay(row, READ) for row in self._fetchall(JOB_REPLAYS, self._params(job_id=job_id))]
+
+    def recent_outcomes(self, by: str, window_seconds: float, buckets: int) -> list[OutcomeBucket]:
+        params = checks.outcome_window(by, window_seconds, buckets)
+        return [OutcomeBucket(**row) for row in self._fetchall(RECENT_OUTCOMES, self._params(**params), replay=True)]
+
+    def daily_outcomes(self, by: str, first_day: date) -> list[OutcomeBucket]:
+        params = self._params(by=checks.outcome_grouping(by), first_day=first_day)
+        return [OutcomeBucket(**row) for row in self._fetchall(DAILY_OUTCOMES, params, replay=True)]
 
     def start_console_session(
         self, session_hash: str, token_id: uuid.UUID, lifetime_seconds: float, idle_seconds: float

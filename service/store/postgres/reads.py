@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 from service.errors import JobNotFound, Unauthorized
-from service.jobs import JSON, Attempt, JobPage, JobQuery, JobStatus, StatusRead
+from service.jobs import JSON, Attempt, JobCount, JobPage, JobQuery, JobStatus, StatusRead
 from service.store import checks
 from service.store.base import RUNNING_JOBS_LIMIT, StoredResult
+from service.store.encoding import substring_pattern
 from service.store.postgres.connection import READ, Connected, status
 from service.store.postgres.queries import (
     GET_JOB,
@@ -17,8 +19,7 @@ from service.store.postgres.queries import (
     GET_PAYLOAD,
     GET_RESULT,
     JOB_ATTEMPTS,
-    LIST_ALL_JOBS,
-    LIST_JOBS,
+    JOB_LISTINGS,
     READ_STATUSES,
     RESULT_CHUNK,
     RESULT_SIZE,
@@ -84,21 +85,34 @@ class Reads(Connected):
         return checks.found(row, job_id)["payload"]
 
     def list_jobs(self, query: JobQuery) -> JobPage:
-        limit = checks.page_limit(query.limit)
+        page, newer, _count = JOB_LISTINGS[checks.job_listing(query)]
         rows = self._fetchall(
-            LIST_ALL_JOBS if query.tenant is None else LIST_JOBS,
-            self._params(
-                tenant=query.tenant,
-                state=query.state.value if query.state else None,
-                kind=query.kind,
-                queue=query.queue,
-                created_after=query.created_after,
-                after_id=query.after_id,
-                limit=limit,
-            ),
+            newer if query.before_id is not None else page,
+            self._listing_params(query, checks.page_limit(query.limit)),
             replay=True,
         )
-        return checks.job_page([status(row) for row in rows], query.limit)
+        return checks.job_page([status(row) for row in rows], query)
+
+    def count_jobs(self, query: JobQuery, budget: int) -> JobCount:
+        *_, count = JOB_LISTINGS[checks.job_listing(query)]
+        row = self._fetchone(count, self._listing_params(query, checks.count_budget(budget) + 1), replay=True)
+        return checks.job_count(row, budget)
+
+    def _listing_params(self, query: JobQuery, limit: int) -> dict[str, Any]:
+        return self._params(
+            tenant=query.tenant,
+            state=query.state.value if query.state else None,
+            kind=query.kind,
+            queue=query.queue,
+            created_after=query.created_after,
+            created_before=query.created_before,
+            idempotency_key=query.idempotency_key,
+            concurrency_key=query.concurrency_key,
+            error_like=substring_pattern(query.error_text),
+            after_id=query.after_id,
+            before_id=query.before_id,
+            limit=limit,
+        )
 
     def job_attempts(self, job_id: uuid.UUID) -> list[Attempt]:
         return [attempt(row, READ) for row in self._fetchall(JOB_ATTEMPTS, self._params(job_id=job_id), replay=True)]

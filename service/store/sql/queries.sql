@@ -87,7 +87,26 @@ WHERE id = :job_id AND (CAST(:tenant AS text) IS NULL OR tenant = :tenant)
 SELECT {{status_columns}}
 FROM jobs
 WHERE tenant = :tenant
-{{list_filters}}
+{{job_filters}}
+{{job_page(DESC)}}
+
+-- name: list_jobs_newer
+-- The page before (newer than :before_id) of list_jobs, nearest first, up ix_jobs_tenant_id.
+SELECT {{status_columns}}
+FROM jobs
+WHERE tenant = :tenant
+{{job_filters}}
+{{job_page(ASC)}}
+
+-- name: count_jobs
+-- How many jobs list_jobs's filters match: a count that reads at most :limit entries of the
+-- listing's index, newest first (as the page walks it). When the walk ends before that the
+-- count is exact; else it is "at least n" among the newest :limit. An exact count of a
+-- broad or rare filter would read every job of the history, whatever the cap on matches.
+SELECT count(*) FILTER (WHERE true {{job_filters}}) AS n, count(*) AS read
+FROM (
+    SELECT {{search_columns}} FROM jobs WHERE tenant = :tenant ORDER BY id DESC LIMIT :limit
+) AS walked
 
 -- name: list_all_jobs
 -- The operators' list, every tenant: the same keyset walk down the primary key. A statement
@@ -95,4 +114,97 @@ WHERE tenant = :tenant
 SELECT {{status_columns}}
 FROM jobs
 WHERE true
-{{list_filters}}
+{{job_filters}}
+{{job_page(DESC)}}
+
+-- name: list_all_jobs_newer
+-- The page before (newer than :before_id) of list_all_jobs, up the primary key.
+SELECT {{status_columns}}
+FROM jobs
+WHERE true
+{{job_filters}}
+{{job_page(ASC)}}
+
+-- name: count_all_jobs
+-- How many jobs list_all_jobs's filters match, reading at most :limit of the primary key (see count_jobs).
+SELECT count(*) FILTER (WHERE true {{job_filters}}) AS n, count(*) AS read
+FROM (
+    SELECT {{search_columns}} FROM jobs WHERE true ORDER BY id DESC LIMIT :limit
+) AS walked
+
+-- name: list_errored_jobs
+-- A search by error text walks ix_jobs_errored_id (jobs that show an error) newest first:
+-- a substring match uses no B-tree, so it is tried on the errored jobs only, never on the
+-- whole history (migration 0015).
+SELECT {{status_columns}}
+FROM jobs
+WHERE error IS NOT NULL AND state <> 'succeeded'
+{{job_filters}}
+{{job_page(DESC)}}
+
+-- name: list_errored_jobs_newer
+-- The page before (newer than :before_id) of list_errored_jobs.
+SELECT {{status_columns}}
+FROM jobs
+WHERE error IS NOT NULL AND state <> 'succeeded'
+{{job_filters}}
+{{job_page(ASC)}}
+
+-- name: count_errored_jobs
+-- How many errored jobs match, reading at most :limit of ix_jobs_errored_id (see count_jobs).
+SELECT count(*) FILTER (WHERE true {{job_filters}}) AS n, count(*) AS read
+FROM (
+    SELECT {{search_columns}} FROM jobs WHERE error IS NOT NULL AND state <> 'succeeded' ORDER BY id DESC LIMIT :limit
+) AS walked
+
+-- name: list_jobs_by_idempotency_key
+-- The jobs of one idempotency key (one per tenant at most), through ix_jobs_idempotency_key_id:
+-- uq_jobs_tenant_idempotency_key leads with the tenant, and the console searches every tenant.
+SELECT {{status_columns}}
+FROM jobs
+WHERE idempotency_key = :idempotency_key
+{{job_filters}}
+{{job_page(DESC)}}
+
+-- name: list_jobs_by_idempotency_key_newer
+-- The page before (newer than :before_id) of list_jobs_by_idempotency_key.
+SELECT {{status_columns}}
+FROM jobs
+WHERE idempotency_key = :idempotency_key
+{{job_filters}}
+{{job_page(ASC)}}
+
+-- name: count_jobs_by_idempotency_key
+-- How many jobs of the idempotency key match, reading at most :limit of its index (see count_jobs).
+SELECT count(*) FILTER (WHERE true {{job_filters}}) AS n, count(*) AS read
+FROM (
+    SELECT {{search_columns}} FROM jobs WHERE idempotency_key = :idempotency_key ORDER BY id DESC LIMIT :limit
+) AS walked
+
+-- name: list_jobs_by_concurrency_key
+-- The jobs of one concurrency key, every state, newest first, through ix_jobs_concurrency_key_id
+-- (ix_jobs_running holds only the running ones).
+SELECT {{status_columns}}
+FROM jobs
+WHERE concurrency_key = :concurrency_key
+{{job_filters}}
+{{job_page(DESC)}}
+
+-- name: list_jobs_by_concurrency_key_newer
+-- The page before (newer than :before_id) of list_jobs_by_concurrency_key.
+SELECT {{status_columns}}
+FROM jobs
+WHERE concurrency_key = :concurrency_key
+{{job_filters}}
+{{job_page(ASC)}}
+
+-- name: count_jobs_by_concurrency_key
+-- How many jobs of the concurrency key match, reading at most :limit of its index (see count_jobs).
+SELECT count(*) FILTER (WHERE true {{job_filters}}) AS n, count(*) AS read
+FROM (
+    SELECT {{search_columns}} FROM jobs WHERE concurrency_key = :concurrency_key ORDER BY id DESC LIMIT :limit
+) AS walked
+
+-- fragment: search_columns
+-- What job_filters reads of a row: a count walks only these.
+id, tenant, state, kind, queue, created_at, idempotency_key, concurrency_key, error

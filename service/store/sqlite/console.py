@@ -4,8 +4,10 @@ replays, the operators' sessions."""
 from __future__ import annotations
 
 import uuid
+from datetime import date
 
-from service.jobs import ApiToken, AuditEntry, Replay
+from service.jobs import ApiToken, AuditEntry, OutcomeBucket, Replay
+from service.store import checks
 from service.store.rows import api_token, audit_entry, replay
 from service.store.sqlfiles import statements
 from service.store.sqlite.connection import READ, Connected
@@ -21,6 +23,8 @@ END_CONSOLE_SESSION = _SQL["end_console_session"]
 PRUNE_CONSOLE_SESSIONS = _SQL["prune_console_sessions"]
 RECORD_ACTION = _SQL["record_action"]
 LIST_ACTIONS = _SQL["list_actions"]
+RECENT_OUTCOMES = _SQL["recent_outcomes"]
+DAILY_OUTCOMES = _SQL["daily_outcomes"]
 
 
 class Console(Connected):
@@ -36,6 +40,18 @@ class Console(Connected):
         with self._read() as (conn, _now):
             rows = conn.execute(JOB_REPLAYS, {"job_id": str(job_id)}).fetchall()
         return [replay(row, READ) for row in rows]
+
+    def recent_outcomes(self, by: str, window_seconds: float, buckets: int) -> list[OutcomeBucket]:
+        params = checks.outcome_window(by, window_seconds, buckets)
+        with self._read() as (conn, now):
+            rows = conn.execute(RECENT_OUTCOMES, {**params, "now": now}).fetchall()
+        return [OutcomeBucket(**dict(row)) for row in rows]
+
+    def daily_outcomes(self, by: str, first_day: date) -> list[OutcomeBucket]:
+        params = {"by": checks.outcome_grouping(by), "first_day": first_day.isoformat()}
+        with self._read() as (conn, _now):
+            rows = conn.execute(DAILY_OUTCOMES, params).fetchall()
+        return [OutcomeBucket(**dict(row)) for row in rows]
 
     def start_console_session(
         self, session_hash: str, token_id: uuid.UUID, lifetime_seconds: float, idle_seconds: float

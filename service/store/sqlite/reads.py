@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
 
-from service.jobs import JSON, Attempt, JobPage, JobQuery, JobStatus, StatusRead
+from service.jobs import JSON, Attempt, JobCount, JobPage, JobQuery, JobStatus, StatusRead
 from service.store import checks
 from service.store.base import RUNNING_JOBS_LIMIT, StoredResult
+from service.store.encoding import substring_pattern
 from service.store.rows import attempt
 from service.store.sqlite.connection import READ, Connected, status
 from service.store.sqlite.queries import (
@@ -17,8 +20,7 @@ from service.store.sqlite.queries import (
     GET_PAYLOAD,
     GET_RESULT,
     JOB_ATTEMPTS,
-    LIST_ALL_JOBS,
-    LIST_JOBS,
+    JOB_LISTINGS,
     RESULT_CHUNK,
     RESULT_SIZE,
     RUNNING_JOBS,
@@ -79,22 +81,18 @@ class Reads(Connected):
         return json.loads(checks.found(row, job_id)["payload"])
 
     def list_jobs(self, query: JobQuery) -> JobPage:
-        limit = checks.page_limit(query.limit)
+        page, newer, _count = JOB_LISTINGS[checks.job_listing(query)]
+        params = _listing_params(query, checks.page_limit(query.limit))
         with self._read() as (conn, now):
-            rows = conn.execute(
-                LIST_ALL_JOBS if query.tenant is None else LIST_JOBS,
-                {
-                    "now": now,
-                    "tenant": query.tenant,
-                    "state": query.state.value if query.state else None,
-                    "kind": query.kind,
-                    "queue": query.queue,
-                    "created_after": to_text(query.created_after) if query.created_after else None,
-                    "after_id": str(query.after_id) if query.after_id else None,
-                    "limit": limit,
-                },
-            ).fetchall()
-        return checks.job_page([status(row) for row in rows], query.limit)
+            rows = conn.execute(newer if query.before_id is not None else page, {**params, "now": now}).fetchall()
+        return checks.job_page([status(row) for row in rows], query)
+
+    def count_jobs(self, query: JobQuery, budget: int) -> JobCount:
+        *_, count = JOB_LISTINGS[checks.job_listing(query)]
+        params = _listing_params(query, checks.count_budget(budget) + 1)
+        with self._read() as (conn, now):
+            row = conn.execute(count, {**params, "now": now}).fetchone()
+        return checks.job_count(row, budget)
 
     def job_attempts(self, job_id: uuid.UUID) -> list[Attempt]:
         with self._read() as (conn, _now):
@@ -105,3 +103,23 @@ class Reads(Connected):
         with self._read() as (conn, now):
             rows = conn.execute(RUNNING_JOBS, {"now": now, "limit": limit}).fetchall()
         return [status(row) for row in rows]
+
+
+def _listing_params(query: JobQuery, limit: int) -> dict[str, Any]:
+    def text(moment: datetime | None) -> str | None:
+        return to_text(moment) if moment else None
+
+    return {
+        "tenant": query.tenant,
+        "state": query.state.value if query.state else None,
+        "kind": query.kind,
+        "queue": query.queue,
+        "created_after": text(query.created_after),
+        "created_before": text(query.created_before),
+        "idempotency_key": query.idempotency_key,
+        "concurrency_key": query.concurrency_key,
+        "error_like": substring_pattern(query.error_text),
+        "after_id": str(query.after_id) if query.after_id else None,
+        "before_id": str(query.before_id) if query.before_id else None,
+        "limit": limit,
+    }

@@ -1,11 +1,23 @@
--- fragment: list_filters
--- The optional filters of a job listing and its keyset page (newest first, after :after_id).
+-- fragment: job_filters
+-- The optional filters of a job listing or search (the API's list, the console's search):
+-- each is off while its parameter is NULL. The error is matched only where a status shows
+-- one: a succeeded job keeps the error of an earlier attempt, which no page shows.
+  AND (:tenant::text IS NULL OR tenant = :tenant)
   AND (:state::text IS NULL OR state = :state)
   AND (:kind::text IS NULL OR kind = :kind)
   AND (:queue::text IS NULL OR queue = :queue)
   AND (:created_after::timestamptz IS NULL OR created_at > :created_after::timestamptz)
+  AND (:created_before::timestamptz IS NULL OR created_at < :created_before::timestamptz)
+  AND (:idempotency_key::text IS NULL OR idempotency_key = :idempotency_key)
+  AND (:concurrency_key::text IS NULL OR concurrency_key = :concurrency_key)
+  AND (:error_like::text IS NULL OR (state <> 'succeeded' AND error ILIKE :error_like ESCAPE '\'))
+
+-- fragment: job_page(order)
+-- A keyset page on the time-ordered id: older than :after_id (DESC, the next page), or newer
+-- than :before_id (ASC, the previous page, nearest first; the store turns it round).
   AND (:after_id::uuid IS NULL OR id < :after_id::uuid)
-ORDER BY id DESC
+  AND (:before_id::uuid IS NULL OR id > :before_id::uuid)
+ORDER BY id {order}
 LIMIT :limit
 
 -- name: failure_groups
