@@ -160,7 +160,7 @@ jobs = sa.Table(
         postgresql_where=sa.text("cancelled_by IS NOT NULL"),
         sqlite_where=sa.text("cancelled_by IS NOT NULL"),
     ),
-    # The console's search (migration 0015): the jobs that show an error, newest first (an error
+    # The console's search (migration 0014): the jobs that show an error, newest first (an error
     # text is matched on these only), and one idempotency or concurrency key's jobs, any tenant.
     sa.Index(
         "ix_jobs_errored_id",

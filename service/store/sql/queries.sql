@@ -135,7 +135,7 @@ FROM (
 -- name: list_errored_jobs
 -- A search by error text walks ix_jobs_errored_id (jobs that show an error) newest first:
 -- a substring match uses no B-tree, so it is tried on the errored jobs only, never on the
--- whole history (migration 0015).
+-- whole history (migration 0014).
 SELECT {{status_columns}}
 FROM jobs
 WHERE error IS NOT NULL AND state <> 'succeeded'

@@ -1,6 +1,6 @@
 """The console's job search (issue 28): indexes for the searches the existing ones cannot bound.
 
-Revision ID: 0015
+Revision ID: 0014
 Revises: 0013
 Create Date: 2026-12-04
 
@@ -29,7 +29,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0015"
+revision = "0014"
 down_revision = "0013"
 branch_labels = None
 depends_on = None
