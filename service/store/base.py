@@ -134,7 +134,7 @@ class DatabaseHealth:
     jobs_dead_tuples: int | None  # dead row versions in jobs, not yet vacuumed (bloat building up)
     oldest_transaction_age_seconds: float | None  # the oldest open transaction on this database, 0 if none
     oldest_transaction: OpenTransaction | None = None  # who holds it (None: none open, or not measured)
-    replication_xmin_age: int | None = None  # transactions a replication slot or a standby's feedback holds back, 0 if none
+    replication_xmin_age: int | None = None  # xids a replication slot or standby's feedback holds back, 0 if none
 
 
 class Listener(Protocol):

@@ -13,7 +13,6 @@ import secrets
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import psycopg
 import pytest
@@ -98,10 +97,16 @@ def test_an_analysts_long_statement_is_cancelled(pg_url: str) -> None:
 def test_the_guard_rails_have_defaults_and_chosen_values_stay(pg_url: str) -> None:
     with analyst_role(pg_url) as (alice, _):
         apply_role_script(pg_url)
-        assert role_settings(pg_url, alice) == {"statement_timeout": "60s", "idle_in_transaction_session_timeout": "30s"}
+        assert role_settings(pg_url, alice) == {
+            "statement_timeout": "60s",
+            "idle_in_transaction_session_timeout": "30s",
+        }
 
         apply_role_script(pg_url, {STATEMENT: "2min"})
-        assert role_settings(pg_url, alice) == {"statement_timeout": "2min", "idle_in_transaction_session_timeout": "30s"}
+        assert role_settings(pg_url, alice) == {
+            "statement_timeout": "2min",
+            "idle_in_transaction_session_timeout": "30s",
+        }
         assert role_settings(pg_url, "jobq_analyst") == role_settings(pg_url, alice)  # the policy, recorded
 
         with analyst_role(pg_url) as (bob, _):  # a login added later, the script run again as its header says

@@ -119,12 +119,15 @@ def running(query: ReplicaQuery, replica: str) -> Iterator[threading.Thread]:
     thread = threading.Thread(target=query.run, name="replica-query", daemon=True)
     thread.start()
     try:
-        wait_until(
-            lambda: query.pid is not None
-            and one(replica, "SELECT count(*) FROM pg_stat_activity WHERE pid = %s AND query LIKE 'SELECT pg_sleep%%'",
-                    [query.pid]) == 1,
-            what="the replica's query to start sleeping",
-        )  # fmt: skip
+
+        def sleeping() -> bool:
+            if query.error is not None or query.pid is None:
+                return query.error is not None
+            return one(replica, "SELECT count(*) FROM pg_stat_activity WHERE pid = %s AND query LIKE 'SELECT pg_sleep%%'",
+                       [query.pid]) == 1  # fmt: skip
+
+        wait_until(sleeping, what="the replica's query to start sleeping")
+        assert query.error is None, repr(query.error)
         yield thread
     finally:
         thread.join(timeout=LONG_QUERY_SECONDS + 30)
@@ -155,7 +158,7 @@ def vacuum_jobs(primary: str) -> tuple[int, int]:
     with psycopg.connect(primary, autocommit=True) as conn:
         conn.add_notice_handler(lambda notice: messages.append(notice.message_primary or ""))
         conn.execute("VACUUM (VERBOSE) jobs")
-    [report] = [m for m in messages if re.search(r'vacuuming "[^"]*\.public\.jobs"', m)]
+    [report] = [m for m in messages if re.search(r'finished vacuuming "[^"]*\.public\.jobs"', m)]
     found = VACUUM_TUPLES.search(report)
     assert found, report
     return int(found[1]), int(found[3])
@@ -181,7 +184,8 @@ def test_a_long_query_on_the_replica_does_not_hold_the_primary() -> None:
 
 def history(primary: PrivateServer) -> None:
     """jobq migrated on the primary, a small six weeks of history, the daily rollup, the analysts' role."""
-    one(primary.url, "CREATE DATABASE jobq")
+    with psycopg.connect(primary.url, autocommit=True) as conn:
+        conn.execute("CREATE DATABASE jobq")
     url = primary.url_of("jobq")
     upgrade(url)
     fill(url, jobs=HISTORY_JOBS, days=42, end=datetime.now(UTC))
