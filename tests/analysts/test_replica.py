@@ -116,16 +116,15 @@ class ReplicaQuery:
 
 @contextmanager
 def running(query: ReplicaQuery, replica: str) -> Iterator[threading.Thread]:
+    def sleeping() -> bool:
+        if query.error is not None or query.pid is None:
+            return query.error is not None
+        return one(replica, "SELECT count(*) FROM pg_stat_activity WHERE pid = %s AND query LIKE 'SELECT pg_sleep%%'",
+                   [query.pid]) == 1  # fmt: skip
+
     thread = threading.Thread(target=query.run, name="replica-query", daemon=True)
     thread.start()
     try:
-
-        def sleeping() -> bool:
-            if query.error is not None or query.pid is None:
-                return query.error is not None
-            return one(replica, "SELECT count(*) FROM pg_stat_activity WHERE pid = %s AND query LIKE 'SELECT pg_sleep%%'",
-                       [query.pid]) == 1  # fmt: skip
-
         wait_until(sleeping, what="the replica's query to start sleeping")
         assert query.error is None, repr(query.error)
         yield thread

@@ -17,8 +17,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from service.metrics import read_snapshot, render
 from service.store import Store
 from service.store.base import DatabaseHealth
+from service.store.migrate import upgrade
+from tests.conftest import build_store
 from tests.ops.conftest import Run
 from tests.ops.test_metrics import scrape
+from tests.private_postgres import private_cluster
 
 APP = "analyst-notebook"
 
@@ -134,3 +137,27 @@ def test_sqlite_reports_none_of_it_without_error(cli: Run, live: Store, store_ur
     assert table.returncode == 0 and "transaction" not in table.stdout, table.stdout
     text = render(read_snapshot(live)).decode()
     assert "jobq_oldest_transaction" not in text and "jobq_replication_xmin" not in text
+
+
+@pytest.mark.slow
+def test_a_prepared_transaction_counts_as_open_since_it_was_prepared() -> None:
+    # A prepared transaction has no backend, so pg_stat_activity never shows it, yet it holds the
+    # horizon until COMMIT/ROLLBACK PREPARED. The shared server allows none (max_prepared_transactions
+    # is 0 there, and is not ours to change): a private cluster does.
+    with private_cluster({"max_prepared_transactions": "2"}) as server:
+        upgrade(server.url)
+        store = build_store(server.url)
+        try:
+            with psycopg.connect(server.url, autocommit=True) as conn:
+                conn.execute("BEGIN")
+                conn.execute("SELECT pg_current_xact_id()")  # it holds an xid, as any writer does
+                conn.execute("PREPARE TRANSACTION 'jobq-test-2pc'")
+                health = health_once_older_than(store, 1.0)
+                holder = health.oldest_transaction
+                assert holder is not None and health.oldest_transaction_age_seconds is not None
+                assert (holder.pid, holder.usename, holder.state) == (None, "postgres", "prepared")
+                assert health.oldest_transaction_age_seconds >= 1.0 and isinstance(holder.xmin_age, int)
+                conn.execute("ROLLBACK PREPARED 'jobq-test-2pc'")
+            assert store.health_stats().oldest_transaction is None
+        finally:
+            store.close()
