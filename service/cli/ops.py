@@ -239,10 +239,14 @@ def _open_transaction(health: DatabaseHealth) -> str:
     holder = health.oldest_transaction
     if holder is None:
         return "none"
-    who = "prepared transaction" if holder.pid is None else f"pid {holder.pid}"
     app = f" ({holder.application_name})" if holder.application_name else ""
+    who = (
+        f"a prepared transaction of {holder.usename}"
+        if holder.pid is None
+        else f"pid {holder.pid} {holder.usename}{app}, {holder.state}"
+    )
     xmin = f", xmin age {holder.xmin_age}" if holder.xmin_age is not None else ""
-    return f"{_age(health.oldest_transaction_age_seconds)}, {who} {holder.usename}{app}, {holder.state}{xmin}"
+    return f"{_age(health.oldest_transaction_age_seconds)}, {who}{xmin}"
 
 
 def _database_fields(health: DatabaseHealth) -> dict[str, Any] | None:
