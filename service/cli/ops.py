@@ -245,7 +245,7 @@ def _open_transaction(health: DatabaseHealth) -> str:
         if holder.pid is None
         else f"pid {holder.pid} {holder.usename}{app}, {holder.state}"
     )
-    xmin = f", xmin age {holder.xmin_age}" if holder.xmin_age is not None else ""
+    xmin = f", xmin age {holder.xmin_age}" if holder.xmin_age is not None else ", holds no snapshot"
     return f"{_age(health.oldest_transaction_age_seconds)}, {who}{xmin}"
 
 

@@ -124,7 +124,7 @@ class OpenTransaction:
     usename: str | None  # the role it runs as (a prepared transaction's owner)
     application_name: str | None  # what the client called itself ('' when it did not say)
     state: str | None  # 'active', 'idle in transaction', ... or 'prepared'
-    xmin_age: int | None  # transactions since the oldest one its snapshot still sees (None: it holds none)
+    xmin_age: int | None  # xids since the oldest it holds back: its snapshot's xmin or its own xid (None: neither)
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,10 @@ APP = "analyst-notebook"
 
 @pytest.fixture
 def idle_in_transaction(store_url: str) -> Iterator[psycopg.Connection[Any]]:
-    """Another client, left idle in an open transaction (a notebook's forgotten BEGIN)."""
+    """Another client, left idle in an open REPEATABLE READ transaction (a report's snapshot, then a
+    forgotten session): its snapshot holds the horizon."""
     with psycopg.connect(store_url, application_name=APP) as conn:  # not autocommit: the SELECT opens one
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         conn.execute("SELECT 1")
         yield conn
 
@@ -64,6 +66,21 @@ def test_the_store_names_who_holds_the_oldest_transaction_and_its_age_grows(
     idle_in_transaction.commit()
     after = live.health_stats()
     assert after.oldest_transaction is None and after.oldest_transaction_age_seconds == 0.0
+
+
+@pytest.mark.postgres_only(reason="PostgreSQL's pg_stat_activity; SQLite has no transaction registry")
+def test_a_read_committed_transaction_between_statements_shows_it_holds_no_snapshot(
+    live: Store, store_url: str
+) -> None:
+    # Open, but between statements of READ COMMITTED with no write: no snapshot, no xid, so it
+    # holds no row back (it still holds its locks): shown, with no xmin.
+    with psycopg.connect(store_url, application_name=APP) as conn:
+        conn.execute("SELECT 1")
+        holder = live.health_stats().oldest_transaction
+        assert holder is not None and holder.pid == conn.info.backend_pid and holder.xmin_age is None
+        conn.execute("SELECT pg_current_xact_id()")  # now it has an xid, as after any write
+        holder = live.health_stats().oldest_transaction
+        assert holder is not None and isinstance(holder.xmin_age, int)
 
 
 @pytest.mark.postgres_only(reason="PostgreSQL's pg_stat_activity; SQLite has no transaction registry")

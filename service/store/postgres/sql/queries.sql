@@ -108,8 +108,10 @@ ORDER BY queue
 -- Other roles' sessions show their xact_start and backend_xmin only to pg_read_all_stats
 -- members. The real clock, not a pinned one: xact_start is real time.
 WITH open AS (
+    -- What it holds back: its snapshot's xmin, or its own xid once it wrote (greatest
+    -- skips NULLs; both NULL: READ COMMITTED between statements, holding no row back).
     SELECT pid, usename::text AS usename, application_name, state, xact_start AS since,
-           age(backend_xmin) AS xmin_age
+           greatest(age(backend_xmin), age(backend_xid)) AS xmin_age
     FROM pg_stat_activity
     WHERE datname = current_database() AND pid <> pg_backend_pid()
       AND backend_type = 'client backend' AND xact_start IS NOT NULL
