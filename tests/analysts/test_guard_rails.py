@@ -77,7 +77,7 @@ def test_an_analyst_session_left_idle_in_a_transaction_is_ended(pg_url: str) -> 
             pid = analyst.info.backend_pid
 
             assert wait_until(lambda: not backend_alive(pg_url, pid)), "the idle analyst session was not ended"
-            with pytest.raises(psycopg.OperationalError):
+            with pytest.raises(errors.IdleInTransactionSessionTimeout):
                 analyst.execute("SELECT 1")
             assert owner.execute("SELECT count(*) FROM jobs").fetchone() == (0,)  # still in its transaction
 
