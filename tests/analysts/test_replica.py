@@ -197,15 +197,15 @@ def history(primary: PrivateServer) -> None:
 
 
 def documented_queries_answer_on_the_replica(analyst: str) -> None:
-    answered = 0
+    empty = []
     with psycopg.connect(analyst, autocommit=True) as conn:
         assert conn.execute("SELECT pg_is_in_recovery()").fetchone() == (True,)
         for query in QUERIES:
-            rows = conn.execute(query.sql).fetchall()  # type: ignore[arg-type]  # the document's own text
-            answered += bool(rows)
+            if not conn.execute(query.sql).fetchall():  # type: ignore[arg-type]  # the document's own text
+                empty.append(query.title)
         with pytest.raises(errors.ReadOnlySqlTransaction):
             conn.execute("CREATE TEMP TABLE x (y int)")  # a replica: nothing is written there
-    assert answered >= len(QUERIES) - 3, f"only {answered} of {len(QUERIES)} documented queries returned rows"
+    assert not empty, f"documented queries that found nothing on the replica: {empty}"
 
 
 def held_query_does_not_pin_the_primary(store: Store, primary: str, replica: str, analyst: str) -> None:
@@ -225,7 +225,7 @@ def held_query_does_not_pin_the_primary(store: Store, primary: str, replica: str
     assert query.counts[0] == query.counts[1] >= HISTORY_JOBS  # one snapshot for the whole transaction
     assert replication == [("streaming", None)]  # hot_standby_feedback off: the replica sends no xmin
     assert health.replication_xmin_age == 0 and health.oldest_transaction is None
-    assert kept == 0, f"VACUUM on the primary kept {kept} dead rows of jobs (removed {removed})"
+    assert kept == 0 and removed > 0, f"VACUUM on the primary removed {removed} dead rows of jobs, kept {kept}"
     assert max(claims) < 5.0, claims
     assert still_behind, "the replica replayed the primary's vacuum under a query that needed the rows"
     caught_up(primary, replica)
