@@ -16,13 +16,34 @@
 -- runs only re-apply the grants. Idempotent: safe to run twice, and run it again
 -- after any migration that recreates a view (a recreated view loses its grants).
 --
--- Then give each analyst a login role of their own that is a member of it:
+-- Then give each analyst a login role of their own that is a member of it, and run
+-- this script again, which puts the guard rails on every login of the role:
 --
 --     CREATE ROLE alice LOGIN PASSWORD '...' IN ROLE jobq_analyst;
 --     -- or, for an existing role:  GRANT jobq_analyst TO alice;
---     -- recommended for every analyst login (settings are per login role):
+--     -- recommended too (the views cannot be written anyway; this says so at once):
 --     ALTER ROLE alice SET default_transaction_read_only = on;
---     ALTER ROLE alice SET statement_timeout = '60s';
+--
+-- The guard rails (docs/ANALYSTS.md, "Guard rails"): an analyst's session holds back
+-- vacuum of the queue's tables while a statement runs or a transaction stays open, so
+-- every login of jobq_analyst gets, in this database only (ALTER ROLE ... IN DATABASE):
+--
+--     statement_timeout                    60s  a statement running longer is cancelled
+--     idle_in_transaction_session_timeout  30s  a session idle that long in an open
+--                                                transaction is ended
+--
+-- PostgreSQL applies a role's settings only to the role that logs in, never through
+-- membership, so the script sets them on each login that is a member (directly or
+-- through another role) and records them on jobq_analyst itself, where later runs read
+-- them back. To choose other values, set them for the run (PostgreSQL checks them):
+--
+--     psql "$JOBQ_DATABASE_URL" -v ON_ERROR_STOP=1 \
+--         -c "SET jobq.analyst_statement_timeout = '2min'" \
+--         -c "SET jobq.analyst_idle_in_transaction_timeout = '1min'" \
+--         -f deploy/analysts.sql
+--
+-- A login that can write jobq's tables (the application's role, a superuser) is never
+-- touched, even if it was made a member: the queue's own sessions must not time out.
 --
 -- Take it away with `REVOKE jobq_analyst FROM alice;`. To remove the role
 -- entirely: `REVOKE ALL ON job_history, attempt_history, job_item_history, daily_jobs, daily_histogram,
@@ -48,6 +69,57 @@ BEGIN
                  AND (rolcanlogin OR rolsuper OR rolcreatedb OR rolcreaterole OR rolreplication OR rolbypassrls)) THEN
         RAISE EXCEPTION 'role jobq_analyst exists with LOGIN or another attribute; expected NOLOGIN and nothing else';
     END IF;
+END
+$$;
+
+-- The guard rails, in one block: a value PostgreSQL refuses stops it before anything changed.
+-- The values of this run (jobq.analyst_* set in the session), else those recorded on
+-- jobq_analyst by an earlier run, else the defaults.
+DO $$
+DECLARE
+    database_oid oid := (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database());
+    jobs_table text := format('%I.jobs', current_schema());
+    rails CONSTANT text[][] := ARRAY[
+        ARRAY['statement_timeout', 'jobq.analyst_statement_timeout', '60s'],
+        ARRAY['idle_in_transaction_session_timeout', 'jobq.analyst_idle_in_transaction_timeout', '30s']];
+    setting text;
+    recorded text;
+    chosen text;
+    login record;
+BEGIN
+    FOR i IN 1 .. array_length(rails, 1) LOOP
+        setting := rails[i][1];
+        SELECT substr(config, length(setting) + 2) INTO recorded
+        FROM pg_catalog.pg_db_role_setting, unnest(setconfig) AS config
+        WHERE setrole = 'jobq_analyst'::regrole AND setdatabase = database_oid
+          AND config LIKE setting || '=%';
+        chosen := coalesce(nullif(current_setting(rails[i][2], true), ''), recorded, rails[i][3]);
+        EXECUTE format('ALTER ROLE jobq_analyst IN DATABASE %I SET %I = %L', current_database(), setting, chosen);
+        FOR login IN
+            WITH RECURSIVE members AS (
+                SELECT member FROM pg_catalog.pg_auth_members WHERE roleid = 'jobq_analyst'::regrole
+                UNION
+                SELECT m.member FROM pg_catalog.pg_auth_members AS m JOIN members ON m.roleid = members.member
+            )
+            SELECT r.rolname, has_table_privilege(r.oid, jobs_table, 'UPDATE') AS writes_the_queue
+            FROM members JOIN pg_catalog.pg_roles AS r ON r.oid = members.member
+            WHERE r.rolcanlogin
+            ORDER BY r.rolname
+        LOOP
+            IF login.writes_the_queue THEN
+                IF i = 1 THEN
+                    RAISE NOTICE 'role % can write jobq''s tables: no guard rails set on it', login.rolname;
+                END IF;
+                CONTINUE;
+            END IF;
+            BEGIN
+                EXECUTE format('ALTER ROLE %I IN DATABASE %I SET %I = %L',
+                               login.rolname, current_database(), setting, chosen);
+            EXCEPTION WHEN undefined_object THEN
+                NULL;  -- dropped since the loop read it
+            END;
+        END LOOP;
+    END LOOP;
 END
 $$;
 

@@ -27,7 +27,12 @@ Metrics (every value is "now" or "within the last hour", so all are gauges):
     jobq_tenant_scopes_at_limit, jobq_tenant_scopes  tenants whose own counter is full, and tenants with one
                                                      (tenants are never a label: /metrics names no tenant)
     jobq_jobs_table_dead_tuples                      PostgreSQL: dead row versions in jobs (bloat, FAILURE-MODES.md)
-    jobq_oldest_transaction_age_seconds              PostgreSQL: the oldest open transaction on the database
+    jobq_oldest_transaction_age_seconds              PostgreSQL: the oldest open transaction on the database (0: none)
+    jobq_oldest_transaction_info{pid,usename,application_name,state}
+                                                     PostgreSQL: who holds it (value 1, no sample while none is
+                                                     open; pid is empty for a prepared transaction)
+    jobq_replication_xmin_age_transactions           PostgreSQL: transactions a replication slot's xmin or a
+                                                     standby's feedback holds vacuum back by (0: none)
     jobq_metrics_read_duration_seconds               how long the reads behind this answer took
 
 Why no ``_total`` counters: a counter must only go up, in one process. These
@@ -238,6 +243,22 @@ class SnapshotCollector:
                 "jobq_oldest_transaction_age_seconds",
                 "Age of the oldest open transaction on the database (PostgreSQL); a long one holds back vacuum.",
                 value=s.health.oldest_transaction_age_seconds,
+            )
+            info = GaugeMetricFamily(
+                "jobq_oldest_transaction_info",
+                "Who holds the oldest open transaction (1 while one is open): end it with pg_terminate_backend(pid).",
+                labels=["pid", "usename", "application_name", "state"],
+            )
+            if (holder := s.health.oldest_transaction) is not None:
+                pid = "" if holder.pid is None else str(holder.pid)
+                info.add_metric([pid, holder.usename or "", holder.application_name or "", holder.state or ""], 1)
+            yield info
+        if s.health.replication_xmin_age is not None:
+            yield GaugeMetricFamily(
+                "jobq_replication_xmin_age_transactions",
+                "Transactions by which a replication slot's xmin or a standby's hot_standby_feedback holds back "
+                "vacuum on the primary (0: none).",
+                value=s.health.replication_xmin_age,
             )
         running = GaugeMetricFamily(
             "jobq_scope_running", "Jobs running in each limited kind:, queue: or key: scope.", labels=["scope"]

@@ -28,7 +28,7 @@ from service.jobs import (
     QueueStats,
     ReplayFilter,
 )
-from service.store.base import PRUNE_BATCH
+from service.store.base import PRUNE_BATCH, DatabaseHealth
 
 
 @app.command()
@@ -181,7 +181,9 @@ def stats(
 
     Per queue: queued, running, how long the oldest due job has waited, and
     the live workers serving it; per kind: the last hour's successes,
-    failures and failure ratio; the workers alive.
+    failures and failure ratio; the workers alive. On PostgreSQL, what holds
+    back vacuum: the oldest open transaction on the database and who holds it,
+    and the xmin a replication slot or a standby's feedback holds.
     """
     from service.metrics import WINDOW_SECONDS
 
@@ -190,6 +192,7 @@ def stats(
         outcomes = store.outcomes(WINDOW_SECONDS)
         workers = store.list_workers(WORKER_ALIVE_SECONDS)
         leader = store.current_leader()
+        health = store.health_stats()
     by_queue = {q.queue: q for q in queues}
     names = sorted(set(by_queue) | {name for w in workers for name in w.queues})
     per_queue = [
@@ -201,7 +204,8 @@ def stats(
         kind_fields = [{**dataclasses.asdict(o), "failure_ratio": round(o.failure_ratio, 4)} for o in outcomes]
         report = {"queues": queue_fields, "kinds": kind_fields, "window_seconds": WINDOW_SECONDS,
                   "workers_alive": len(workers),
-                  "leader": {"owner": leader.owner, "term": leader.term} if leader else None}  # fmt: skip
+                  "leader": {"owner": leader.owner, "term": leader.term} if leader else None,
+                  "database": _database_fields(health)}  # fmt: skip
         print(json.dumps(report, indent=2))
         return
     queue_rows = [[name, q.queued, q.running, _age(q.oldest_queued_age_seconds), n] for name, q, n in per_queue]
@@ -224,8 +228,37 @@ def stats(
         )
     )
     print()
+    if health.oldest_transaction_age_seconds is not None:  # PostgreSQL only: SQLite has no such registry
+        print(f"oldest open transaction: {_open_transaction(health)}")
+        print(f"replication holds back vacuum by: {health.replication_xmin_age} transactions")
     print(f"maintenance leader: {leader.owner} (term {leader.term})" if leader else "maintenance leader: none")
     print(f"workers alive: {len(workers)}")
+
+
+def _open_transaction(health: DatabaseHealth) -> str:
+    holder = health.oldest_transaction
+    if holder is None:
+        return "none"
+    app = f" ({holder.application_name})" if holder.application_name else ""
+    who = (
+        f"a prepared transaction of {holder.usename}"
+        if holder.pid is None
+        else f"pid {holder.pid} {holder.usename}{app}, {holder.state}"
+    )
+    xmin = f", xmin age {holder.xmin_age}" if holder.xmin_age is not None else ", holds no snapshot"
+    return f"{_age(health.oldest_transaction_age_seconds)}, {who}{xmin}"
+
+
+def _database_fields(health: DatabaseHealth) -> dict[str, Any] | None:
+    """What holds back vacuum, for --json (None on SQLite, which measures none of it)."""
+    if health.oldest_transaction_age_seconds is None:
+        return None
+    holder = health.oldest_transaction
+    return {
+        "oldest_transaction_age_seconds": round(health.oldest_transaction_age_seconds, 3),
+        "oldest_transaction": dataclasses.asdict(holder) if holder is not None else None,
+        "replication_xmin_age": health.replication_xmin_age,
+    }
 
 
 @app.command()

@@ -258,6 +258,7 @@ async def overview(request: Request, who: OperatorDep, store: StoreDep) -> Respo
         paused_scopes={limit.scope: True for limit in limits if limit.concurrency == 0},
         usage=usage,
         unserved=unserved(rows),
+        database=await blocking(store.health_stats),
     )
 
 

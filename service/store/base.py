@@ -119,11 +119,24 @@ class CheckIn:
 
 
 @dataclass(frozen=True)
+class OpenTransaction:
+    """Who holds the oldest open transaction on jobq's database: what to end when it holds back vacuum."""
+
+    pid: int | None  # its backend (pg_terminate_backend); None for a prepared transaction, which has none
+    usename: str | None  # the role it runs as (a prepared transaction's owner)
+    application_name: str | None  # what the client called itself ('' when it did not say)
+    state: str | None  # 'active', 'idle in transaction', ... or 'prepared'
+    xmin_age: int | None  # xids since the oldest it holds back: its snapshot's xmin or its own xid (None: neither)
+
+
+@dataclass(frozen=True)
 class DatabaseHealth:
     """What FAILURE-MODES.md asks metrics to show about the database itself (None: not measured here)."""
 
     jobs_dead_tuples: int | None  # dead row versions in jobs, not yet vacuumed (bloat building up)
     oldest_transaction_age_seconds: float | None  # the oldest open transaction on this database, 0 if none
+    oldest_transaction: OpenTransaction | None = None  # who holds it (None: none open, or not measured)
+    replication_xmin_age: int | None = None  # xids a replication slot or standby's feedback holds back, 0 if none
 
 
 class Listener(Protocol):
@@ -452,8 +465,9 @@ class Store(Protocol):
         ...
 
     def health_stats(self) -> DatabaseHealth:
-        """Dead tuples of the jobs table and the oldest open transaction's age (PostgreSQL;
-        None on SQLite). Reads the statistics views only, never a table."""
+        """Dead tuples of the jobs table, the oldest open transaction's age and who holds it, and
+        the xmin replication holds back (PostgreSQL; None on SQLite). Reads the statistics views
+        only, never a table."""
         ...
 
     # -- periodic schedules (service.schedules) ----------------------------------------

@@ -6,6 +6,7 @@ service/metrics.py's collector against a real store with a little history."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from functools import cache
 from typing import Any
@@ -143,3 +144,19 @@ def test_the_dashboard_is_a_grafana_dashboard() -> None:
     assert len({p["id"] for p in board["panels"]}) == len(board["panels"])
     for panel in board["panels"]:
         assert panel["targets"] and all(t["datasource"]["type"] == "prometheus" for t in panel["targets"])
+
+
+@pytest.mark.postgres_only(reason="jobq_oldest_transaction_info is exported on PostgreSQL only")
+def test_the_long_transaction_alert_fires_past_five_minutes_and_names_who_holds_it(exported: set[str]) -> None:
+    [rule] = [
+        r
+        for group in by_kind(rendered(), "PrometheusRule", "jobq")["spec"]["groups"]
+        for r in group["rules"]
+        if r["alert"] == "JobqLongTransaction"
+    ]
+    assert rule["expr"] == "max(jobq_oldest_transaction_age_seconds) > 300"
+    # The description asks Prometheus (a template query) for the holder's labels.
+    [query] = re.findall(r'query "([^"]+)"', rule["annotations"]["description"])
+    assert metric_names(query) == {"jobq_oldest_transaction_info"} <= exported
+    for label in ("pid", "usename", "application_name", "state"):
+        assert f".Labels.{label}" in rule["annotations"]["description"]

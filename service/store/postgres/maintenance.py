@@ -11,7 +11,14 @@ import psycopg
 
 from service.jobs import LEASE_EXPIRED_ERROR, LEASE_EXPIRED_GROUP, ReapResult
 from service.store import checks
-from service.store.base import PRUNE_BATCH, REAP_BATCH, ROLLUP_BATCH, DatabaseHealth, LeaderLease
+from service.store.base import (
+    PRUNE_BATCH,
+    REAP_BATCH,
+    ROLLUP_BATCH,
+    DatabaseHealth,
+    LeaderLease,
+    OpenTransaction,
+)
 from service.store.postgres.leadership import Fenced
 from service.store.postgres.queries import HEALTH_STATS
 from service.store.postgres.rollup import FOLD_ROLLUP
@@ -84,7 +91,18 @@ class Maintenance(Fenced):
         if row is None:
             return DatabaseHealth(jobs_dead_tuples=None, oldest_transaction_age_seconds=None)
         dead = row["jobs_dead_tuples"]
+        holder = None
+        if row["state"] is not None:  # a transaction is open (the oldest's state is never NULL)
+            holder = OpenTransaction(
+                pid=row["pid"],
+                usename=row["usename"],
+                application_name=row["application_name"],
+                state=row["state"],
+                xmin_age=row["xmin_age"],
+            )
         return DatabaseHealth(
             jobs_dead_tuples=int(dead) if dead is not None else None,
             oldest_transaction_age_seconds=float(row["oldest_transaction_age_seconds"]),
+            oldest_transaction=holder,
+            replication_xmin_age=int(row["replication_xmin_age"]),
         )

@@ -106,17 +106,47 @@ GROUP BY queue
 ORDER BY queue
 
 -- name: health_stats
--- For metrics (FAILURE-MODES.md, bloat): the statistics views only, never a table.
--- Dead tuples come from the cumulative statistics, which lag by a second or so.
--- The oldest transaction: any other client of this database holding one open
--- ("idle in transaction" included), which holds back what vacuum may remove.
--- Other roles' sessions show their xact_start only to pg_read_all_stats members.
--- The real clock, not a pinned one: xact_start is real time.
+-- For metrics, `jobq stats` and the console (FAILURE-MODES.md, bloat): the statistics
+-- views only, never a table. Dead tuples come from the cumulative statistics, which lag
+-- by a second or so. What holds back vacuum of jobq's tables (the xmin horizon):
+-- * open transactions of other clients of this database ("idle in transaction" included),
+--   the oldest by xact_start, with who holds it; a prepared transaction (two-phase commit)
+--   has no backend and pins the horizon until it is committed or rolled back, so it counts
+--   as open since it was prepared, held by its owner. Sessions of other databases of the
+--   cluster are left out: they do not hold back vacuum of this database's tables.
+-- * replication: the xmin of a replication slot, or the feedback of a standby with
+--   hot_standby_feedback on (pg_stat_replication.backend_xmin), as an age in transactions
+--   (0: none); a standby's queries pin the primary only through these.
+-- Other roles' sessions show their xact_start and backend_xmin only to pg_read_all_stats
+-- members. The real clock, not a pinned one: xact_start is real time.
+WITH open AS (
+    -- What it holds back: its snapshot's xmin, or its own xid once it wrote (greatest
+    -- skips NULLs; both NULL: READ COMMITTED between statements, holding no row back).
+    SELECT pid, usename::text AS usename, application_name, state, xact_start AS since,
+           greatest(age(backend_xmin), age(backend_xid)) AS xmin_age
+    FROM pg_stat_activity
+    WHERE datname = current_database() AND pid <> pg_backend_pid()
+      AND backend_type = 'client backend' AND xact_start IS NOT NULL
+    UNION ALL
+    SELECT NULL, owner::text, NULL, 'prepared', prepared, age(transaction)
+    FROM pg_prepared_xacts
+    WHERE database = current_database()
+),
+oldest AS (
+    SELECT * FROM open ORDER BY since LIMIT 1
+),
+replication AS (
+    SELECT age(xmin) AS xmin_age FROM pg_replication_slots WHERE xmin IS NOT NULL
+    UNION ALL
+    SELECT age(backend_xmin) FROM pg_stat_replication WHERE backend_xmin IS NOT NULL
+)
 SELECT (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = to_regclass('jobs')) AS jobs_dead_tuples,
-       coalesce((SELECT greatest(0, extract(epoch FROM clock_timestamp() - min(xact_start)))::float8
-                 FROM pg_stat_activity
-                 WHERE datname = current_database() AND pid <> pg_backend_pid()
-                   AND backend_type = 'client backend' AND xact_start IS NOT NULL), 0) AS oldest_transaction_age_seconds
+       coalesce(greatest(0, extract(epoch FROM clock_timestamp() - o.since))::float8, 0)
+           AS oldest_transaction_age_seconds,
+       o.pid, o.usename, o.application_name, o.state, o.xmin_age,
+       coalesce((SELECT max(xmin_age) FROM replication), 0) AS replication_xmin_age
+FROM (SELECT) AS one
+LEFT JOIN oldest AS o ON true
 
 -- name: list_workers
 -- The registered workers, or those seen within :within seconds (the live ones).
