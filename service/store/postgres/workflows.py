@@ -30,6 +30,7 @@ from service.workflows import (
     check_page,
     dependencies_page,
     rearm,
+    still_cancelled,
     stored_parent_ids,
     wire,
 )
@@ -43,6 +44,7 @@ LOCK_JOBS = _SQL["lock_jobs"]
 SETTLE_DEPENDENTS = _SQL["settle_dependents"]
 REARM_CANDIDATES = _SQL["rearm_candidates"]
 REARM_JOBS = _SQL["rearm_jobs"]
+HOLD_CANCELLED = _SQL["hold_cancelled"]
 PARENT_RESULTS = _SQL["parent_results"]
 JOB_PARENTS = _SQL["job_parents"]
 JOB_CHILDREN = _SQL["job_children"]
@@ -139,11 +141,17 @@ class Workflows(Connected):
 
     def _rearm(self, conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID], by: str) -> list[uuid.UUID]:
         """Replay's second step, in its transaction: REARM_CANDIDATES (their parents locked),
-        service.workflows.rearm decides, REARM_JOBS writes and records."""
+        service.workflows.rearm decides, REARM_JOBS writes and records; HOLD_CANCELLED points
+        the candidates left cancelled at the parent that holds them now (still_cancelled)."""
         if not ids:
             return []
         rows = conn.execute(REARM_CANDIDATES, self._params(ids=list(ids))).fetchall()
-        chosen = rearm([_candidate(row) for row in rows])
+        candidates = [_candidate(row) for row in rows]
+        chosen = rearm(candidates)
+        held = still_cancelled(candidates, chosen)
+        if held:
+            holds = [{"id": str(h.id), "error": h.error, "cancelled_by": str(h.cancelled_by)} for h in held]
+            conn.execute(HOLD_CANCELLED, self._params(batch=json.dumps(holds)))
         if not chosen:
             return []
         batch = json.dumps([{"id": str(job_id), "pending": pending} for job_id, pending in chosen.items()])
@@ -177,4 +185,5 @@ def _candidate(row: dict[str, Any]) -> RearmCandidate:
         state=JobState(row["state"]),
         on_parent_failure=row["on_parent_failure"],
         parents=tuple((uuid.UUID(p["id"]), JobState(p["state"])) for p in row["parents"]),
+        parent_roots={uuid.UUID(p["id"]): uuid.UUID(p["root"]) for p in row["parents"] if p["root"] is not None},
     )
