@@ -72,7 +72,7 @@ Step = Query | QueryEach | Copy
 Steps = Generator[Step, list[Any], list[JobStatus]]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Plan:
     """Steps, and how they are wrapped (see the module docstring)."""
 

@@ -96,9 +96,9 @@ class Submitting(Workflows):
     async def enqueue_many_async(self, jobs: Sequence[NewJob], *, connection: object) -> list[JobStatus]:
         """``enqueue_many`` in the caller's transaction on its AsyncConnection (psycopg's, or
         SQLAlchemy's AsyncConnection/AsyncSession on psycopg): the same plan, awaited."""
-        caller = await async_caller_connection(connection)
         if not jobs:
             return []
+        caller = await async_caller_connection(connection)
         plan, _ = self._plan(jobs, None)
         with translate_errors():
             return await run_async(caller, plan())
