@@ -229,10 +229,11 @@ class AsyncQueue:
         store: Store | None = None,
     ) -> None:
         """As :class:`Queue`'s."""
-        self.queue = Queue(database_url, settings=settings, tenant=tenant, store=store)
-        self.settings = self.queue.settings
-        self.tenant = self.queue.tenant
-        self.store = self.queue.store
+        self.sync = Queue(database_url, settings=settings, tenant=tenant, store=store)
+        """The Queue it checks jobs with and runs the pooled operations of, in a thread."""
+        self.settings = self.sync.settings
+        self.tenant = self.sync.tenant
+        self.store = self.sync.store
 
     # -- submitting -------------------------------------------------------------------
     async def enqueue(
@@ -244,13 +245,13 @@ class AsyncQueue:
         **options: Any,
     ) -> JobStatus:
         """As :meth:`Queue.enqueue`; ``connection`` an async one."""
-        return (await self._submit([self.queue._new_job(kind, payload, options)], connection))[0]
+        return (await self._submit([self.sync._new_job(kind, payload, options)], connection))[0]
 
     async def enqueue_many(
         self, jobs: Iterable[NewJob | Mapping[str, Any]], *, connection: object | None = None
     ) -> list[JobStatus]:
         """As :meth:`Queue.enqueue_many`; ``connection`` an async one."""
-        return await self._submit(self.queue._prepared(jobs), connection)
+        return await self._submit(self.sync._prepared(jobs), connection)
 
     async def enqueue_workflow(self, workflow: Workflow, *, connection: object | None = None) -> list[JobStatus]:
         """As :meth:`Queue.enqueue_workflow`: ``chain``/``group`` as one batch, all or none."""
@@ -264,11 +265,11 @@ class AsyncQueue:
     # -- reading ----------------------------------------------------------------------
     async def get(self, job_id: uuid.UUID | str) -> JobStatus:
         """As :meth:`Queue.get`."""
-        return await asyncio.to_thread(self.queue.get, job_id)
+        return await asyncio.to_thread(self.sync.get, job_id)
 
     async def result(self, job_id: uuid.UUID | str) -> JSON:
         """As :meth:`Queue.result`."""
-        return await asyncio.to_thread(self.queue.result, job_id)
+        return await asyncio.to_thread(self.sync.result, job_id)
 
     async def list(
         self,
@@ -282,7 +283,7 @@ class AsyncQueue:
     ) -> JobPage:
         """As :meth:`Queue.list`."""
         return await asyncio.to_thread(
-            self.queue.list,
+            self.sync.list,
             state=state,
             kind=kind,
             queue=queue,
@@ -304,11 +305,11 @@ class AsyncQueue:
 
     async def cancel(self, job_id: uuid.UUID | str) -> JobStatus:
         """As :meth:`Queue.cancel`."""
-        return await asyncio.to_thread(self.queue.cancel, job_id)
+        return await asyncio.to_thread(self.sync.cancel, job_id)
 
     # -- lifetime -----------------------------------------------------------------------
     async def close(self) -> None:
-        await asyncio.to_thread(self.queue.close)
+        await asyncio.to_thread(self.sync.close)
 
     async def __aenter__(self) -> AsyncQueue:
         return self

@@ -138,7 +138,7 @@ def test_each_queue_refuses_the_other_kind_of_connection(pg_url: str, orders: Da
                 with pytest.raises(InvalidInput, match="a synchronous one goes to Queue"):
                     await queue.enqueue("ship", connection=conn)
                 with pytest.raises(InvalidInput, match="goes to AsyncQueue"):
-                    queue.queue.enqueue("ship", connection=aconn)
+                    queue.sync.enqueue("ship", connection=aconn)
             with pytest.raises(InvalidInput, match="not a object"):
                 await queue.enqueue("ship", connection=object())
             engine = create_async_engine(async_url(pg_url))
@@ -146,7 +146,7 @@ def test_each_queue_refuses_the_other_kind_of_connection(pg_url: str, orders: Da
                 async with engine.connect() as sa_conn:
                     assert isinstance(sa_conn, AsyncConnection)
                     with pytest.raises(InvalidInput, match="goes to AsyncQueue"):
-                        queue.queue.enqueue("ship", connection=sa_conn)
+                        queue.sync.enqueue("ship", connection=sa_conn)
             finally:
                 await engine.dispose()
 
