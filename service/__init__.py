@@ -3,7 +3,7 @@
 The public names: the handler API (App, JobContext, PermanentError, …) for
 workers, Client for submitting and watching jobs over the REST API, and Queue
 for doing the same from Python straight on the database (inside the caller's
-transaction on PostgreSQL).
+transaction on PostgreSQL); AsyncQueue the same for asyncio code.
 
 Importing ``service`` loads only the exception tree: each other name loads its
 layer when first used, so ``jobq status`` never pays for the worker or the HTTP
@@ -18,12 +18,13 @@ from service.errors import JobCancelled, JobFailed, JobqError, PermanentError
 if TYPE_CHECKING:
     from service.client import Client
     from service.jobs import NewJob
-    from service.queue import Queue
+    from service.queue import AsyncQueue, Queue
     from service.worker import App, JobContext, JobStopped, StopReason
     from service.workflows import chain, group
 
 __all__ = [
     "App",
+    "AsyncQueue",
     "Client",
     "JobCancelled",
     "JobContext",
@@ -45,6 +46,7 @@ _LAZY = {
     "StopReason": "service.worker",
     "Client": "service.client",
     "Queue": "service.queue",
+    "AsyncQueue": "service.queue",
     "NewJob": "service.jobs",
     "chain": "service.workflows",
     "group": "service.workflows",

@@ -19,13 +19,23 @@ the job exists only if the caller commits, and the workers are woken at that
 commit. That is the transactional outbox: the business row and its job commit
 or roll back together.
 
-There is no async twin (STYLE.md: not the same API twice). From asyncio, call
-these methods in a thread (``await asyncio.to_thread(queue.enqueue, ...)``);
-each is one short statement on a pooled connection.
+From asyncio (a FastAPI app), :class:`AsyncQueue` has the same operations, awaited::
+
+    async with AsyncQueue() as queue:
+        async with await psycopg.AsyncConnection.connect(url) as conn:   # or a SQLAlchemy AsyncSession
+            await conn.execute("INSERT INTO orders VALUES (7)")
+            job = await queue.enqueue("send_invoice", {"invoice_id": 7}, connection=conn)
+        await queue.wait(job.id, timeout=60)
+
+It is not a second implementation (STYLE.md: not the same API twice): it validates through
+its :class:`Queue` (one home for the rules), hands the pooled operations to a thread, and sends
+an enqueue on the caller's async connection through the store's ``enqueue_many_async``, the
+very statements ``Queue`` sends, awaited on the caller's event loop (service.store.postgres.steps).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -93,12 +103,17 @@ class Queue:
         """Queue many jobs in one round trip, all or none; the statuses in the order given.
         Each job is a ``NewJob`` or a mapping with ``kind``, ``payload`` and the options.
         A key used for another job: IdempotencyConflict, and none of them is added."""
-        return self.store.enqueue_many([self._of(job) for job in jobs], connection=connection)
+        return self.store.enqueue_many(self._prepared(jobs), connection=connection)
 
     def enqueue_workflow(self, workflow: Workflow, *, connection: object | None = None) -> list[JobStatus]:
         """Queue a workflow built with ``chain`` and ``group`` (service.workflows) as one batch,
         all or none; the statuses in the workflow's job order."""
         return self.enqueue_many(workflow.jobs, connection=connection)
+
+    # Placed before ``list``: below it, ``list[...]`` in an annotation names that method.
+    def _prepared(self, jobs: Iterable[NewJob | Mapping[str, Any]]) -> list[NewJob]:
+        """The jobs as the store takes them, checked (InvalidInput, PayloadTooLarge) before any is sent."""
+        return [self._of(job) for job in jobs]
 
     # -- reading ----------------------------------------------------------------------
     def get(self, job_id: uuid.UUID | str) -> JobStatus:
@@ -140,23 +155,16 @@ class Queue:
         notifications; it also re-reads every 0.2 s, so a lost notification costs no more.
         """
         parsed = _job_id(job_id)
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = _Deadline(timeout)
         listener = self.store.listen([JOB_CHANGED])
         try:
             status = self.get(parsed)
             while not status.state.terminal:
-                remaining = _POLL_SECONDS if deadline is None else deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError(f"job {parsed} is still {status.state.value} after {timeout:g} s")
-                listener.wait(min(remaining, _POLL_SECONDS))
+                listener.wait(deadline.next_wait(status))
                 status = self.get(parsed)
         finally:
             listener.close()
-        if status.state is JobState.FAILED:
-            raise JobFailed(status.id, status.error, status)
-        if status.state is JobState.CANCELLED:
-            raise JobCancelled(status.id, status)
-        return status
+        return _ended(status)
 
     def cancel(self, job_id: uuid.UUID | str) -> JobStatus:
         """Cancel a queued job now; a running one gets ``cancel_requested`` and ends cancelled
@@ -202,6 +210,142 @@ class Queue:
         return self._new_job(job["kind"], job.get("payload"), options)
 
 
+class AsyncQueue:
+    """:class:`Queue`'s operations for asyncio code: the same arguments, answers and exceptions,
+    awaited. ``connection=`` takes the caller's async connection (psycopg's ``AsyncConnection``,
+    or SQLAlchemy's ``AsyncConnection`` or ``AsyncSession`` on ``postgresql+psycopg://``): the
+    jobs are inserted in the caller's transaction, on the caller's event loop, and exist only
+    if it commits. Without it, each operation is Queue's, run in a thread (one short statement
+    on a pooled connection), so the event loop never waits on the database.
+
+    Make it where the application starts (a FastAPI lifespan): opening the store connects."""
+
+    def __init__(
+        self,
+        database_url: str | None = None,
+        *,
+        settings: Settings | None = None,
+        tenant: str = "default",
+        store: Store | None = None,
+    ) -> None:
+        """As :class:`Queue`'s."""
+        self.sync = Queue(database_url, settings=settings, tenant=tenant, store=store)
+        """The Queue it checks jobs with and runs the pooled operations of, in a thread."""
+        self.settings = self.sync.settings
+        self.tenant = self.sync.tenant
+        self.store = self.sync.store
+
+    # -- submitting -------------------------------------------------------------------
+    async def enqueue(
+        self,
+        kind: str,
+        payload: Mapping[str, JSON] | None = None,
+        *,
+        connection: object | None = None,
+        **options: Any,
+    ) -> JobStatus:
+        """As :meth:`Queue.enqueue`; ``connection`` an async one."""
+        return (await self._submit([self.sync._new_job(kind, payload, options)], connection))[0]
+
+    async def enqueue_many(
+        self, jobs: Iterable[NewJob | Mapping[str, Any]], *, connection: object | None = None
+    ) -> list[JobStatus]:
+        """As :meth:`Queue.enqueue_many`; ``connection`` an async one."""
+        return await self._submit(self.sync._prepared(jobs), connection)
+
+    async def enqueue_workflow(self, workflow: Workflow, *, connection: object | None = None) -> list[JobStatus]:
+        """As :meth:`Queue.enqueue_workflow`: ``chain``/``group`` as one batch, all or none."""
+        return await self.enqueue_many(workflow.jobs, connection=connection)
+
+    async def _submit(self, jobs: list[NewJob], connection: object | None) -> list[JobStatus]:
+        if connection is None:
+            return await asyncio.to_thread(self.store.enqueue_many, jobs)
+        return await self.store.enqueue_many_async(jobs, connection=connection)
+
+    # -- reading ----------------------------------------------------------------------
+    async def get(self, job_id: uuid.UUID | str) -> JobStatus:
+        """As :meth:`Queue.get`."""
+        return await asyncio.to_thread(self.sync.get, job_id)
+
+    async def result(self, job_id: uuid.UUID | str) -> JSON:
+        """As :meth:`Queue.result`."""
+        return await asyncio.to_thread(self.sync.result, job_id)
+
+    async def list(
+        self,
+        *,
+        state: JobState | str | None = None,
+        kind: str | None = None,
+        queue: str | None = None,
+        created_after: datetime | None = None,
+        limit: int = 50,
+        after: uuid.UUID | None = None,
+    ) -> JobPage:
+        """As :meth:`Queue.list`."""
+        return await asyncio.to_thread(
+            self.sync.list,
+            state=state,
+            kind=kind,
+            queue=queue,
+            created_after=created_after,
+            limit=limit,
+            after=after,
+        )
+
+    async def wait(self, job_id: uuid.UUID | str, timeout: float | None = None) -> JobStatus:
+        """As :meth:`Queue.wait`, without holding a thread while it waits: it re-reads the job
+        every 0.2 s (no notification wakes it sooner), and a cancelled task stops waiting."""
+        parsed = _job_id(job_id)
+        deadline = _Deadline(timeout)
+        status = await self.get(parsed)
+        while not status.state.terminal:
+            await asyncio.sleep(deadline.next_wait(status))
+            status = await self.get(parsed)
+        return _ended(status)
+
+    async def cancel(self, job_id: uuid.UUID | str) -> JobStatus:
+        """As :meth:`Queue.cancel`."""
+        return await asyncio.to_thread(self.sync.cancel, job_id)
+
+    # -- lifetime -----------------------------------------------------------------------
+    async def close(self) -> None:
+        await asyncio.to_thread(self.sync.close)
+
+    async def __aenter__(self) -> AsyncQueue:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+class _Deadline:
+    """``wait``'s timeout, for both queues: how long to wait before the next read of the job."""
+
+    def __init__(self, timeout: float | None) -> None:
+        self.timeout = timeout
+        self.at = None if timeout is None else time.monotonic() + timeout
+
+    def next_wait(self, status: JobStatus) -> float:
+        """Seconds until the next read; TimeoutError (naming the job's state) once it has passed."""
+        if self.at is None:
+            return _POLL_SECONDS
+        remaining = self.at - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"job {status.id} is still {status.state.value} after {self.timeout:g} s")
+        return min(remaining, _POLL_SECONDS)
+
+
+def _ended(status: JobStatus) -> JobStatus:
+    """A terminal job as ``wait`` answers it: its status if it succeeded, else JobFailed or JobCancelled."""
+    if status.state is JobState.FAILED:
+        raise JobFailed(status.id, status.error, status)
+    if status.state is JobState.CANCELLED:
+        raise JobCancelled(status.id, status)
+    return status
+
+
 def _job_id(value: uuid.UUID | str) -> uuid.UUID:
     if isinstance(value, uuid.UUID):
         return value
@@ -211,4 +355,4 @@ def _job_id(value: uuid.UUID | str) -> uuid.UUID:
         raise InvalidInput(f"not a job id (expected a UUID): {value!r}") from None
 
 
-__all__ = ["Queue"]
+__all__ = ["AsyncQueue", "Queue"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from service.errors import InvalidInput, JobNotFound
@@ -201,6 +201,9 @@ class RearmCandidate:
     state: JobState  # CANCELLED (its parent's failure cancelled it) or QUEUED (replayed itself)
     on_parent_failure: str
     parents: tuple[tuple[uuid.UUID, JobState], ...]
+    # For each parent that is not a candidate and ended failed or cancelled: the job whose replay
+    # re-arms it (its cancelled_by; itself when it failed, or was cancelled, on its own).
+    parent_roots: Mapping[uuid.UUID, uuid.UUID] = field(default_factory=dict)
 
 
 def rearm(candidates: Sequence[RearmCandidate]) -> dict[uuid.UUID, int]:
@@ -236,6 +239,47 @@ def rearm(candidates: Sequence[RearmCandidate]) -> dict[uuid.UUID, int]:
                 pending[candidate.id] = count
         if set(pending) == {c.id for c in candidates} - staying and not (chosen & staying):
             return pending
+
+
+@dataclass(frozen=True)
+class StillCancelled:
+    """A candidate a replay leaves cancelled, now waiting on another job's replay."""
+
+    id: uuid.UUID
+    error: str  # names the parent that holds it now
+    cancelled_by: uuid.UUID  # the job whose replay re-arms it now
+
+
+def still_cancelled(candidates: Sequence[RearmCandidate], chosen: Mapping[uuid.UUID, int]) -> list[StillCancelled]:
+    """The candidates ``rearm`` left cancelled (not in ``chosen``), each with the parent that holds
+    it now and the job whose replay re-arms it: a parent that ended badly outside the replay (its
+    root), else a parent left cancelled with it (that one's). Both stores write it, so that a child
+    of two failed parents is re-armed by the replay of the last of them, whichever was first to
+    cancel it (its cancelled_by named only that one before: replaying the other re-armed nothing)."""
+    by_id = {c.id: c for c in candidates}
+    staying = [c for c in candidates if c.id not in chosen and c.state is JobState.CANCELLED]
+    held: dict[uuid.UUID, StillCancelled] = {}
+    for candidate in staying:
+        for parent, state in candidate.parents:
+            if parent not in by_id and state in (JobState.FAILED, JobState.CANCELLED):
+                ended = "failed" if state is JobState.FAILED else "was cancelled"
+                root = candidate.parent_roots.get(parent, parent)
+                held[candidate.id] = StillCancelled(candidate.id, parent_failed_error(parent, ended), root)
+                break
+    below: dict[uuid.UUID, list[uuid.UUID]] = {}
+    for candidate in staying:
+        for parent, _ in candidate.parents:
+            below.setdefault(parent, []).append(candidate.id)
+    reached = list(held)  # then down from each: a job left cancelled because its parent was
+    while reached:
+        parent = reached.pop()
+        for child in below.get(parent, ()):
+            if child not in held:
+                held[child] = StillCancelled(
+                    child, parent_failed_error(parent, "was cancelled"), held[parent].cancelled_by
+                )
+                reached.append(child)
+    return [held[c.id] for c in staying if c.id in held]
 
 
 def relatives(rows: Sequence[Mapping[str, Any]]) -> list[Relative]:

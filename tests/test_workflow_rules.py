@@ -10,11 +10,13 @@ from service.errors import InvalidInput, JobNotFound
 from service.jobs import JobState, NewJob
 from service.workflows import (
     RearmCandidate,
+    StillCancelled,
     StoredParent,
     chain,
     group,
     parents_of,
     rearm,
+    still_cancelled,
     wire,
 )
 
@@ -92,14 +94,34 @@ def test_chain_group_and_then_are_batches_of_positions():
 
 def test_rearm_keeps_cancelled_a_job_with_another_failed_parent_and_everything_below_it():
     child, grandchild, other = uuid.UUID(int=10), uuid.UUID(int=11), uuid.UUID(int=12)
-    chosen = rearm(
-        [
-            RearmCandidate(child, JobState.CANCELLED, "cancel", ((A, JobState.QUEUED), (B, JobState.FAILED))),
-            RearmCandidate(grandchild, JobState.CANCELLED, "cancel", ((child, JobState.CANCELLED),)),
-            RearmCandidate(other, JobState.CANCELLED, "cancel", ((A, JobState.QUEUED), (C, JobState.SUCCEEDED))),
-        ]
-    )
+    candidates = [
+        RearmCandidate(child, JobState.CANCELLED, "cancel", ((A, JobState.QUEUED), (B, JobState.FAILED))),
+        RearmCandidate(grandchild, JobState.CANCELLED, "cancel", ((child, JobState.CANCELLED),)),
+        RearmCandidate(other, JobState.CANCELLED, "cancel", ((A, JobState.QUEUED), (C, JobState.SUCCEEDED))),
+    ]
+    chosen = rearm(candidates)
     assert chosen == {other: 1}
+    # ... each now waiting on B's replay, its error naming the parent that holds it
+    assert still_cancelled(candidates, chosen) == [
+        StillCancelled(child, f"cancelled: parent job {B} failed", B),
+        StillCancelled(grandchild, f"cancelled: parent job {child} was cancelled", B),
+    ]
+
+
+def test_a_job_held_by_a_parent_that_a_failure_cancelled_waits_on_that_failures_replay():
+    child, grandchild = uuid.UUID(int=10), uuid.UUID(int=11)
+    # listed below-first: the rule does not depend on the order the store read them in
+    candidates = [
+        RearmCandidate(grandchild, JobState.CANCELLED, "cancel", ((child, JobState.CANCELLED),)),
+        RearmCandidate(
+            child, JobState.CANCELLED, "cancel", ((A, JobState.QUEUED), (B, JobState.CANCELLED)), parent_roots={B: C}
+        ),
+    ]
+    assert rearm(candidates) == {}
+    assert still_cancelled(candidates, {}) == [
+        StillCancelled(grandchild, f"cancelled: parent job {child} was cancelled", C),
+        StillCancelled(child, f"cancelled: parent job {B} was cancelled", C),
+    ]
 
 
 def test_rearm_counts_re_armed_parents_and_lets_an_operators_replay_run_past_a_failed_parent():

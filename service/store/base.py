@@ -196,6 +196,13 @@ class Store(Protocol):
         ``enqueue``."""
         ...
 
+    async def enqueue_many_async(self, jobs: Sequence[NewJob], *, connection: object) -> list[JobStatus]:
+        """``enqueue_many`` inside the caller's transaction on its async connection (AsyncQueue):
+        psycopg's AsyncConnection, or SQLAlchemy's AsyncConnection/AsyncSession on psycopg. The
+        same statements, awaited on the caller's event loop; nothing committed here. SQLite
+        refuses it (InvalidInput), as it refuses ``connection=``."""
+        ...
+
     # -- workflows (service.workflows) ------------------------------------------------
     def parent_results(self, job_id: uuid.UUID) -> list[ParentResult]:
         """A job's parents with their states and results (None unless succeeded), oldest

@@ -83,6 +83,7 @@ TINY = {
         "--pickup-trials",
         "2",
     ],
+    "workflows": ["--jobs", "12", "--layers", "3", "--width", "4", "--fan", "2", "--chain", "4", "--processes", "1"],
     "compare": ["--jobs", "20", "--rounds", "1", "--cases", "1x2", "--enqueue-jobs", "10", "--pgbench-seconds", "0"],
 }
 NEEDS = {"compare": "pgqueuer"}  # the bench extra, which CI does not install

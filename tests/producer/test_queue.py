@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -48,15 +49,21 @@ def test_enqueue_get_list_and_cancel(queue: Queue, db: Database) -> None:
         queue.result(batch[0].id)  # queued: no result yet
 
 
+BAD_ENQUEUES: list[tuple[str, Any, dict[str, Any], type[Exception]]] = [
+    ("", {}, {}, InvalidInput),
+    ("k", [1], {}, InvalidInput),
+    ("k", {}, {"priority": 1001}, InvalidInput),
+    ("k", {}, {"max_attempts": 0}, InvalidInput),
+    ("k", {}, {"colour": "red"}, InvalidInput),
+    ("k", {}, {"depends_on": ["not-a-uuid"]}, InvalidInput),
+    ("k", {}, {"depends_on": [uuid.UUID(int=7)]}, JobNotFound),
+    ("k", {"big": "x" * 1_100_000}, {}, PayloadTooLarge),
+]
+"""enqueue(kind, payload, **options) calls each producer refuses by the same name (AsyncQueue too)."""
+
+
 def test_bad_input_is_refused_by_name_and_writes_nothing(queue: Queue, db: Database) -> None:
-    for kind, payload, options, error in [
-        ("", {}, {}, InvalidInput),
-        ("k", [1], {}, InvalidInput),
-        ("k", {}, {"priority": 1001}, InvalidInput),
-        ("k", {}, {"max_attempts": 0}, InvalidInput),
-        ("k", {}, {"colour": "red"}, InvalidInput),
-        ("k", {"big": "x" * 1_100_000}, {}, PayloadTooLarge),
-    ]:
+    for kind, payload, options, error in BAD_ENQUEUES:
         with pytest.raises(error):
             queue.enqueue(kind, payload, **options)  # type: ignore[arg-type]
     with pytest.raises(InvalidInput):

@@ -185,3 +185,30 @@ def test_the_business_row_and_its_job_commit_together_under_a_concurrent_claim(q
     assert len(claimed) == 1
     when, order, seen = claimed[0]
     assert when >= committed_at[0] and order == 7 and seen == 1
+
+
+def test_a_keyed_enqueue_as_the_first_statement_rolls_back_with_the_callers_transaction(
+    queue: Queue, orders: Database
+) -> None:
+    # psycopg's transaction() on an idle connection that is not autocommit opens a transaction of
+    # its own and commits it at the block's end: the keyed insert, run first, outlived the caller's
+    # rollback. The enqueue now opens the caller's transaction first and runs in a savepoint of it.
+    with psycopg.connect(queue.settings.database_url) as conn:
+        queue.enqueue("ship", {"order": 1}, connection=conn, idempotency_key="order-1")
+        conn.rollback()
+    engine = sqlalchemy.create_engine(queue.settings.database_url.replace("postgresql://", "postgresql+psycopg://"))
+    try:
+        with engine.connect() as sa_conn:
+            queue.enqueue("ship", {"order": 2}, connection=sa_conn, idempotency_key="order-2")
+            sa_conn.rollback()
+        with Session(engine) as session:
+            queue.enqueue("ship", {"order": 3}, connection=session, idempotency_key="order-3")
+            session.rollback()
+    finally:
+        engine.dispose()
+    assert orders.count("jobs") == 0
+    with psycopg.connect(queue.settings.database_url) as conn:
+        job = queue.enqueue("ship", {"order": 4}, connection=conn, idempotency_key="order-4")
+        assert conn.info.transaction_status is psycopg.pq.TransactionStatus.INTRANS  # the caller's, still open
+        conn.commit()
+    assert queue.get(job.id).state is JobState.QUEUED

@@ -419,8 +419,17 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
             }  # fmt: skip
             for job_id in rearmed:
                 assert before_rows[job_id]["cancelled_by"] in replayed, f"{job_id} re-armed by no replayed job"
+            # Those a replayed job had cancelled but another failed parent still holds stay cancelled,
+            # now naming the job whose replay re-arms them (no replay of their own is recorded).
+            held = {
+                i for i, r in after.items()
+                if before_rows[i]["state"] == r["state"] == "cancelled" and r["cancelled_by"] != before_rows[i]["cancelled_by"]
+            }  # fmt: skip
+            for job_id in held:
+                assert before_rows[job_id]["cancelled_by"] in replayed, f"{job_id} held anew by no replayed job"
+                assert after[job_id]["cancelled_by"] not in replayed | rearmed, f"{job_id} held by a re-armed job"
             self.model.replays += len(replayed) + len(rearmed)
-            self.replayed_now = replayed | rearmed
+            self.replayed_now = replayed | rearmed | held
             if by_id:
                 self.operator_replayed |= replayed
 

@@ -369,7 +369,10 @@ def test_a_parent_is_settled_once_a_stale_write_or_a_second_cancel_counts_nothin
     assert (status.state, status.parents_pending) == (JobState.QUEUED, 0)
 
 
-def test_replay_leaves_cancelled_a_job_whose_other_parent_failed_and_the_jobs_below_it(store: Store):
+@pytest.mark.parametrize("replayed_first", ["the parent that cancelled it", "the other failed parent"])
+def test_a_child_of_two_failed_parents_is_rearmed_by_the_replay_of_the_last_and_the_workflow_completes(
+    store: Store, db: Database, replayed_first: str
+):
     first, second, child, grandchild = store.enqueue_many(
         [
             new_job(),
@@ -379,17 +382,37 @@ def test_replay_leaves_cancelled_a_job_whose_other_parent_failed_and_the_jobs_be
         ]
     )
     jobs = {job.id: job for job in store.claim("worker-a", ["default"], 2, 30)}
-    fail_job(store, jobs[first.id], "boom", retryable=False)
+    fail_job(store, jobs[first.id], "boom", retryable=False)  # cancels the child and the grandchild
     fail_job(store, jobs[second.id], "boom too", retryable=False)
+    assert store.get(child.id).error == f"cancelled: parent job {first.id} failed"
+    early, last = (first, second) if replayed_first == "the parent that cancelled it" else (second, first)
 
-    store.replay(ReplayFilter(ids=(first.id,)), by="ops")
+    store.replay(ReplayFilter(ids=(early.id,)), by="ops")
 
-    # the child's other parent failed on its own: it stays cancelled, and so does its child,
-    # rather than wait for a parent that will not run
+    # the child's other parent is still failed: it stays cancelled, and so does its child, rather
+    # than wait for a parent that will not run; its error names the parent that holds it now
     assert store.get(child.id).state is JobState.CANCELLED
+    assert store.get(child.id).error == f"cancelled: parent job {last.id} failed"
     assert store.get(grandchild.id).state is JobState.CANCELLED
-    store.replay(ReplayFilter(ids=(second.id,)), by="ops")
-    assert store.get(child.id).state is JobState.CANCELLED  # cancelled by the first one's failure
+    assert store.get(grandchild.id).error == f"cancelled: parent job {child.id} was cancelled"
+    assert db.count("job_replays") == 1  # only the replayed parent's
+
+    store.replay(ReplayFilter(ids=(last.id,)), by="ops")
+
+    for job, pending in ((child, 2), (grandchild, 1)):  # the child waits for both replayed parents
+        status = store.get(job.id)
+        assert (status.state, status.parents_pending, status.error) == (JobState.QUEUED, pending, None)
+    assert {
+        r["replayed_by"] for r in db.rows("SELECT replayed_by FROM job_replays") if "re-armed" in r["replayed_by"]
+    } == {f"ops (re-armed: job {last.id} was replayed)"}
+    jobs = {job.id: job for job in store.claim("worker-a", ["default"], 10, 30)}
+    assert set(jobs) == {first.id, second.id}
+    store.complete(jobs[first.id].lease, 1)
+    assert claimable(store) == set()  # not before its last parent succeeded
+    store.complete(jobs[second.id].lease, 2)
+    run_to_success(store, child.id)
+    run_to_success(store, grandchild.id)
+    assert {store.get(job.id).state for job in (first, second, child, grandchild)} == {JobState.SUCCEEDED}
 
 
 def test_replaying_a_failed_parent_makes_a_run_anyway_child_that_has_not_started_wait_again(store: Store):

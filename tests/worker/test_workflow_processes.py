@@ -1,6 +1,6 @@
 """Workflows with real ``jobq worker`` processes on PostgreSQL, one of them SIGKILLed every
 2 seconds: the fan-in runs once, after every leaf succeeded, and sees every result; a chain
-runs link after link (slow)."""
+of 1,000 runs link after link (slow)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,12 @@ from tests.worker.harness import Fleet, wait_until
 
 pytestmark = pytest.mark.slow
 
-LEAVES = 200
+LEAVES = 1_000
+"""The issue's size. Measured a run (2-core machine shared with other sessions): 21, 22, 18 and
+26 s at load 8-12; 63 and 94 s when their load rose past 13. Most of a run is the kills' cost, not
+the leaves': one worker of three is always starting again (3-10 s under load), and each kill
+strands its 8 jobs for a lease. 500 leaves took 18-32 s: the fallback if this runs long in CI."""
+LINKS = 1_000
 
 
 def marker_lines(directory: Path, name: str) -> list[dict[str, Any]]:
@@ -37,7 +42,9 @@ def test_fan_out_then_fan_in_under_sigkill_runs_the_last_job_once_after_every_le
     fleet: Fleet, pg_url: str, make_store: Any, pg: Database, tmp_path: Path
 ) -> None:
     store: Store = make_store(pg_url)
-    args = ("--concurrency", "8", "--lease-seconds", "2", "--poll-seconds", "0.5")
+    # A killed leader's successor reaps within the leadership lease: as short as the jobs' (the
+    # default 15 s left a killed leader's jobs running ~10 s at a time, a 1,000-leaf run 60 s+).
+    args = ("--concurrency", "8", "--lease-seconds", "2", "--poll-seconds", "0.5", "--leader-lease-seconds", "2")
     for _ in range(3):
         fleet.start(*args).wait_started()
     root = store.enqueue(NewJob("fan_out", {"leaves": LEAVES, "markers": str(tmp_path)}))
@@ -71,17 +78,17 @@ def test_fan_out_then_fan_in_under_sigkill_runs_the_last_job_once_after_every_le
     assert store.get(root.id).state.value == "succeeded"
 
 
-def test_a_chain_of_a_hundred_runs_each_link_after_its_parent_once(
+def test_a_chain_of_a_thousand_runs_each_link_after_its_parent_once(
     fleet: Fleet, pg_url: str, make_store: Any, pg: Database, tmp_path: Path
 ) -> None:
     store: Store = make_store(pg_url)
     for _ in range(2):
         fleet.start("--concurrency", "4", "--poll-seconds", "1").wait_started()
-    flow = chain(*[NewJob("link", {"n": n, "markers": str(tmp_path)}) for n in range(100)])
+    flow = chain(*[NewJob("link", {"n": n, "markers": str(tmp_path)}) for n in range(LINKS)])
     links = store.enqueue_many(flow.jobs)
 
     wait_until(
-        lambda: pg.count("jobs", "kind = 'link' AND state = 'succeeded'") == 100, 120, what="the chain to finish"
+        lambda: pg.count("jobs", "kind = 'link' AND state = 'succeeded'") == LINKS, 240, what="the chain to finish"
     )
     rows = pg.rows(
         "SELECT j.id, a.started_at, j.finished_at, (SELECT count(*) FROM job_attempts b WHERE b.job_id = j.id) AS n"
@@ -92,7 +99,7 @@ def test_a_chain_of_a_hundred_runs_each_link_after_its_parent_once(
     for parent, child in zip(links, links[1:], strict=False):
         assert by_id[str(child.id)]["started_at"] >= by_id[str(parent.id)]["finished_at"]
     seen = sorted(marker_lines(tmp_path, "link"), key=lambda m: m["n"])
-    assert [m["n"] for m in seen] == list(range(100))
+    assert [m["n"] for m in seen] == list(range(LINKS))
     assert seen[0]["parent"] == [] and all(m["parent"] == [{"n": m["n"] - 1}] for m in seen[1:])
 
 

@@ -2,6 +2,12 @@
 workers and tokens. Each reads an index's window, never the whole history.
 """
 
+from collections.abc import Generator, Sequence
+from typing import Any
+
+from service.jobs import JSON, JobStatus
+from service.store import checks
+from service.store.postgres.steps import QueryEach, Step
 from service.store.sqlfiles import statements
 
 _SQL = statements("postgres")
@@ -53,3 +59,11 @@ EXPLAIN_FACTS = _SQL["explain_facts"]
 RUNNING_IN_SCOPE = _SQL["running_in_scope"]
 LIST_ITEMS = _SQL["list_items"]
 LIST_FAILED_ITEMS = _SQL["list_failed_items"]
+
+
+def payload_steps(stored: Sequence[JobStatus]) -> Generator[Step, list[Any], list[JSON]]:
+    """The stored jobs' payloads, GET_PAYLOAD each, sent together (one round trip)."""
+    if not stored:
+        return []
+    rows = yield QueryEach(GET_PAYLOAD, [{"job_id": job.id, "tenant": job.tenant} for job in stored])
+    return [checks.found(row, job.id)["payload"] for row, job in zip(rows, stored, strict=True)]

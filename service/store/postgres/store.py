@@ -55,6 +55,7 @@ from service.store.postgres.statements import (
     RELEASE_JOB,
     RENEW_LEASE,
 )
+from service.store.postgres.steps import run_steps
 from service.store.postgres.submit import Submitting
 from service.store.postgres.tokens import Tokens
 from service.store.postgres.workers import Workers
@@ -252,7 +253,7 @@ class PostgresStore(
                 if not cursor.execute(COMPLETE_JOBS, params).fetchall():
                     return False
                 try:
-                    self._insert_dependents(cursor, item.children, None)
+                    run_steps(cursor, self._dependent_steps(item.children, None))
                 except JobNotFound as exc:  # rolls the result back with them
                     raise children_refused(exc) from None
                 return True

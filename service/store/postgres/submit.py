@@ -4,25 +4,19 @@ large batch without idempotency keys) and the idempotency keys' read-back and ch
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import psycopg
-from psycopg import postgres
-from psycopg.adapt import Dumper
-from psycopg.pq import Format
-from psycopg.rows import dict_row
-
-from service.jobs import JSON, JobStatus, NewJob, new_job_ids, queued_statuses, stored_max_attempts
+from service.jobs import JobStatus, NewJob, new_job_ids, queued_statuses, stored_max_attempts
 from service.payloads import dump_batch, dump_values, validate_new_jobs
 from service.store import checks
-from service.store.postgres.caller import caller_connection
+from service.store.postgres.caller import async_caller_connection, caller_connection
 from service.store.postgres.connection import status
 from service.store.postgres.errors import translate_errors
-from service.store.postgres.queries import GET_PAYLOAD
+from service.store.postgres.queries import payload_steps
+from service.store.postgres.steps import Copy, Plan, Query, Steps, run, run_async
 from service.store.postgres.workflows import Workflows
 from service.store.sqlfiles import statements
 from service.workflows import has_parents
@@ -70,20 +64,9 @@ COPY_BATCH_CLOCK = _SQL["copy_batch_clock"]
 READ_BY_IDEMPOTENCY_KEYS = _SQL["read_by_idempotency_keys"]
 
 
-class _JsonbText(Dumper):
-    """A payload as COPY_JOBS sends it: JSON text already encoded and checked
-    (dump_values), in jsonb's binary form (version 1, then the text); chosen by
-    ``set_types`` for the jsonb column, where psycopg's own would encode the text again."""
-
-    format = Format.BINARY
-    oid = postgres.types["jsonb"].oid
-
-    def dump(self, obj: str) -> bytes:
-        return b"\x01" + obj.encode()
-
-
 class Submitting(Workflows):
-    """enqueue and enqueue_many."""
+    """enqueue and enqueue_many, on the store's pool or the caller's connection (sync or async):
+    one plan of steps each (:mod:`.steps`), chosen by :meth:`_plan`."""
 
     def enqueue(self, job: NewJob, *, connection: object | None = None, token_hash: str | None = None) -> JobStatus:
         return self.enqueue_many([job], connection=connection, token_hash=token_hash)[0]
@@ -99,86 +82,81 @@ class Submitting(Workflows):
         if not jobs:
             return []
         caller = caller_connection(connection) if connection is not None else None
-        if has_parents(jobs):  # a workflow's batch: its own path, so a plain batch pays nothing for it
-            return self._enqueue_dependents(jobs, caller, token_hash)
-        ids = new_job_ids(len(jobs))
-        keyed = any(job.idempotency_key is not None for job in jobs)
-        # COPY checks no token: an API batch (a token_hash) is one statement whatever its size.
-        if keyed or token_hash is not None or len(jobs) < COPY_FROM_JOBS:
-            return self._insert(jobs, ids, keyed, caller, token_hash)
-        return self._copy(jobs, ids, caller)
+        plan, replay = self._plan(jobs, token_hash)
+        if caller is not None:
+            with translate_errors():
+                return run(caller, plan(), caller=True)
 
-    def _insert(
-        self,
-        jobs: Sequence[NewJob],
-        ids: list[uuid.UUID],
-        keyed: bool,
-        caller: psycopg.Connection[Any] | None,
-        token_hash: str | None,
-    ) -> list[JobStatus]:
-        """ENQUEUE_JOBS; with idempotency keys, in a transaction with the read-back of the keys taken."""
-        if not keyed:
+        def pooled() -> list[JobStatus]:
+            with self._connection() as conn:
+                return run(conn, plan(), caller=False)
+
+        return self._retrying(pooled, replay=replay)
+
+    async def enqueue_many_async(self, jobs: Sequence[NewJob], *, connection: object) -> list[JobStatus]:
+        """``enqueue_many`` in the caller's transaction on its AsyncConnection (psycopg's, or
+        SQLAlchemy's AsyncConnection/AsyncSession on psycopg): the same plan, awaited."""
+        if not jobs:
+            return []
+        caller = await async_caller_connection(connection)
+        plan, _ = self._plan(jobs, None)
+        with translate_errors():
+            return await run_async(caller, plan())
+
+    def _plan(self, jobs: Sequence[NewJob], token_hash: str | None) -> tuple[Callable[[], Plan], bool]:
+        """The batch's plan (made anew for each run: a retry starts over), and whether a run that
+        broke under a lost connection may run again (every job keyed: one that did land is read
+        back by its key, this very request, not stored twice)."""
+        if has_parents(jobs):  # a workflow's batch: its own path, so a plain batch pays nothing for it
+            return (lambda: Plan(self._dependent_steps(jobs, token_hash), atomic=True)), False
+        ids = new_job_ids(len(jobs))
+        if any(job.idempotency_key is not None for job in jobs):
+            # A key may be taken, and then its job must be this very request (checks.keyed_job): the
+            # insert, the read-back and the comparison share one transaction, so a refused batch
+            # writes nothing (a savepoint in the caller's transaction, which goes on). Pipelined,
+            # BEGIN rides with the insert: a batch whose keys are all new costs two round trips.
+            def keyed() -> Plan:
+                return Plan(self._keyed_steps(jobs, ids, token_hash), atomic=True, pipelined=True)
+
+            return keyed, all(job.idempotency_key is not None for job in jobs)
+        # COPY checks no token: an API batch (a token_hash) is one statement whatever its size.
+        if token_hash is not None or len(jobs) < COPY_FROM_JOBS:
             # One statement inserts and wakes the workers (autocommit, or at the caller's commit);
             # without keys nothing conflicts, so there is nothing to read back.
-            params = self._enqueue_params(jobs, ids, False, token_hash)
-            if caller is None:
-                row = self._fetchall(ENQUEUE_JOBS, params)[0]  # an aggregate answers one row
-            else:
-                with translate_errors(), caller.cursor(row_factory=dict_row) as cursor:
-                    row = cursor.execute(ENQUEUE_JOBS, params).fetchall()[0]
-            return _queued(row, jobs, ids, token_hash)[1]
+            return (lambda: Plan(self._plain_steps(jobs, ids, token_hash), atomic=False)), False
+        return (lambda: Plan(self._copy_steps(jobs, ids), atomic=True)), False
 
-        # A key may be taken, and then its job must be this very request (checks.keyed_job): the
-        # insert, the read-back and the comparison share one transaction, so a refused batch
-        # writes nothing (a savepoint in the caller's transaction, which goes on). Pipelined,
-        # BEGIN rides with the insert: a batch whose keys are all new costs two round trips.
-        def run(conn: psycopg.Connection[Any]) -> list[JobStatus]:
-            with conn.pipeline(), conn.transaction(), conn.cursor(row_factory=dict_row) as cursor:
-                return self._insert_keyed(cursor, jobs, ids, token_hash)
+    def _plain_steps(self, jobs: Sequence[NewJob], ids: list[uuid.UUID], token_hash: str | None) -> Steps:
+        """ENQUEUE_JOBS, one statement."""
+        [row] = yield Query(ENQUEUE_JOBS, self._enqueue_params(jobs, ids, False, token_hash))  # an aggregate: one row
+        return _queued(row, jobs, ids, token_hash)[1]
 
-        if caller is None:
-
-            def pooled() -> list[JobStatus]:
-                with self._connection() as conn:
-                    return run(conn)
-
-            # Every job carries a key: run again after a lost connection, a job that did land is
-            # read back by its key (this very request), not stored twice.
-            return self._retrying(pooled, replay=all(job.idempotency_key is not None for job in jobs))
-        with translate_errors():
-            return run(caller)
-
-    def _insert_keyed(
-        self,
-        cursor: psycopg.Cursor[dict[str, Any]],
-        jobs: Sequence[NewJob],
-        ids: list[uuid.UUID],
-        token_hash: str | None,
-    ) -> list[JobStatus]:
+    def _keyed_steps(self, jobs: Sequence[NewJob], ids: list[uuid.UUID], token_hash: str | None) -> Steps:
         """ENQUEUE_JOBS; for each key already taken, READ_BY_IDEMPOTENCY_KEYS's job, which must be
         this very request (its payload read with GET_PAYLOAD, on the same transaction). The read
         sees that job: the insert waited for any transaction that held the key, and one inserted
         earlier in this transaction (the caller's, or the same batch) is its own."""
-        row = cursor.execute(ENQUEUE_JOBS, self._enqueue_params(jobs, ids, True, token_hash)).fetchall()[0]
+        [row] = yield Query(ENQUEUE_JOBS, self._enqueue_params(jobs, ids, True, token_hash))
         jobs, statuses = _queued(row, jobs, ids, token_hash)
         if row["inserted"] == len(jobs):
             return statuses
         inserted = set(row["ids"] or ())
         taken = [i for i, job_id in enumerate(ids) if job_id not in inserted]
-        cursor.execute(
+        rows = yield Query(
             READ_BY_IDEMPOTENCY_KEYS,
             self._params(tenants=[jobs[i].tenant for i in taken], keys=[jobs[i].idempotency_key for i in taken]),
         )
-        existing = {(r["tenant"], r["idempotency_key"]): status(r) for r in cursor.fetchall()}
+        existing = {(r["tenant"], r["idempotency_key"]): status(r) for r in rows}
         found = [i for i in taken if (jobs[i].tenant, jobs[i].idempotency_key) in existing]
         stored = [existing[(jobs[i].tenant, jobs[i].idempotency_key)] for i in found]
-        for i, job, payload in zip(found, stored, _payloads(cursor, stored), strict=True):
+        payloads = yield from payload_steps(stored)
+        for i, job, payload in zip(found, stored, payloads, strict=True):
             statuses[i] = checks.keyed_job(jobs[i], job, payload)
         # A key's job deleted between the insert and the read (the pruner's, committed in between)
         # left its key free: as a moment later, the job is inserted anew (its tenant is known now).
         gone = [i for i in taken if (jobs[i].tenant, jobs[i].idempotency_key) not in existing]
         if gone:
-            again = self._insert_keyed(cursor, [jobs[i] for i in gone], [ids[i] for i in gone], None)
+            again = yield from self._keyed_steps([jobs[i] for i in gone], [ids[i] for i in gone], None)
             for i, again_status in zip(gone, again, strict=True):
                 statuses[i] = again_status
         return statuses
@@ -194,41 +172,21 @@ class Submitting(Workflows):
             token_hash=token_hash,
         )
 
-    def _copy(
-        self, jobs: Sequence[NewJob], ids: list[uuid.UUID], caller: psycopg.Connection[Any] | None
-    ) -> list[JobStatus]:
-        """COPY_BATCH_CLOCK and COPY_JOBS in one transaction (the caller's, or one of their own)."""
+    def _copy_steps(self, jobs: Sequence[NewJob], ids: list[uuid.UUID]) -> Steps:
+        """COPY_BATCH_CLOCK and COPY_JOBS, in one transaction (the plan is atomic)."""
         validate_new_jobs(jobs)
         payloads = dump_values([job.payload for job in jobs], "payload")
         params = self._params(tenants=sorted({job.tenant for job in jobs}), wake_queues=_wake_queues(jobs))
-
-        def copy(conn: psycopg.Connection[Any]) -> tuple[datetime, list[datetime]]:
-            with conn.cursor(row_factory=dict_row) as cursor:
-                created_at: datetime = cursor.execute(COPY_BATCH_CLOCK, params).fetchall()[0]["created_at"]
-                run_after = [_run_after(job, created_at) for job in jobs]
-                cursor.adapters.register_dumper(None, _JsonbText)
-                with cursor.copy(COPY_JOBS) as rows:
-                    rows.set_types([kind for _, kind in COPY_JOBS_COLUMNS])
-                    write = rows.write_row
-                    for job_id, job, payload, due in zip(ids, jobs, payloads, run_after, strict=True):
-                        # COPY_JOBS_COLUMNS, in order
-                        write((job_id, job.tenant, job.queue, job.kind, payload, "queued", job.priority, 0,
-                               stored_max_attempts(job), job.max_attempts is None, 0, job.total, due,
-                               job.concurrency_key, created_at, created_at))  # fmt: skip
-            return created_at, run_after
-
-        if caller is None:
-
-            def pooled() -> tuple[datetime, list[datetime]]:
-                with self._connection() as conn, conn.transaction():
-                    return copy(conn)
-
-            created_at, run_after = self._retrying(pooled)
-        else:
-            # In the caller's transaction; on an autocommit connection, in one of its own.
-            own: AbstractContextManager[Any] = caller.transaction() if caller.autocommit else nullcontext()
-            with translate_errors(), own:
-                created_at, run_after = copy(caller)
+        [clock] = yield Query(COPY_BATCH_CLOCK, params)
+        created_at: datetime = clock["created_at"]
+        run_after = [_run_after(job, created_at) for job in jobs]
+        rows = (
+            # COPY_JOBS_COLUMNS, in order
+            (job_id, job.tenant, job.queue, job.kind, payload, "queued", job.priority, 0, stored_max_attempts(job),
+             job.max_attempts is None, 0, job.total, due, job.concurrency_key, created_at, created_at)
+            for job_id, job, payload, due in zip(ids, jobs, payloads, run_after, strict=True)
+        )  # fmt: skip
+        yield Copy(COPY_JOBS, [kind for _, kind in COPY_JOBS_COLUMNS], rows)
         return queued_statuses(jobs, ids, run_after, created_at)
 
 
@@ -243,18 +201,6 @@ def _queued(
     created_at = row["created_at"]
     later = dict(zip(row["later_ids"] or (), row["later_run_after"] or (), strict=True))
     return jobs, queued_statuses(jobs, ids, [later.get(job_id, created_at) for job_id in ids], created_at)
-
-
-def _payloads(cursor: psycopg.Cursor[dict[str, Any]], stored: Sequence[JobStatus]) -> list[JSON]:
-    """The stored jobs' payloads, GET_PAYLOAD each, sent together (one round trip in a pipeline)."""
-    if not stored:
-        return []
-    cursor.executemany(GET_PAYLOAD, [{"job_id": job.id, "tenant": job.tenant} for job in stored], returning=True)
-    payloads = []
-    for job in stored:
-        payloads.append(checks.found(cursor.fetchone(), job.id)["payload"])
-        cursor.nextset()
-    return payloads
 
 
 def _wake_queues(jobs: Sequence[NewJob]) -> str:

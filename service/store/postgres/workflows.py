@@ -7,21 +7,19 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import replace
 from typing import Any
 
 import psycopg
-from psycopg.pq import TransactionStatus
-from psycopg.rows import dict_row
 
 from service.errors import IdempotencyConflict
 from service.jobs import JobState, JobStatus, NewJob, new_job_ids
 from service.payloads import dump_batch
 from service.store import checks
 from service.store.postgres.connection import Connected, status
-from service.store.postgres.errors import translate_errors
-from service.store.postgres.queries import GET_JOB, GET_PAYLOAD
+from service.store.postgres.queries import GET_JOB, payload_steps
+from service.store.postgres.steps import Query, Step, Steps
 from service.store.sqlfiles import statements
 from service.workflows import (
     HELD_UNTIL,
@@ -32,6 +30,7 @@ from service.workflows import (
     check_page,
     dependencies_page,
     rearm,
+    still_cancelled,
     stored_parent_ids,
     wire,
 )
@@ -39,13 +38,13 @@ from service.workflows import (
 _SQL = statements("postgres")
 
 LOCK_PARENTS = _SQL["lock_parents"]
-OPEN_TRANSACTION = _SQL["open_transaction"]
 ENQUEUE_DEPENDENTS = _SQL["enqueue_dependents"]
 READ_JOBS = _SQL["read_jobs"]
 LOCK_JOBS = _SQL["lock_jobs"]
 SETTLE_DEPENDENTS = _SQL["settle_dependents"]
 REARM_CANDIDATES = _SQL["rearm_candidates"]
 REARM_JOBS = _SQL["rearm_jobs"]
+HOLD_CANCELLED = _SQL["hold_cancelled"]
 PARENT_RESULTS = _SQL["parent_results"]
 JOB_PARENTS = _SQL["job_parents"]
 JOB_CHILDREN = _SQL["job_children"]
@@ -59,44 +58,19 @@ HELD_UNTIL_PG = HELD_UNTIL + "+00"
 class Workflows(Connected):
     """The workflow operations and the pieces the other areas run in their transactions."""
 
-    def _enqueue_dependents(
-        self,
-        jobs: Sequence[NewJob],
-        caller: psycopg.Connection[Any] | None,
-        token_hash: str | None,
-    ) -> list[JobStatus]:
-        """A batch with dependencies, all or none, in one transaction (the caller's, as a savepoint):
-        the stored parents locked (LOCK_PARENTS), the batch wired (service.workflows.wire), the
-        jobs and edges inserted (ENQUEUE_DEPENDENTS), their statuses read back."""
-
-        def run(conn: psycopg.Connection[Any]) -> list[JobStatus]:
-            with conn.transaction(), conn.cursor(row_factory=dict_row) as cursor:
-                return self._insert_dependents(cursor, jobs, token_hash)
-
-        if caller is None:
-
-            def pooled() -> list[JobStatus]:
-                with self._connection() as conn:
-                    return run(conn)
-
-            return self._retrying(pooled)
-        with translate_errors():
-            if not caller.autocommit and caller.info.transaction_status == TransactionStatus.IDLE:
-                caller.execute(OPEN_TRANSACTION)
-            return run(caller)
-
-    def _insert_dependents(
-        self, cursor: psycopg.Cursor[dict[str, Any]], jobs: Sequence[NewJob], token_hash: str | None
-    ) -> list[JobStatus]:
-        """The batch's statements, in the transaction the cursor's connection has open."""
+    def _dependent_steps(self, jobs: Sequence[NewJob], token_hash: str | None) -> Steps:
+        """A batch with dependencies, all or none (the plan is atomic: a transaction, or a savepoint
+        in the caller's): the stored parents locked (LOCK_PARENTS), the batch wired
+        (service.workflows.wire), the jobs and edges inserted (ENQUEUE_DEPENDENTS), their statuses
+        read back."""
         ids = new_job_ids(len(jobs))
         if token_hash is not None:
-            row = cursor.execute(TENANT_FOR_TOKEN, {"token_hash": token_hash}).fetchone()
-            tenant = checks.token_scope(row["tenant"] if row is not None else None)
+            rows = yield Query(TENANT_FOR_TOKEN, {"token_hash": token_hash})
+            tenant = checks.token_scope(rows[0]["tenant"] if rows else None)
             jobs = [replace(job, tenant=tenant) for job in jobs]
-        stored = self._lock_parents(cursor, stored_parent_ids(jobs))
+        stored = yield from self._lock_parents(stored_parent_ids(jobs))
         wirings = wire(jobs, ids, stored)  # refuses before anything is inserted
-        taken = self._taken_keys(cursor, jobs)
+        taken = yield from self._taken_keys(jobs)
         if taken is not None:
             return taken
         rows = checks.enqueue_rows(jobs, ids, payload=lambda value: value, time=lambda t: t.isoformat())
@@ -115,7 +89,7 @@ class Workflows(Connected):
             for child, wiring in zip(ids, wirings, strict=True)
             for parent in wiring.parents
         ]
-        cursor.execute(
+        yield Query(
             ENQUEUE_DEPENDENTS,
             self._params(
                 batch=dump_batch(rows, [job.payload for job in jobs], "payload"),
@@ -124,31 +98,29 @@ class Workflows(Connected):
                 wake_queues=",".join(sorted({job.queue for job in jobs})),
             ),
         )
-        found = {r["id"]: status(r) for r in cursor.execute(READ_JOBS, self._params(ids=ids)).fetchall()}
+        found = {r["id"]: status(r) for r in (yield Query(READ_JOBS, self._params(ids=ids)))}
         return [found[job_id] for job_id in ids]
 
-    def _lock_parents(
-        self, cursor: psycopg.Cursor[dict[str, Any]], parent_ids: list[uuid.UUID]
-    ) -> dict[uuid.UUID, StoredParent]:
+    def _lock_parents(self, parent_ids: list[uuid.UUID]) -> Generator[Step, list[Any], dict[uuid.UUID, StoredParent]]:
         if not parent_ids:
             return {}
-        rows = cursor.execute(LOCK_PARENTS, self._params(ids=parent_ids)).fetchall()
+        rows = yield Query(LOCK_PARENTS, self._params(ids=parent_ids))
         return {
             row["id"]: StoredParent(row["id"], row["tenant"], JobState(row["state"]), row["cancelled_by"])
             for row in rows
         }
 
-    def _taken_keys(self, cursor: psycopg.Cursor[dict[str, Any]], jobs: Sequence[NewJob]) -> list[JobStatus] | None:
+    def _taken_keys(self, jobs: Sequence[NewJob]) -> Generator[Step, list[Any], list[JobStatus] | None]:
         """A batch with dependencies sent again under the same idempotency keys: the stored jobs
         (each checked to be this very request), or None when no key is taken. A batch whose keys
         are taken in part is refused: its edges would name jobs of two submissions."""
         keyed = [job for job in jobs if job.idempotency_key is not None]
         if not keyed:
             return None
-        rows = cursor.execute(
+        rows = yield Query(
             READ_BY_IDEMPOTENCY_KEYS,
             self._params(tenants=[job.tenant for job in keyed], keys=[job.idempotency_key for job in keyed]),
-        ).fetchall()
+        )
         if not rows:
             return None
         existing = {(r["tenant"], r["idempotency_key"]): status(r) for r in rows}
@@ -157,12 +129,11 @@ class Workflows(Connected):
                 "a batch with dependencies is stored whole or not at all: some of its idempotency keys are "
                 "taken and some are not (or some of its jobs have none)"
             )
-        answer = []
-        for job in jobs:
-            stored = existing[(job.tenant, job.idempotency_key)]
-            payload = cursor.execute(GET_PAYLOAD, {"job_id": stored.id, "tenant": stored.tenant}).fetchone()
-            answer.append(checks.keyed_job(job, stored, checks.found(payload, stored.id)["payload"]))
-        return answer
+        stored = [existing[(job.tenant, job.idempotency_key)] for job in jobs]
+        payloads = yield from payload_steps(stored)
+        return [
+            checks.keyed_job(job, found, payload) for job, found, payload in zip(jobs, stored, payloads, strict=True)
+        ]
 
     # -- settling, in the transaction that ended the parents ---------------------------
     def _settle_params(self, ids: Sequence[uuid.UUID]) -> dict[str, Any]:
@@ -170,11 +141,17 @@ class Workflows(Connected):
 
     def _rearm(self, conn: psycopg.Connection[Any], ids: Sequence[uuid.UUID], by: str) -> list[uuid.UUID]:
         """Replay's second step, in its transaction: REARM_CANDIDATES (their parents locked),
-        service.workflows.rearm decides, REARM_JOBS writes and records."""
+        service.workflows.rearm decides, REARM_JOBS writes and records; HOLD_CANCELLED points
+        the candidates left cancelled at the parent that holds them now (still_cancelled)."""
         if not ids:
             return []
         rows = conn.execute(REARM_CANDIDATES, self._params(ids=list(ids))).fetchall()
-        chosen = rearm([_candidate(row) for row in rows])
+        candidates = [_candidate(row) for row in rows]
+        chosen = rearm(candidates)
+        held = still_cancelled(candidates, chosen)
+        if held:
+            holds = [{"id": str(h.id), "error": h.error, "cancelled_by": str(h.cancelled_by)} for h in held]
+            conn.execute(HOLD_CANCELLED, self._params(batch=json.dumps(holds)))
         if not chosen:
             return []
         batch = json.dumps([{"id": str(job_id), "pending": pending} for job_id, pending in chosen.items()])
@@ -208,4 +185,5 @@ def _candidate(row: dict[str, Any]) -> RearmCandidate:
         state=JobState(row["state"]),
         on_parent_failure=row["on_parent_failure"],
         parents=tuple((uuid.UUID(p["id"]), JobState(p["state"])) for p in row["parents"]),
+        parent_roots={uuid.UUID(p["id"]): uuid.UUID(p["root"]) for p in row["parents"] if p["root"] is not None},
     )

@@ -25,8 +25,18 @@ ENQUEUE_JOBS = _SQL["enqueue_jobs"]
 READ_BY_IDEMPOTENCY_KEYS = _SQL["read_by_idempotency_keys"]
 
 
+def _no_caller_connection() -> InvalidInput:
+    return InvalidInput(
+        "an enqueue inside the caller's transaction (connection=) needs PostgreSQL; "
+        "on SQLite the Queue commits each enqueue itself"
+    )
+
+
 class Submitting(Workflows):
     """enqueue and enqueue_many."""
+
+    async def enqueue_many_async(self, jobs: Sequence[NewJob], *, connection: object) -> list[JobStatus]:
+        raise _no_caller_connection()
 
     def enqueue(self, job: NewJob, *, connection: object | None = None, token_hash: str | None = None) -> JobStatus:
         return self.enqueue_many([job], connection=connection, token_hash=token_hash)[0]
@@ -35,10 +45,7 @@ class Submitting(Workflows):
         self, jobs: Sequence[NewJob], *, connection: object | None = None, token_hash: str | None = None
     ) -> list[JobStatus]:
         if connection is not None:
-            raise InvalidInput(
-                "an enqueue inside the caller's transaction (connection=) needs PostgreSQL; "
-                "on SQLite the Queue commits each enqueue itself"
-            )
+            raise _no_caller_connection()
         if has_parents(jobs):  # a workflow's batch: its own path, so a plain batch pays nothing for it
             return self._enqueue_dependents(jobs, token_hash)
         ids = [new_job_id() for _ in jobs]

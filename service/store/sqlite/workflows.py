@@ -28,6 +28,7 @@ from service.workflows import (
     check_page,
     dependencies_page,
     rearm,
+    still_cancelled,
     stored_parent_ids,
     wire,
 )
@@ -46,6 +47,7 @@ RELEASE_RUN_ANYWAY = _SQL["release_run_anyway"]
 REARM_CANDIDATES = _SQL["rearm_candidates"]
 PARENTS_OF = _SQL["parents_of"]
 REARM_JOB = _SQL["rearm_job"]
+HOLD_CANCELLED = _SQL["hold_cancelled"]
 PARENT_RESULTS = _SQL["parent_results"]
 JOB_PARENTS = _SQL["job_parents"]
 JOB_CHILDREN = _SQL["job_children"]
@@ -83,16 +85,24 @@ def rearm_dependents(conn: sqlite3.Connection, now: str, ids: Sequence[uuid.UUID
     if not ids:
         return []
     rows = {row["id"]: row for row in conn.execute(REARM_CANDIDATES, {"ids": json.dumps([str(i) for i in ids])})}
-    candidates = [
-        RearmCandidate(
-            id=uuid.UUID(job_id),
-            state=JobState(row["state"]),
-            on_parent_failure=row["on_parent_failure"],
-            parents=tuple((uuid.UUID(p["id"]), JobState(p["state"])) for p in conn.execute(PARENTS_OF, {"id": job_id})),
+    candidates = []
+    for job_id, row in rows.items():
+        parents = conn.execute(PARENTS_OF, {"id": job_id}).fetchall()
+        candidates.append(
+            RearmCandidate(
+                id=uuid.UUID(job_id),
+                state=JobState(row["state"]),
+                on_parent_failure=row["on_parent_failure"],
+                parents=tuple((uuid.UUID(p["id"]), JobState(p["state"])) for p in parents),
+                parent_roots={uuid.UUID(p["id"]): uuid.UUID(p["root"]) for p in parents},
+            )
         )
-        for job_id, row in rows.items()
-    ]
     chosen = rearm(candidates)
+    for held in still_cancelled(candidates, chosen):
+        conn.execute(
+            HOLD_CANCELLED,
+            {"id": str(held.id), "error": held.error, "cancelled_by": str(held.cancelled_by), "now": now},
+        )
     for job_id, pending in sorted(chosen.items()):
         row = rows[str(job_id)]
         conn.execute(REARM_JOB, {"id": row["id"], "pending": pending, "held_until": HELD_UNTIL_TEXT, "now": now})

@@ -147,7 +147,8 @@ SELECT (SELECT count(*) FROM cancelled) AS cancelled,
 -- the parent again), with their parents. The parents outside that set are locked and their dependents_version
 -- bumped, as an enqueue's (lock_parents): a parent completing meanwhile that waited for the
 -- lock completes again behind one and sees these children queued. The states are the rows'
--- as locked. service.workflows.rearm decides which jobs wait again, and for how many parents.
+-- as locked, and each parent outside the set says whose replay re-arms it (root).
+-- service.workflows.rearm decides which jobs wait again, and for how many parents.
 WITH candidates AS (
     SELECT j.id, j.tenant, j.state, j.error, j.attempts, j.on_parent_failure, j.cancelled_by
     FROM jobs AS j
@@ -159,7 +160,7 @@ edges AS (
     SELECT e.child, e.parent FROM job_edges AS e WHERE e.child IN (SELECT id FROM candidates)
 ),
 others AS (
-    SELECT p.id, p.state FROM jobs AS p
+    SELECT p.id, p.state, p.cancelled_by FROM jobs AS p
     WHERE p.id IN (SELECT parent FROM edges) AND p.id NOT IN (SELECT id FROM candidates)
     ORDER BY p.id
     FOR UPDATE
@@ -171,7 +172,8 @@ bumped AS (
     WHERE p.id = o.id AND o.state IN ('queued', 'running')
 )
 SELECT c.id, c.tenant, c.state, c.error, c.attempts, c.on_parent_failure, c.cancelled_by,
-       coalesce(json_agg(json_build_object('id', e.parent, 'state', coalesce(o.state, k.state)))
+       coalesce(json_agg(json_build_object('id', e.parent, 'state', coalesce(o.state, k.state),
+                                           'root', coalesce(o.cancelled_by, o.id)))
                 FILTER (WHERE e.parent IS NOT NULL), '[]') AS parents
 FROM candidates AS c
 LEFT JOIN edges AS e ON e.child = c.id
@@ -213,6 +215,18 @@ recorded AS (
     WHERE b.state = 'cancelled'
 )
 SELECT id FROM rearmed ORDER BY id
+
+-- name: hold_cancelled
+-- Replay's last statement, in its transaction: the candidates service.workflows.rearm left
+-- cancelled (another parent of theirs ended badly) now name that parent in their error, and in
+-- cancelled_by the job whose replay re-arms them (service.workflows.still_cancelled), so the
+-- replay of their last failed parent re-arms them. Still cancelled: part of the replay that
+-- re-armed their first failed parent, which job_replays records (invariant 5).
+UPDATE jobs AS j
+SET error = i.error, cancelled_by = i.cancelled_by, updated_at = {{now}}
+FROM jsonb_to_recordset(:batch::jsonb) AS i(id uuid, error text, cancelled_by uuid)
+WHERE j.id = i.id AND j.state = 'cancelled'
+RETURNING j.id, {{notify_changed}}
 
 -- name: parent_results
 -- ctx.parent_results(): a job's parents and their results, in one query (the edges of the

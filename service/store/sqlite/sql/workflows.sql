@@ -95,8 +95,10 @@ WHERE (cancelled_by IN (SELECT value FROM json_each(:ids)) AND state = 'cancelle
    OR (state = 'queued' AND id IN (SELECT child FROM job_edges WHERE parent IN (SELECT value FROM json_each(:ids))))
 
 -- name: parents_of
--- A job's parents and their states (re-arming counts them afresh).
-SELECT e.parent AS id, p.state FROM job_edges AS e JOIN jobs AS p ON p.id = e.parent WHERE e.child = :id
+-- A job's parents and their states (re-arming counts them afresh), each with the job whose
+-- replay re-arms it (root: its cancelled_by, or itself).
+SELECT e.parent AS id, p.state, coalesce(p.cancelled_by, p.id) AS root
+FROM job_edges AS e JOIN jobs AS p ON p.id = e.parent WHERE e.child = :id
 
 -- name: rearm_job
 -- One job back to waiting for its parents (or due now when none is unmet).
@@ -108,6 +110,13 @@ SET state = 'queued', cancelled_by = NULL, finished_at = NULL, cancel_requested 
     run_after = CASE WHEN :pending > 0 THEN :held_until ELSE max(:now, coalesce(due_after_parents, :now)) END,
     updated_at = :now
 WHERE id = :id
+
+-- name: hold_cancelled
+-- A candidate the replay left cancelled (another parent of its ended badly): its error names
+-- that parent, cancelled_by the job whose replay re-arms it (service.workflows.still_cancelled).
+-- Still cancelled: part of the replay, which job_replays records (invariant 5).
+UPDATE jobs SET error = :error, cancelled_by = :cancelled_by, updated_at = :now
+WHERE id = :id AND state = 'cancelled'
 
 -- name: parent_results
 -- ctx.parent_results(): a job's parents and their results in one query, oldest parent first.
