@@ -1,4 +1,4 @@
-"""``python -m bench NAME [options]``: enqueue, drain, pickup, poll, submit, scale, cost, claim, console, reap, compare, history, fleet."""
+"""``python -m bench NAME [options]``: enqueue, drain, pickup, poll, submit, scale, cost, claim, console, reap, compare, history, fleet, bloat."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ NAMES = (
     "compare",
     "history",
     "fleet",
+    "bloat",
 )
 
 
