@@ -348,7 +348,7 @@ def _explain(url: str, conn: psycopg.Connection[Any], phase: str, directory: Pat
         "notify": False,
         "queues": ["default"],
         "kinds": None,
-        "cursor": "",
+        "cursor": "default",  # a steady worker's: the last tenant it took from (the bench's only one)
         "visit": 4,
         "limit": 8,
         "worker": worker,
