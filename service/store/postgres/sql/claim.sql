@@ -6,7 +6,7 @@
 -- in the same statement (``claimed``), so the fencing token (claims, attempts,
 -- lease_owner) is born with the claim. Invariant 2: the lease expiry comes from the
 -- database clock. The store runs CLAIM_PLANNER before it, in its transaction (see there).
--- Read top to bottom: which tenants (walk, tenants), how many jobs each (cand, shares),
+-- Read top to bottom: which tenants (walk, tenants, rivals), how many jobs each (cand, shares),
 -- which rows (picked), whether every limit still allows them (scoped ... admitted), and
 -- the writes (claimed, counted, opened).
 --
@@ -46,7 +46,7 @@ walk(tenant, lap, first, step) AS (
     WHERE (w.tenant IS NULL AND w.lap = 0) OR (w.tenant IS NOT NULL AND (w.lap = 0 OR w.tenant < (SELECT cursor FROM n)))
 ),
 -- Fairness, step 2: the first :visit tenants of the walk that have room in their tenant
--- scope, each with its running jobs and its weight. A tenant:* limit with no counter
+-- scope, each with its weight. A tenant:* limit with no counter
 -- for the tenant leaves no room (the counter is made at enqueue; missing means a bug,
 -- and a bug must idle, not overrun). Scalar subqueries, not joins: the walk is then
 -- pulled only until :visit tenants with room are found (a hash join would build the
@@ -54,8 +54,7 @@ walk(tenant, lap, first, step) AS (
 tenants AS (
     SELECT w.tenant, w.room, w.step,
            coalesce((SELECT own.weight FROM limits AS own WHERE own.scope = 'tenant:' || w.tenant),
-                    (SELECT dflt.weight FROM limits AS dflt WHERE dflt.scope = 'tenant:*'), 1.0) AS weight,
-           (SELECT count(*) FROM jobs AS r WHERE r.state = 'running' AND r.tenant = w.tenant) AS running
+                    (SELECT dflt.weight FROM limits AS dflt WHERE dflt.scope = 'tenant:*'), 1.0) AS weight
     FROM (
         SELECT w.tenant, w.step,
                coalesce((SELECT {{room(c)}} FROM scope_counters AS c, n
@@ -67,13 +66,27 @@ tenants AS (
     WHERE w.room IS NULL OR w.room > 0
     LIMIT (SELECT visit FROM n)
 ),
+-- Each visited tenant's running jobs, counted only when tenants compete: they order tenants
+-- against each other (``shares``), and a lone tenant's share is the same whatever its count.
+-- The count reads ix_jobs_running, which keeps an entry for every job that ran since dead
+-- entries could last be removed: behind a pinned xmin horizon (a session idle in
+-- transaction), every job finished since, so a lone tenant's claim would read them all for
+-- nothing (docs/PERFORMANCE.md, "bloat").
+rivals AS (
+    SELECT t.tenant, t.room, t.step, t.weight,
+           CASE WHEN (SELECT count(*) FROM tenants) > 1
+                THEN (SELECT count(*) FROM jobs AS r WHERE r.state = 'running' AND r.tenant = t.tenant)
+                ELSE 0
+           END AS running
+    FROM tenants AS t
+),
 -- Fairness, step 3: each visited tenant's next :limit jobs in its own priority order,
 -- ranked (``place``), not locked: another claimer may hold some. The line of a tenant is
 -- the same index probe as ``picked`` takes (tenant_line), so both see the same jobs.
 cand AS (
     SELECT c.id, c.tenant, t.step, t.weight, t.running AS tenant_running, t.room AS tenant_room,
            row_number() OVER (PARTITION BY c.tenant ORDER BY c.priority DESC, c.run_after, c.id) AS place
-    FROM tenants AS t
+    FROM rivals AS t
     CROSS JOIN LATERAL (
         SELECT j.*
         FROM q CROSS JOIN LATERAL (

@@ -28,8 +28,7 @@ walk(tenant, lap, first, step) AS (
 tenants AS (
     SELECT w.tenant, w.room, w.step,
            coalesce((SELECT own.weight FROM limits AS own WHERE own.scope = 'tenant:' || w.tenant),
-                    (SELECT dflt.weight FROM limits AS dflt WHERE dflt.scope = 'tenant:*'), 1.0) AS weight,
-           (SELECT count(*) FROM jobs AS r WHERE r.state = 'running' AND r.tenant = w.tenant) AS running
+                    (SELECT dflt.weight FROM limits AS dflt WHERE dflt.scope = 'tenant:*'), 1.0) AS weight
     FROM (
         SELECT w.tenant, w.step,
                coalesce((SELECT least(coalesce(c.concurrency - c.running, 2147483647), CASE WHEN c.rate IS NULL THEN 2147483647 WHEN c.window_start = to_timestamp(floor(extract(epoch FROM n.ts) / c.per_seconds) * c.per_seconds) THEN c.rate - c.window_starts ELSE c.rate END) FROM scope_counters AS c, n
@@ -41,10 +40,18 @@ tenants AS (
     WHERE w.room IS NULL OR w.room > 0
     LIMIT (SELECT visit FROM n)
 ),
+rivals AS (
+    SELECT t.tenant, t.room, t.step, t.weight,
+           CASE WHEN (SELECT count(*) FROM tenants) > 1
+                THEN (SELECT count(*) FROM jobs AS r WHERE r.state = 'running' AND r.tenant = t.tenant)
+                ELSE 0
+           END AS running
+    FROM tenants AS t
+),
 cand AS (
     SELECT c.id, c.tenant, t.step, t.weight, t.running AS tenant_running, t.room AS tenant_room,
            row_number() OVER (PARTITION BY c.tenant ORDER BY c.priority DESC, c.run_after, c.id) AS place
-    FROM tenants AS t
+    FROM rivals AS t
     CROSS JOIN LATERAL (
         SELECT j.*
         FROM q CROSS JOIN LATERAL (
