@@ -5,7 +5,9 @@
                           [--high-seconds 0 --high-rate 1600] [--readers-seconds 0 --readers 2]
                           [--explain]
 
-One process tree, one database of its own. An enqueuer (a thread of this process) offers
+One process tree, one database of its own. After ``--warmup-seconds`` of the load the
+tables are analysed once (autovacuum's analyze, which never runs where autovacuum is off),
+so the workers plan for tables under load. An enqueuer (a thread of this process) offers
 ``--rate`` no-op jobs a second, in batches every 50 ms, to ``--workers`` worker processes
 with ``--slots`` slots between them, through these phases, in order:
 
@@ -69,6 +71,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rate", type=float, default=800.0, help="jobs offered per second")
     parser.add_argument("--slots", type=int, default=32, help="worker slots in all")
     parser.add_argument("--workers", type=int, default=4, help="worker processes sharing the slots")
+    parser.add_argument(
+        "--warmup-seconds",
+        type=float,
+        default=10.0,
+        help="the offered load before the phases, then ANALYZE (autovacuum's analyze, which a server with it off never runs)",
+    )
     parser.add_argument("--clean-seconds", type=float, default=60.0)
     parser.add_argument("--pinned-seconds", type=float, default=240.0, help="idle in transaction this long")
     parser.add_argument("--recovery-seconds", type=float, default=180.0)
@@ -139,7 +147,14 @@ def run(args: argparse.Namespace) -> Report:
         windows: list[tuple[Phase, datetime, datetime, dict[str, Any]]] = []
         try:
             wait_for(lambda: workers_registered(url, args.workers), 60, 0.1, "the workers to register")
+            enqueuer.rate = args.rate
             enqueuer.start()
+            time.sleep(args.warmup_seconds)
+            with psycopg.connect(url, autocommit=True) as conn:
+                # plans made for the tables as they are under load (ANALYZE invalidates the
+                # workers' cached ones); never analysed, an empty table's statistics would
+                # choose the claim's indexes
+                conn.execute("ANALYZE")
             for phase in phases(args):
                 started, ended, end_state = _run_phase(url, phase, enqueuer, args, explain_dir)
                 windows.append((phase, started, ended, end_state))

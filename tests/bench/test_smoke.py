@@ -84,6 +84,8 @@ TINY = {
         "2",
     ],
     "bloat": [
+        "--warmup-seconds",
+        "0.5",
         "--rate",
         "40",
         "--slots",
