@@ -25,20 +25,25 @@ q AS (
 -- Fairness, step 1: the tenants with a due job, in name order, starting just after
 -- :cursor (the last tenant this worker took from) and wrapping around once: one probe of
 -- ix_jobs_claimable per tenant (a loose index scan), never every queued row.
-walk(tenant, lap, first, step) AS (
-    SELECT n.cursor, 0, true, 0 FROM n
+-- Each probe stops at the first due job of the next tenant in its queue: that job's key
+-- (h*: queue, tenant, priority, run_after, id, one element per queue) is the head of the
+-- tenant's line there, and ``cand`` and ``picked`` start their scans at it (heads, below).
+walk(tenant, lap, first, step, hq, ht, hp, hr, hi) AS (
+    SELECT n.cursor, 0, true, 0, NULL::text[], NULL::text[], NULL::int[], NULL::timestamptz[], NULL::uuid[] FROM n
     UNION ALL
-    SELECT nxt.tenant, w.lap + CASE WHEN w.tenant IS NULL THEN 1 ELSE 0 END, false, w.step + 1
+    SELECT nxt.tenant, w.lap + CASE WHEN w.tenant IS NULL THEN 1 ELSE 0 END, false, w.step + 1,
+           nxt.hq, nxt.ht, nxt.hp, nxt.hr, nxt.hi
     FROM walk AS w
     CROSS JOIN LATERAL (
-        SELECT min(h.tenant) AS tenant
+        SELECT min(h.tenant) AS tenant, array_agg(h.queue) AS hq, array_agg(h.tenant) AS ht,
+               array_agg(h.priority) AS hp, array_agg(h.run_after) AS hr, array_agg(h.id) AS hi
         FROM q CROSS JOIN LATERAL (
-            SELECT j.tenant
+            SELECT j.queue, j.tenant, j.priority, j.run_after, j.id
             FROM jobs AS j
             WHERE j.state = 'queued' AND j.parents_pending = 0 AND j.queue = q.queue AND j.tenant > coalesce(w.tenant, '')
               AND j.run_after <= (SELECT ts FROM n)
               AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[]))
-            ORDER BY j.tenant
+            ORDER BY j.tenant, j.priority DESC, j.run_after, j.id
             LIMIT 1
         ) AS h
     ) AS nxt
@@ -52,11 +57,11 @@ walk(tenant, lap, first, step) AS (
 -- pulled only until :visit tenants with room are found (a hash join would build the
 -- whole walk, one probe per tenant).
 tenants AS (
-    SELECT w.tenant, w.room, w.step,
+    SELECT w.tenant, w.room, w.step, w.hq, w.ht, w.hp, w.hr, w.hi,
            coalesce((SELECT own.weight FROM limits AS own WHERE own.scope = 'tenant:' || w.tenant),
                     (SELECT dflt.weight FROM limits AS dflt WHERE dflt.scope = 'tenant:*'), 1.0) AS weight
     FROM (
-        SELECT w.tenant, w.step,
+        SELECT w.tenant, w.step, w.hq, w.ht, w.hp, w.hr, w.hi,
                coalesce((SELECT {{room(c)}} FROM scope_counters AS c, n
                          WHERE c.scope = 'tenant:' || w.tenant),
                         CASE WHEN {{every_tenant_limited}} THEN 0 END) AS room
@@ -73,7 +78,7 @@ tenants AS (
 -- transaction), every job finished since, so a lone tenant's claim would read them all for
 -- nothing (docs/PERFORMANCE.md, "bloat").
 rivals AS (
-    SELECT t.tenant, t.room, t.step, t.weight,
+    SELECT t.tenant, t.room, t.step, t.weight, t.hq, t.ht, t.hp, t.hr, t.hi,
            CASE WHEN (SELECT count(*) FROM tenants) > 1
                 THEN (SELECT count(*) FROM jobs AS r WHERE r.state = 'running' AND r.tenant = t.tenant)
                 ELSE 0
@@ -89,13 +94,21 @@ cand AS (
     FROM rivals AS t
     CROSS JOIN LATERAL (
         SELECT j.*
-        FROM q CROSS JOIN LATERAL (
-            SELECT j.id, j.tenant, j.priority, j.run_after
-            FROM jobs AS j
-            WHERE {{tenant_line(t.tenant)}}
-            ORDER BY j.priority DESC, j.run_after, j.id
-            LIMIT (SELECT lim FROM n)
+        FROM unnest(t.hq, t.ht, t.hp, t.hr, t.hi) AS h(queue, tenant, priority, run_after, id)
+        CROSS JOIN LATERAL (
+            (SELECT j.id, j.tenant, j.priority, j.run_after
+             FROM jobs AS j
+             WHERE {{tenant_line(h.queue, t.tenant)}} AND {{from_head(h)}}
+             ORDER BY j.priority DESC, j.run_after, j.id
+             LIMIT (SELECT lim FROM n))
+            UNION ALL
+            (SELECT j.id, j.tenant, j.priority, j.run_after
+             FROM jobs AS j
+             WHERE {{tenant_line(h.queue, t.tenant)}} AND j.priority < h.priority
+             ORDER BY j.priority DESC, j.run_after, j.id
+             LIMIT (SELECT lim FROM n))
         ) AS j
+        WHERE h.tenant = t.tenant
         ORDER BY j.priority DESC, j.run_after, j.id
         LIMIT (SELECT lim FROM n)
     ) AS c
@@ -124,14 +137,28 @@ picked AS (
     FROM shares AS sh
     CROSS JOIN LATERAL (
         SELECT j.*, row_number() OVER (ORDER BY j.priority DESC, j.run_after, j.id) AS place
-        FROM q CROSS JOIN LATERAL (
-            SELECT j.id, j.tenant, j.kind, j.queue, j.concurrency_key, j.priority, j.run_after
-            FROM jobs AS j
-            WHERE {{tenant_line(sh.tenant)}}
-            ORDER BY j.priority DESC, j.run_after, j.id
-            LIMIT sh.share
-            FOR UPDATE OF j SKIP LOCKED
+        FROM (SELECT t.hq, t.ht, t.hp, t.hr, t.hi FROM rivals AS t WHERE t.tenant = sh.tenant) AS t
+        CROSS JOIN LATERAL unnest(t.hq, t.ht, t.hp, t.hr, t.hi) AS h(queue, tenant, priority, run_after, id)
+        CROSS JOIN LATERAL (
+            (SELECT * FROM (
+                 SELECT j.id, j.tenant, j.kind, j.queue, j.concurrency_key, j.priority, j.run_after
+                 FROM jobs AS j
+                 WHERE {{tenant_line(h.queue, sh.tenant)}} AND {{from_head(h)}}
+                 ORDER BY j.priority DESC, j.run_after, j.id
+                 LIMIT sh.share
+                 FOR UPDATE OF j SKIP LOCKED
+             ) AS head)
+            UNION ALL
+            (SELECT * FROM (
+                 SELECT j.id, j.tenant, j.kind, j.queue, j.concurrency_key, j.priority, j.run_after
+                 FROM jobs AS j
+                 WHERE {{tenant_line(h.queue, sh.tenant)}} AND j.priority < h.priority
+                 ORDER BY j.priority DESC, j.run_after, j.id
+                 LIMIT sh.share
+                 FOR UPDATE OF j SKIP LOCKED
+             ) AS lower)
         ) AS j
+        WHERE h.tenant = sh.tenant
         ORDER BY j.priority DESC, j.run_after, j.id
         LIMIT sh.share
     ) AS j
@@ -225,20 +252,34 @@ opened AS (
 )
 SELECT * FROM claimed ORDER BY id
 
--- fragment: tenant_line(tenant)
--- A tenant's line in one queue (jobs alias j, the queue q.queue), in the order of
+-- fragment: tenant_line(queue, tenant)
+-- A tenant's line in one queue (jobs alias j), in the order of
 -- ix_jobs_claimable (``parents_pending = 0`` is its predicate: a job waiting for parents is
 -- not in it, so it costs a claim nothing): its due queued jobs of the worker's kinds, skipping jobs in a kind,
 -- queue or key scope with no room (the tenant's own room is judged once, in ``tenants``).
 -- The clock is a scalar, never a join to n: beside a long history the planner guesses
 -- the line at one row, puts n outside, and loses the index's order.
-j.state = 'queued' AND j.parents_pending = 0 AND j.queue = q.queue AND j.tenant = {tenant}
+j.state = 'queued' AND j.parents_pending = 0 AND j.queue = {queue} AND j.tenant = {tenant}
               AND j.run_after <= (SELECT ts FROM n)
               AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[]))
               AND NOT EXISTS (
                   SELECT 1 FROM scope_counters AS s, n
                   WHERE s.scope IN ({{scopes_below_tenant(j)}})
                     AND {{room(s)}} <= 0)
+
+-- fragment: from_head(h)
+-- The part of a tenant's line (jobs alias j) at its head ``h``'s priority, from the head
+-- on: equality on the index's columns up to priority, then a row comparison, so the scan
+-- starts at the head, a btree descent, instead of at the line's first entry. Why it may:
+-- every scan of the claim reads its one snapshot, and ``walk`` found ``h`` as the first
+-- entry of the line that is due in that snapshot, so nothing due sorts before it (the
+-- line's lower priorities are read after it, ``j.priority < h.priority``). What it skips:
+-- the entries of jobs already claimed. Their row versions stay in ix_jobs_claimable until
+-- no snapshot can see them any more; behind a pinned xmin horizon (a session idle in
+-- transaction) that is every job claimed since, the oldest keys of the line, and each
+-- costs a heap visit to every scan that passes it (docs/PERFORMANCE.md, "bloat"). The walk
+-- still passes them once; ``cand`` and ``picked`` no longer do.
+j.priority = {h}.priority AND (j.run_after, j.id) >= ({h}.run_after, {h}.id)
 
 -- name: claim_planner
 -- Run in the transaction of every CLAIM_JOBS, before it. The claim keeps one generic plan
