@@ -131,7 +131,11 @@ shares AS (
 ),
 -- Invariant 1: each tenant's share, locked FOR UPDATE SKIP LOCKED down the tenant's line:
 -- past rows another claimer holds, so claimers at the same instant take different jobs
--- rather than all but one coming back empty.
+-- rather than all but one coming back empty. Each queue's line is read from its head (as
+-- in ``cand``) and then its lower priorities; both parts lock up to the share before the
+-- best of them are kept, so a line of several priorities may hold a few lower-priority
+-- rows locked until the claim commits (as a worker of several queues already may), which
+-- a claimer at the same instant then passes over.
 picked AS (
     SELECT j.id, j.tenant, j.kind, j.queue, j.concurrency_key, sh.step, j.place
     FROM shares AS sh
