@@ -1,4 +1,4 @@
-"""``python -m bench NAME [options]``: enqueue, drain, pickup, poll, submit, scale, cost, claim, console, reap, compare, history, fleet, workflows."""
+"""``python -m bench NAME [options]``: enqueue, drain, pickup, poll, submit, scale, cost, claim, console, reap, compare, history, fleet, workflows, bloat."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ NAMES = (
     "history",
     "fleet",
     "workflows",
+    "bloat",
 )
 
 

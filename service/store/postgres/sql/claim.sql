@@ -6,7 +6,7 @@
 -- in the same statement (``claimed``), so the fencing token (claims, attempts,
 -- lease_owner) is born with the claim. Invariant 2: the lease expiry comes from the
 -- database clock. The store runs CLAIM_PLANNER before it, in its transaction (see there).
--- Read top to bottom: which tenants (walk, tenants), how many jobs each (cand, shares),
+-- Read top to bottom: which tenants (walk, tenants, rivals), how many jobs each (cand, shares),
 -- which rows (picked), whether every limit still allows them (scoped ... admitted), and
 -- the writes (claimed, counted, opened).
 --
@@ -25,20 +25,25 @@ q AS (
 -- Fairness, step 1: the tenants with a due job, in name order, starting just after
 -- :cursor (the last tenant this worker took from) and wrapping around once: one probe of
 -- ix_jobs_claimable per tenant (a loose index scan), never every queued row.
-walk(tenant, lap, first, step) AS (
-    SELECT n.cursor, 0, true, 0 FROM n
+-- Each probe stops at the first due job of the next tenant in its queue: that job's key
+-- (h*: queue, tenant, priority, run_after, id, one element per queue) is the head of the
+-- tenant's line there, and ``cand`` and ``picked`` start their scans at it (heads, below).
+walk(tenant, lap, first, step, hq, ht, hp, hr, hi) AS (
+    SELECT n.cursor, 0, true, 0, NULL::text[], NULL::text[], NULL::int[], NULL::timestamptz[], NULL::uuid[] FROM n
     UNION ALL
-    SELECT nxt.tenant, w.lap + CASE WHEN w.tenant IS NULL THEN 1 ELSE 0 END, false, w.step + 1
+    SELECT nxt.tenant, w.lap + CASE WHEN w.tenant IS NULL THEN 1 ELSE 0 END, false, w.step + 1,
+           nxt.hq, nxt.ht, nxt.hp, nxt.hr, nxt.hi
     FROM walk AS w
     CROSS JOIN LATERAL (
-        SELECT min(h.tenant) AS tenant
+        SELECT min(h.tenant) AS tenant, array_agg(h.queue) AS hq, array_agg(h.tenant) AS ht,
+               array_agg(h.priority) AS hp, array_agg(h.run_after) AS hr, array_agg(h.id) AS hi
         FROM q CROSS JOIN LATERAL (
-            SELECT j.tenant
+            SELECT j.queue, j.tenant, j.priority, j.run_after, j.id
             FROM jobs AS j
             WHERE j.state = 'queued' AND j.parents_pending = 0 AND j.queue = q.queue AND j.tenant > coalesce(w.tenant, '')
               AND j.run_after <= (SELECT ts FROM n)
               AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[]))
-            ORDER BY j.tenant
+            ORDER BY j.tenant, j.priority DESC, j.run_after, j.id
             LIMIT 1
         ) AS h
     ) AS nxt
@@ -46,18 +51,17 @@ walk(tenant, lap, first, step) AS (
     WHERE (w.tenant IS NULL AND w.lap = 0) OR (w.tenant IS NOT NULL AND (w.lap = 0 OR w.tenant < (SELECT cursor FROM n)))
 ),
 -- Fairness, step 2: the first :visit tenants of the walk that have room in their tenant
--- scope, each with its running jobs and its weight. A tenant:* limit with no counter
+-- scope, each with its weight. A tenant:* limit with no counter
 -- for the tenant leaves no room (the counter is made at enqueue; missing means a bug,
 -- and a bug must idle, not overrun). Scalar subqueries, not joins: the walk is then
 -- pulled only until :visit tenants with room are found (a hash join would build the
 -- whole walk, one probe per tenant).
 tenants AS (
-    SELECT w.tenant, w.room, w.step,
+    SELECT w.tenant, w.room, w.step, w.hq, w.ht, w.hp, w.hr, w.hi,
            coalesce((SELECT own.weight FROM limits AS own WHERE own.scope = 'tenant:' || w.tenant),
-                    (SELECT dflt.weight FROM limits AS dflt WHERE dflt.scope = 'tenant:*'), 1.0) AS weight,
-           (SELECT count(*) FROM jobs AS r WHERE r.state = 'running' AND r.tenant = w.tenant) AS running
+                    (SELECT dflt.weight FROM limits AS dflt WHERE dflt.scope = 'tenant:*'), 1.0) AS weight
     FROM (
-        SELECT w.tenant, w.step,
+        SELECT w.tenant, w.step, w.hq, w.ht, w.hp, w.hr, w.hi,
                coalesce((SELECT {{room(c)}} FROM scope_counters AS c, n
                          WHERE c.scope = 'tenant:' || w.tenant),
                         CASE WHEN {{every_tenant_limited}} THEN 0 END) AS room
@@ -67,22 +71,44 @@ tenants AS (
     WHERE w.room IS NULL OR w.room > 0
     LIMIT (SELECT visit FROM n)
 ),
+-- Each visited tenant's running jobs, counted only when tenants compete: they order tenants
+-- against each other (``shares``), and a lone tenant's share is the same whatever its count.
+-- The count reads ix_jobs_running, which keeps an entry for every job that ran since dead
+-- entries could last be removed: behind a pinned xmin horizon (a session idle in
+-- transaction), every job finished since, so a lone tenant's claim would read them all for
+-- nothing (docs/PERFORMANCE.md, "bloat").
+rivals AS (
+    SELECT t.tenant, t.room, t.step, t.weight, t.hq, t.ht, t.hp, t.hr, t.hi,
+           CASE WHEN (SELECT count(*) FROM tenants) > 1
+                THEN (SELECT count(*) FROM jobs AS r WHERE r.state = 'running' AND r.tenant = t.tenant)
+                ELSE 0
+           END AS running
+    FROM tenants AS t
+),
 -- Fairness, step 3: each visited tenant's next :limit jobs in its own priority order,
 -- ranked (``place``), not locked: another claimer may hold some. The line of a tenant is
 -- the same index probe as ``picked`` takes (tenant_line), so both see the same jobs.
 cand AS (
     SELECT c.id, c.tenant, t.step, t.weight, t.running AS tenant_running, t.room AS tenant_room,
            row_number() OVER (PARTITION BY c.tenant ORDER BY c.priority DESC, c.run_after, c.id) AS place
-    FROM tenants AS t
+    FROM rivals AS t
     CROSS JOIN LATERAL (
         SELECT j.*
-        FROM q CROSS JOIN LATERAL (
-            SELECT j.id, j.tenant, j.priority, j.run_after
-            FROM jobs AS j
-            WHERE {{tenant_line(t.tenant)}}
-            ORDER BY j.priority DESC, j.run_after, j.id
-            LIMIT (SELECT lim FROM n)
+        FROM unnest(t.hq, t.ht, t.hp, t.hr, t.hi) AS h(queue, tenant, priority, run_after, id)
+        CROSS JOIN LATERAL (
+            (SELECT j.id, j.tenant, j.priority, j.run_after
+             FROM jobs AS j
+             WHERE {{tenant_line(h.queue, t.tenant)}} AND {{from_head(h)}}
+             ORDER BY j.priority DESC, j.run_after, j.id
+             LIMIT (SELECT lim FROM n))
+            UNION ALL
+            (SELECT j.id, j.tenant, j.priority, j.run_after
+             FROM jobs AS j
+             WHERE {{tenant_line(h.queue, t.tenant)}} AND j.priority < h.priority
+             ORDER BY j.priority DESC, j.run_after, j.id
+             LIMIT (SELECT lim FROM n))
         ) AS j
+        WHERE h.tenant = t.tenant
         ORDER BY j.priority DESC, j.run_after, j.id
         LIMIT (SELECT lim FROM n)
     ) AS c
@@ -105,20 +131,38 @@ shares AS (
 ),
 -- Invariant 1: each tenant's share, locked FOR UPDATE SKIP LOCKED down the tenant's line:
 -- past rows another claimer holds, so claimers at the same instant take different jobs
--- rather than all but one coming back empty.
+-- rather than all but one coming back empty. Each queue's line is read from its head (as
+-- in ``cand``) and then its lower priorities; both parts lock up to the share before the
+-- best of them are kept, so a line of several priorities may hold a few lower-priority
+-- rows locked until the claim commits (as a worker of several queues already may), which
+-- a claimer at the same instant then passes over.
 picked AS (
     SELECT j.id, j.tenant, j.kind, j.queue, j.concurrency_key, sh.step, j.place
     FROM shares AS sh
     CROSS JOIN LATERAL (
         SELECT j.*, row_number() OVER (ORDER BY j.priority DESC, j.run_after, j.id) AS place
-        FROM q CROSS JOIN LATERAL (
-            SELECT j.id, j.tenant, j.kind, j.queue, j.concurrency_key, j.priority, j.run_after
-            FROM jobs AS j
-            WHERE {{tenant_line(sh.tenant)}}
-            ORDER BY j.priority DESC, j.run_after, j.id
-            LIMIT sh.share
-            FOR UPDATE OF j SKIP LOCKED
+        FROM (SELECT t.hq, t.ht, t.hp, t.hr, t.hi FROM rivals AS t WHERE t.tenant = sh.tenant) AS t
+        CROSS JOIN LATERAL unnest(t.hq, t.ht, t.hp, t.hr, t.hi) AS h(queue, tenant, priority, run_after, id)
+        CROSS JOIN LATERAL (
+            (SELECT * FROM (
+                 SELECT j.id, j.tenant, j.kind, j.queue, j.concurrency_key, j.priority, j.run_after
+                 FROM jobs AS j
+                 WHERE {{tenant_line(h.queue, sh.tenant)}} AND {{from_head(h)}}
+                 ORDER BY j.priority DESC, j.run_after, j.id
+                 LIMIT sh.share
+                 FOR UPDATE OF j SKIP LOCKED
+             ) AS head)
+            UNION ALL
+            (SELECT * FROM (
+                 SELECT j.id, j.tenant, j.kind, j.queue, j.concurrency_key, j.priority, j.run_after
+                 FROM jobs AS j
+                 WHERE {{tenant_line(h.queue, sh.tenant)}} AND j.priority < h.priority
+                 ORDER BY j.priority DESC, j.run_after, j.id
+                 LIMIT sh.share
+                 FOR UPDATE OF j SKIP LOCKED
+             ) AS lower)
         ) AS j
+        WHERE h.tenant = sh.tenant
         ORDER BY j.priority DESC, j.run_after, j.id
         LIMIT sh.share
     ) AS j
@@ -212,20 +256,34 @@ opened AS (
 )
 SELECT * FROM claimed ORDER BY id
 
--- fragment: tenant_line(tenant)
--- A tenant's line in one queue (jobs alias j, the queue q.queue), in the order of
+-- fragment: tenant_line(queue, tenant)
+-- A tenant's line in one queue (jobs alias j), in the order of
 -- ix_jobs_claimable (``parents_pending = 0`` is its predicate: a job waiting for parents is
 -- not in it, so it costs a claim nothing): its due queued jobs of the worker's kinds, skipping jobs in a kind,
 -- queue or key scope with no room (the tenant's own room is judged once, in ``tenants``).
 -- The clock is a scalar, never a join to n: beside a long history the planner guesses
 -- the line at one row, puts n outside, and loses the index's order.
-j.state = 'queued' AND j.parents_pending = 0 AND j.queue = q.queue AND j.tenant = {tenant}
+j.state = 'queued' AND j.parents_pending = 0 AND j.queue = {queue} AND j.tenant = {tenant}
               AND j.run_after <= (SELECT ts FROM n)
               AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[]))
               AND NOT EXISTS (
                   SELECT 1 FROM scope_counters AS s, n
                   WHERE s.scope IN ({{scopes_below_tenant(j)}})
                     AND {{room(s)}} <= 0)
+
+-- fragment: from_head(h)
+-- The part of a tenant's line (jobs alias j) at its head ``h``'s priority, from the head
+-- on: equality on the index's columns up to priority, then a row comparison, so the scan
+-- starts at the head, a btree descent, instead of at the line's first entry. Why it may:
+-- every scan of the claim reads its one snapshot, and ``walk`` found ``h`` as the first
+-- entry of the line that is due in that snapshot, so nothing due sorts before it (the
+-- line's lower priorities are read after it, ``j.priority < h.priority``). What it skips:
+-- the entries of jobs already claimed. Their row versions stay in ix_jobs_claimable until
+-- no snapshot can see them any more; behind a pinned xmin horizon (a session idle in
+-- transaction) that is every job claimed since, the oldest keys of the line, and each
+-- costs a heap visit to every scan that passes it (docs/PERFORMANCE.md, "bloat"). The walk
+-- still passes them once; ``cand`` and ``picked`` no longer do.
+j.priority = {h}.priority AND (j.run_after, j.id) >= ({h}.run_after, {h}.id)
 
 -- name: claim_planner
 -- Run in the transaction of every CLAIM_JOBS, before it. The claim keeps one generic plan

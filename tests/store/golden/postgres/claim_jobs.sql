@@ -6,32 +6,33 @@ WITH RECURSIVE n AS (
 q AS (
     SELECT unnest(n.queues) AS queue FROM n
 ),
-walk(tenant, lap, first, step) AS (
-    SELECT n.cursor, 0, true, 0 FROM n
+walk(tenant, lap, first, step, hq, ht, hp, hr, hi) AS (
+    SELECT n.cursor, 0, true, 0, NULL::text[], NULL::text[], NULL::int[], NULL::timestamptz[], NULL::uuid[] FROM n
     UNION ALL
-    SELECT nxt.tenant, w.lap + CASE WHEN w.tenant IS NULL THEN 1 ELSE 0 END, false, w.step + 1
+    SELECT nxt.tenant, w.lap + CASE WHEN w.tenant IS NULL THEN 1 ELSE 0 END, false, w.step + 1,
+           nxt.hq, nxt.ht, nxt.hp, nxt.hr, nxt.hi
     FROM walk AS w
     CROSS JOIN LATERAL (
-        SELECT min(h.tenant) AS tenant
+        SELECT min(h.tenant) AS tenant, array_agg(h.queue) AS hq, array_agg(h.tenant) AS ht,
+               array_agg(h.priority) AS hp, array_agg(h.run_after) AS hr, array_agg(h.id) AS hi
         FROM q CROSS JOIN LATERAL (
-            SELECT j.tenant
+            SELECT j.queue, j.tenant, j.priority, j.run_after, j.id
             FROM jobs AS j
             WHERE j.state = 'queued' AND j.parents_pending = 0 AND j.queue = q.queue AND j.tenant > coalesce(w.tenant, '')
               AND j.run_after <= (SELECT ts FROM n)
               AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[]))
-            ORDER BY j.tenant
+            ORDER BY j.tenant, j.priority DESC, j.run_after, j.id
             LIMIT 1
         ) AS h
     ) AS nxt
     WHERE (w.tenant IS NULL AND w.lap = 0) OR (w.tenant IS NOT NULL AND (w.lap = 0 OR w.tenant < (SELECT cursor FROM n)))
 ),
 tenants AS (
-    SELECT w.tenant, w.room, w.step,
+    SELECT w.tenant, w.room, w.step, w.hq, w.ht, w.hp, w.hr, w.hi,
            coalesce((SELECT own.weight FROM limits AS own WHERE own.scope = 'tenant:' || w.tenant),
-                    (SELECT dflt.weight FROM limits AS dflt WHERE dflt.scope = 'tenant:*'), 1.0) AS weight,
-           (SELECT count(*) FROM jobs AS r WHERE r.state = 'running' AND r.tenant = w.tenant) AS running
+                    (SELECT dflt.weight FROM limits AS dflt WHERE dflt.scope = 'tenant:*'), 1.0) AS weight
     FROM (
-        SELECT w.tenant, w.step,
+        SELECT w.tenant, w.step, w.hq, w.ht, w.hp, w.hr, w.hi,
                coalesce((SELECT least(coalesce(c.concurrency - c.running, 2147483647), CASE WHEN c.rate IS NULL THEN 2147483647 WHEN c.window_start = to_timestamp(floor(extract(epoch FROM n.ts) / c.per_seconds) * c.per_seconds) THEN c.rate - c.window_starts ELSE c.rate END) FROM scope_counters AS c, n
                          WHERE c.scope = 'tenant:' || w.tenant),
                         CASE WHEN EXISTS (SELECT 1 FROM limits AS d WHERE d.scope = 'tenant:*' AND (d.concurrency IS NOT NULL OR d.rate IS NOT NULL)) THEN 0 END) AS room
@@ -41,25 +42,47 @@ tenants AS (
     WHERE w.room IS NULL OR w.room > 0
     LIMIT (SELECT visit FROM n)
 ),
+rivals AS (
+    SELECT t.tenant, t.room, t.step, t.weight, t.hq, t.ht, t.hp, t.hr, t.hi,
+           CASE WHEN (SELECT count(*) FROM tenants) > 1
+                THEN (SELECT count(*) FROM jobs AS r WHERE r.state = 'running' AND r.tenant = t.tenant)
+                ELSE 0
+           END AS running
+    FROM tenants AS t
+),
 cand AS (
     SELECT c.id, c.tenant, t.step, t.weight, t.running AS tenant_running, t.room AS tenant_room,
            row_number() OVER (PARTITION BY c.tenant ORDER BY c.priority DESC, c.run_after, c.id) AS place
-    FROM tenants AS t
+    FROM rivals AS t
     CROSS JOIN LATERAL (
         SELECT j.*
-        FROM q CROSS JOIN LATERAL (
-            SELECT j.id, j.tenant, j.priority, j.run_after
-            FROM jobs AS j
-            WHERE j.state = 'queued' AND j.parents_pending = 0 AND j.queue = q.queue AND j.tenant = t.tenant
+        FROM unnest(t.hq, t.ht, t.hp, t.hr, t.hi) AS h(queue, tenant, priority, run_after, id)
+        CROSS JOIN LATERAL (
+            (SELECT j.id, j.tenant, j.priority, j.run_after
+             FROM jobs AS j
+             WHERE j.state = 'queued' AND j.parents_pending = 0 AND j.queue = h.queue AND j.tenant = t.tenant
               AND j.run_after <= (SELECT ts FROM n)
               AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[]))
               AND NOT EXISTS (
                   SELECT 1 FROM scope_counters AS s, n
                   WHERE s.scope IN ('kind:' || j.kind, 'queue:' || j.queue, 'key:' || j.concurrency_key)
-                    AND least(coalesce(s.concurrency - s.running, 2147483647), CASE WHEN s.rate IS NULL THEN 2147483647 WHEN s.window_start = to_timestamp(floor(extract(epoch FROM n.ts) / s.per_seconds) * s.per_seconds) THEN s.rate - s.window_starts ELSE s.rate END) <= 0)
-            ORDER BY j.priority DESC, j.run_after, j.id
-            LIMIT (SELECT lim FROM n)
+                    AND least(coalesce(s.concurrency - s.running, 2147483647), CASE WHEN s.rate IS NULL THEN 2147483647 WHEN s.window_start = to_timestamp(floor(extract(epoch FROM n.ts) / s.per_seconds) * s.per_seconds) THEN s.rate - s.window_starts ELSE s.rate END) <= 0) AND j.priority = h.priority AND (j.run_after, j.id) >= (h.run_after, h.id)
+             ORDER BY j.priority DESC, j.run_after, j.id
+             LIMIT (SELECT lim FROM n))
+            UNION ALL
+            (SELECT j.id, j.tenant, j.priority, j.run_after
+             FROM jobs AS j
+             WHERE j.state = 'queued' AND j.parents_pending = 0 AND j.queue = h.queue AND j.tenant = t.tenant
+              AND j.run_after <= (SELECT ts FROM n)
+              AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[]))
+              AND NOT EXISTS (
+                  SELECT 1 FROM scope_counters AS s, n
+                  WHERE s.scope IN ('kind:' || j.kind, 'queue:' || j.queue, 'key:' || j.concurrency_key)
+                    AND least(coalesce(s.concurrency - s.running, 2147483647), CASE WHEN s.rate IS NULL THEN 2147483647 WHEN s.window_start = to_timestamp(floor(extract(epoch FROM n.ts) / s.per_seconds) * s.per_seconds) THEN s.rate - s.window_starts ELSE s.rate END) <= 0) AND j.priority < h.priority
+             ORDER BY j.priority DESC, j.run_after, j.id
+             LIMIT (SELECT lim FROM n))
         ) AS j
+        WHERE h.tenant = t.tenant
         ORDER BY j.priority DESC, j.run_after, j.id
         LIMIT (SELECT lim FROM n)
     ) AS c
@@ -80,20 +103,40 @@ picked AS (
     FROM shares AS sh
     CROSS JOIN LATERAL (
         SELECT j.*, row_number() OVER (ORDER BY j.priority DESC, j.run_after, j.id) AS place
-        FROM q CROSS JOIN LATERAL (
-            SELECT j.id, j.tenant, j.kind, j.queue, j.concurrency_key, j.priority, j.run_after
-            FROM jobs AS j
-            WHERE j.state = 'queued' AND j.parents_pending = 0 AND j.queue = q.queue AND j.tenant = sh.tenant
+        FROM (SELECT t.hq, t.ht, t.hp, t.hr, t.hi FROM rivals AS t WHERE t.tenant = sh.tenant) AS t
+        CROSS JOIN LATERAL unnest(t.hq, t.ht, t.hp, t.hr, t.hi) AS h(queue, tenant, priority, run_after, id)
+        CROSS JOIN LATERAL (
+            (SELECT * FROM (
+                 SELECT j.id, j.tenant, j.kind, j.queue, j.concurrency_key, j.priority, j.run_after
+                 FROM jobs AS j
+                 WHERE j.state = 'queued' AND j.parents_pending = 0 AND j.queue = h.queue AND j.tenant = sh.tenant
               AND j.run_after <= (SELECT ts FROM n)
               AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[]))
               AND NOT EXISTS (
                   SELECT 1 FROM scope_counters AS s, n
                   WHERE s.scope IN ('kind:' || j.kind, 'queue:' || j.queue, 'key:' || j.concurrency_key)
-                    AND least(coalesce(s.concurrency - s.running, 2147483647), CASE WHEN s.rate IS NULL THEN 2147483647 WHEN s.window_start = to_timestamp(floor(extract(epoch FROM n.ts) / s.per_seconds) * s.per_seconds) THEN s.rate - s.window_starts ELSE s.rate END) <= 0)
-            ORDER BY j.priority DESC, j.run_after, j.id
-            LIMIT sh.share
-            FOR UPDATE OF j SKIP LOCKED
+                    AND least(coalesce(s.concurrency - s.running, 2147483647), CASE WHEN s.rate IS NULL THEN 2147483647 WHEN s.window_start = to_timestamp(floor(extract(epoch FROM n.ts) / s.per_seconds) * s.per_seconds) THEN s.rate - s.window_starts ELSE s.rate END) <= 0) AND j.priority = h.priority AND (j.run_after, j.id) >= (h.run_after, h.id)
+                 ORDER BY j.priority DESC, j.run_after, j.id
+                 LIMIT sh.share
+                 FOR UPDATE OF j SKIP LOCKED
+             ) AS head)
+            UNION ALL
+            (SELECT * FROM (
+                 SELECT j.id, j.tenant, j.kind, j.queue, j.concurrency_key, j.priority, j.run_after
+                 FROM jobs AS j
+                 WHERE j.state = 'queued' AND j.parents_pending = 0 AND j.queue = h.queue AND j.tenant = sh.tenant
+              AND j.run_after <= (SELECT ts FROM n)
+              AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[]))
+              AND NOT EXISTS (
+                  SELECT 1 FROM scope_counters AS s, n
+                  WHERE s.scope IN ('kind:' || j.kind, 'queue:' || j.queue, 'key:' || j.concurrency_key)
+                    AND least(coalesce(s.concurrency - s.running, 2147483647), CASE WHEN s.rate IS NULL THEN 2147483647 WHEN s.window_start = to_timestamp(floor(extract(epoch FROM n.ts) / s.per_seconds) * s.per_seconds) THEN s.rate - s.window_starts ELSE s.rate END) <= 0) AND j.priority < h.priority
+                 ORDER BY j.priority DESC, j.run_after, j.id
+                 LIMIT sh.share
+                 FOR UPDATE OF j SKIP LOCKED
+             ) AS lower)
         ) AS j
+        WHERE h.tenant = sh.tenant
         ORDER BY j.priority DESC, j.run_after, j.id
         LIMIT sh.share
     ) AS j
