@@ -61,5 +61,5 @@ def test_enqueue_and_status_load_no_api_worker_or_http_client(tmp_path: Path) ->
     status = probe("status", job_id, "--json", url=url, cwd=tmp_path)
     assert status["code"] == 0 and status["heavy"] == [], status
     assert json.loads(str(status["stdout"]))["state"] == "queued"
-    # 0.3 s on an idle machine (~0.2 s measured); loose, since a test machine runs many at once.
-    assert float(enqueued["import_s"]) < 1.5 and float(status["import_s"]) < 1.5, (enqueued, status)
+    # 0.25-0.4 s on an idle machine; loose, since a test machine runs many at once (2.5 s at load 18, 4 Dec).
+    assert float(enqueued["import_s"]) < 3.0 and float(status["import_s"]) < 3.0, (enqueued, status)
