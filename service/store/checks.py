@@ -75,19 +75,21 @@ def enqueue_rows(
     jobs: Sequence[NewJob],
     ids: Sequence[uuid.UUID],
     *,
-    payload: Callable[[JSON], Any],
+    payloads: Callable[[Sequence[JSON]], Sequence[Any]],
     time: Callable[[datetime], Any],
 ) -> list[dict[str, Any]]:
     """The jobs of an enqueue checked (validate_new_jobs), as both stores' ENQUEUE_JOBS take
-    them: the store encodes the payload (``payload`` checks it storable) and the times."""
+    them: the store encodes the payloads (``payloads``, with the payload rules of
+    service.payloads.dump_payloads, or later over the whole batch with dump_payload_batch) and the times."""
     validate_new_jobs(jobs)
+    encoded = payloads([job.payload for job in jobs])
     return [
         {
             "id": str(job_id),
             "tenant": job.tenant,
             "queue": job.queue,
             "kind": job.kind,
-            "payload": payload(job.payload),
+            "payload": payload,
             "priority": job.priority,
             "max_attempts": stored_max_attempts(job),
             "max_attempts_default": job.max_attempts is None,  # the kind's, set at the first claim
@@ -97,7 +99,7 @@ def enqueue_rows(
             "concurrency_key": job.concurrency_key,
             "idempotency_key": job.idempotency_key,
         }
-        for job_id, job in zip(ids, jobs, strict=True)
+        for job_id, job, payload in zip(ids, jobs, encoded, strict=True)
     ]
 
 

@@ -27,7 +27,7 @@ from service.jobs import (
     Lease,
     new_job_ids,
 )
-from service.payloads import DEFAULT_MAX_RESULT_BYTES, check_claim
+from service.payloads import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_RESULT_BYTES, check_claim
 from service.retry import Decision
 from service.store import checks
 from service.store.base import Clock
@@ -89,9 +89,11 @@ class PostgresStore(
         clock: Clock | None = None,
         pool_timeout: float = 10.0,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
         self.database_url = database_url
         self.max_result_bytes = max_result_bytes
+        self.max_payload_bytes = max_payload_bytes
         self.notify = notify
         self._clock = clock
         self._claim_cursor = ""  # the fair claim's place among tenants (service.store.fairness)

@@ -17,7 +17,7 @@ from psycopg.pq import Format
 from psycopg.rows import dict_row
 
 from service.jobs import JSON, JobStatus, NewJob, new_job_ids, queued_statuses, stored_max_attempts
-from service.payloads import dump_batch, dump_values, validate_new_jobs
+from service.payloads import dump_payload_batch, dump_payloads, validate_new_jobs
 from service.store import checks
 from service.store.postgres.caller import caller_connection
 from service.store.postgres.connection import status
@@ -72,7 +72,7 @@ READ_BY_IDEMPOTENCY_KEYS = _SQL["read_by_idempotency_keys"]
 
 class _JsonbText(Dumper):
     """A payload as COPY_JOBS sends it: JSON text already encoded and checked
-    (dump_values), in jsonb's binary form (version 1, then the text); chosen by
+    (dump_payloads), in jsonb's binary form (version 1, then the text); chosen by
     ``set_types`` for the jsonb column, where psycopg's own would encode the text again."""
 
     format = Format.BINARY
@@ -186,9 +186,9 @@ class Submitting(Workflows):
     def _enqueue_params(
         self, jobs: Sequence[NewJob], ids: list[uuid.UUID], keyed: bool, token_hash: str | None
     ) -> dict[str, Any]:
-        batch = checks.enqueue_rows(jobs, ids, payload=lambda value: value, time=datetime.isoformat)
+        batch = checks.enqueue_rows(jobs, ids, payloads=lambda values: values, time=datetime.isoformat)
         return self._params(
-            batch=dump_batch(batch, [job.payload for job in jobs], "payload"),
+            batch=dump_payload_batch(batch, [job.payload for job in jobs], self.max_payload_bytes),
             keyed=keyed,
             wake_queues=_wake_queues(jobs),
             token_hash=token_hash,
@@ -199,7 +199,7 @@ class Submitting(Workflows):
     ) -> list[JobStatus]:
         """COPY_BATCH_CLOCK and COPY_JOBS in one transaction (the caller's, or one of their own)."""
         validate_new_jobs(jobs)
-        payloads = dump_values([job.payload for job in jobs], "payload")
+        payloads = dump_payloads([job.payload for job in jobs], self.max_payload_bytes)
         params = self._params(tenants=sorted({job.tenant for job in jobs}), wake_queues=_wake_queues(jobs))
 
         def copy(conn: psycopg.Connection[Any]) -> tuple[datetime, list[datetime]]:

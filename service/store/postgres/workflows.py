@@ -17,7 +17,7 @@ from psycopg.rows import dict_row
 
 from service.errors import IdempotencyConflict
 from service.jobs import JobState, JobStatus, NewJob, new_job_ids
-from service.payloads import dump_batch
+from service.payloads import dump_payload_batch
 from service.store import checks
 from service.store.postgres.connection import Connected, status
 from service.store.postgres.errors import translate_errors
@@ -99,7 +99,7 @@ class Workflows(Connected):
         taken = self._taken_keys(cursor, jobs)
         if taken is not None:
             return taken
-        rows = checks.enqueue_rows(jobs, ids, payload=lambda value: value, time=lambda t: t.isoformat())
+        rows = checks.enqueue_rows(jobs, ids, payloads=lambda values: values, time=lambda t: t.isoformat())
         for row, job, wiring in zip(rows, jobs, wirings, strict=True):
             row.update(
                 state=wiring.state.value,
@@ -118,7 +118,7 @@ class Workflows(Connected):
         cursor.execute(
             ENQUEUE_DEPENDENTS,
             self._params(
-                batch=dump_batch(rows, [job.payload for job in jobs], "payload"),
+                batch=dump_payload_batch(rows, [job.payload for job in jobs], self.max_payload_bytes),
                 edges=json.dumps(edges),
                 held_until=HELD_UNTIL_PG,
                 wake_queues=",".join(sorted({job.queue for job in jobs})),
