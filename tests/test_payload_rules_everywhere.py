@@ -16,25 +16,21 @@ job page of a payload 943 levels deep answered 500.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import io
 import itertools
 import json
 import math
 import os
-import re
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from service.api.app import JobqApi
 from service.app import create_app
 from service.cli.app import main as jobq_main
 from service.config import Settings
@@ -44,6 +40,7 @@ from service.payloads import MAX_JSON_DEPTH, MAX_KEY_LENGTH
 from service.queue import Queue
 from service.store import Store
 from service.tokens import hash_token, new_token
+from tests.api.asgi import AsgiHttp, log_in_operator
 from tests.conftest import build_store
 from tests.test_payloads import nested
 
@@ -174,43 +171,6 @@ def key_for(drawn: tuple[int, str | None] | str | None, tag: str) -> str | None:
 # -- the paths -----------------------------------------------------------------------------
 
 
-class AsgiHttp:
-    """A synchronous client of the app's ASGI callable (httpx's ASGITransport, no server and no
-    socket), on an event loop of its own that runs while a request does; the app's lifespan
-    (the store, the coalescers) started on it."""
-
-    def __init__(self, app: JobqApi) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._lifespan = app.router.lifespan_context(app)
-        self._client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver")
-
-    def __enter__(self) -> AsgiHttp:
-        self._loop.run_until_complete(self._lifespan.__aenter__())
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._loop.run_until_complete(self._client.aclose())
-        self._loop.run_until_complete(self._lifespan.__aexit__(None, None, None))
-        self._loop.close()
-
-    def request(self, method: str, url: str, *, chunked: bool = False, **kwargs: Any) -> httpx.Response:
-        """``chunked``: the ``content`` is sent as a stream, without a Content-Length."""
-        if chunked:
-            whole = kwargs.pop("content")
-
-            async def stream() -> AsyncIterator[bytes]:
-                yield whole
-
-            kwargs["content"] = stream()
-        return self._loop.run_until_complete(self._client.request(method, url, **kwargs))
-
-    def get(self, url: str, **kwargs: Any) -> httpx.Response:
-        return self.request("GET", url, **kwargs)
-
-    def post(self, url: str, **kwargs: Any) -> httpx.Response:
-        return self.request("POST", url, **kwargs)
-
-
 @dataclass
 class Ways:
     """Everything the paths need, opened once for the whole run."""
@@ -286,12 +246,7 @@ def ways(store_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ways]:
     app = create_app(Settings(database_url=store_url, max_body_bytes=LIMIT))
     with AsgiHttp(app) as http:
         ways = Ways(http, store)
-        operator = new_token()
-        store.create_token("", hash_token(operator), "alice", admin=True)
-        login = http.get("/ui/login")
-        csrf = re.search(r'name="csrf" value="([^"]+)"', login.text)
-        assert csrf, login.text
-        assert http.post("/ui/login", data={"csrf": csrf.group(1), "token": operator}).status_code == 303
+        log_in_operator(http, store)
         yield ways
     store.close()
 

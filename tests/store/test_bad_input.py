@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from service.errors import InvalidInput, JobNotFound, LeaseLost, PayloadTooLarge
-from service.jobs import MAX_PAGE_SIZE, JobQuery, Lease, ReplayFilter
+from service.jobs import MAX_PAGE_SIZE, ItemQuery, JobQuery, Lease, ReplayFilter
 from service.payloads import MAX_DELAY_SECONDS, MAX_JSON_DEPTH, MAX_TOTAL
 from service.retry import GiveUp, Retry
 from service.schedules import ScheduleSpec
@@ -218,6 +218,19 @@ def test_a_page_size_outside_one_to_the_api_limit_is_rejected(store, limit):
     with pytest.raises(InvalidInput, match=f"a page holds 1 to {MAX_PAGE_SIZE} jobs"):
         store.list_jobs(JobQuery(limit=limit))
     assert len(store.list_jobs(JobQuery(limit=MAX_PAGE_SIZE)).items) == 2
+
+
+def test_a_cursor_past_any_row_is_refused_by_name_not_an_integer_overflow(store) -> None:
+    """Found by the console's fuzz: SQLite raised OverflowError for integers past 64 bits (a 500)."""
+    job = store.enqueue(new_job(total=2))
+    for after in (-2, MAX_TOTAL + 1, 2**70):
+        with pytest.raises(InvalidInput, match="a page of items starts after an item's index"):
+            store.list_items(ItemQuery(job_id=job.id, after_index=after))
+    assert store.list_items(ItemQuery(job_id=job.id, after_index=MAX_TOTAL)).items == []
+    for before in (-1, 2**63, 2**70):
+        with pytest.raises(InvalidInput, match="a page of the audit trail ends before an entry's number"):
+            store.list_actions(10, before)
+    assert store.list_actions(10, 2**63 - 1) == []
 
 
 def test_json_with_a_nul_character_is_rejected_alike_by_both_stores(store, db: Database):

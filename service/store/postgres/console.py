@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 
 from service.jobs import ApiToken, AuditEntry, Replay
+from service.store import checks
 from service.store.postgres.connection import READ, Connected
 from service.store.rows import api_token, audit_entry, replay
 from service.store.sqlfiles import statements
@@ -57,5 +58,5 @@ class Console(Connected):
         self._fetchall(RECORD_ACTION, params)
 
     def list_actions(self, limit: int, before_id: int | None = None, target: str | None = None) -> list[AuditEntry]:
-        params = self._params(limit=limit, before_id=before_id, target=target)
+        params = self._params(limit=limit, before_id=checks.audit_cursor(before_id), target=target)
         return [audit_entry(row, READ) for row in self._fetchall(LIST_ACTIONS, params)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 
 from service.jobs import ApiToken, AuditEntry, Replay
+from service.store import checks
 from service.store.rows import api_token, audit_entry, replay
 from service.store.sqlfiles import statements
 from service.store.sqlite.connection import READ, Connected
@@ -69,5 +70,6 @@ class Console(Connected):
 
     def list_actions(self, limit: int, before_id: int | None = None, target: str | None = None) -> list[AuditEntry]:
         with self._read() as (conn, _now):
-            rows = conn.execute(LIST_ACTIONS, {"limit": limit, "before_id": before_id, "target": target}).fetchall()
+            params = {"limit": limit, "before_id": checks.audit_cursor(before_id), "target": target}
+            rows = conn.execute(LIST_ACTIONS, params).fetchall()
         return [audit_entry(row, READ) for row in rows]
