@@ -33,15 +33,18 @@ from hypothesis import strategies as st
 
 from service.app import create_app
 from service.cli.app import main as jobq_main
+from service.client import Client
 from service.config import Settings
 from service.errors import InvalidInput
-from service.jobs import JobQuery
+from service.jobs import JobQuery, NewJob
 from service.payloads import MAX_JSON_DEPTH, MAX_KEY_LENGTH
 from service.queue import Queue
 from service.store import Store
 from service.tokens import hash_token, new_token
 from tests.api.asgi import AsgiHttp, log_in_operator
+from tests.api.conftest import run_api
 from tests.conftest import build_store
+from tests.store.builders import claim_one
 from tests.test_payloads import nested
 
 LIMIT = 2_048
@@ -290,3 +293,36 @@ def test_every_way_in_takes_or_refuses_alike_and_the_console_shows_what_was_take
         assert ways.store.get_payload(job_id) == payload, way
         page = ways.http.get(f"/ui/jobs/{job_id}")
         assert page.status_code == 200, (way, page.status_code, page.text[:300])
+
+
+def test_every_reader_shows_a_payload_and_a_result_at_the_depth_bound(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the writers take, the readers show: the console's job page and its result link,
+    `jobq result`, and the HTTP client (against a real server), for a payload and a result
+    MAX_JSON_DEPTH deep; one level more is refused where a result is written."""
+    deepest = nested(MAX_JSON_DEPTH)
+    api = run_api(Settings(database_url=store_url))
+    try:
+        store = api.store
+        job = store.enqueue(NewJob(kind=KIND, payload=deepest))
+        claimed = claim_one(store)
+        with pytest.raises(InvalidInput, match="nested more than"):
+            store.complete(claimed.lease, nested(MAX_JSON_DEPTH + 1))
+        store.complete(claimed.lease, deepest)
+
+        with AsgiHttp(create_app(Settings(database_url=store_url))) as http:
+            log_in_operator(http, store)
+            assert http.get(f"/ui/jobs/{job.id}").status_code == 200
+            assert http.get(f"/ui/jobs/{job.id}/result").json()["result"] == deepest
+
+        monkeypatch.setenv("JOBQ_DATABASE_URL", store_url)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as ended:
+            jobq_main(["result", str(job.id)])
+        assert ended.value.code == 0 and json.loads(out.getvalue()) == deepest
+
+        with Client(api.url, api.token("default")) as client:
+            assert client.result(job.id) == deepest
+    finally:
+        api.stop()
