@@ -110,11 +110,17 @@ def storable_json(value: JSON, what: str) -> JSON:
     return value
 
 
-def _needs_walk(text: str, containers: int = 0) -> bool:
+def _needs_walk(text: str, shallow: int) -> bool:
     """Could JSON text hold what storable_json refuses (the text is ASCII: see _COMPACT)? Only
-    with escaped text (``\\u``), or with more opening brackets, less ``containers`` known to be
-    shallow, than MAX_JSON_DEPTH: two scans in C, where the walk would visit every value."""
-    return "\\u" in text or text.count("{") + text.count("[") - containers > MAX_JSON_DEPTH
+    with escaped text (``\\u``), or with as many opening brackets as MAX_JSON_DEPTH besides the
+    ``shallow`` ones known to sit at the top (a value's own, a batch's list and rows): two scans
+    in C, where the walk would visit every value. Nesting past the bound needs that many."""
+    return "\\u" in text or text.count("{") + text.count("[") - shallow >= MAX_JSON_DEPTH
+
+
+def _tops(values: Sequence[JSON]) -> int:
+    """How many of ``values`` are objects or arrays: their own brackets add no nesting beneath them."""
+    return sum(1 for value in values if isinstance(value, dict | list | tuple))
 
 
 def _encode(value: Any, what: str) -> str:
@@ -143,8 +149,8 @@ def dump_batch(rows: Sequence[Mapping[str, Any]], values: Sequence[JSON], what: 
         text = _COMPACT.encode(rows)
     except (TypeError, ValueError, RecursionError) as exc:
         _refuse(values, what, exc)
-    # Each row is one object and the list one array: brackets beyond those are the values'.
-    if _needs_walk(text, len(rows) + 1):
+    # The list, each row and each value's own brackets are at the top: only those beyond can nest.
+    if _needs_walk(text, 1 + len(rows) + _tops(values)):
         for value in values:
             storable_json(value, what)
     return text
@@ -158,7 +164,7 @@ def dump_values(values: Sequence[JSON], what: str) -> list[str]:
     except (TypeError, ValueError, RecursionError) as exc:
         _refuse(values, what, exc)
     for value, text in zip(values, texts, strict=True):
-        if _needs_walk(text):  # the walk only for a value that may need it (see _COMPACT)
+        if _needs_walk(text, _tops([value])):  # the walk only for a value that may need it (see _COMPACT)
             storable_json(value, what)
     return texts
 
