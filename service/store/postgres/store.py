@@ -52,6 +52,7 @@ from service.store.postgres.statements import (
     HAS_CLAIMABLE,
     READ_ATTEMPT_RECEIPT,
     REFILL_LOCK_TIMEOUT,
+    REFILL_LOCK_TIMEOUT_END,
     RELEASE_JOB,
     RENEW_LEASE,
 )
@@ -222,6 +223,7 @@ class PostgresStore(
                     conn.execute(CLAIM_PLANNER)
                     done = conn.execute(COMPLETE_JOBS, complete_params) if complete_params else None
                     got = conn.execute(claim_statement, claim_params)
+                    conn.execute(REFILL_LOCK_TIMEOUT_END)  # the commit waits as every commit does
                 return (done.fetchall() if done is not None else []), got.fetchall()
 
         try:
