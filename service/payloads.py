@@ -123,22 +123,15 @@ def _tops(values: Sequence[JSON]) -> int:
     return sum(1 for value in values if isinstance(value, dict | list | tuple))
 
 
-def _encode(value: Any, what: str) -> str:
-    """_COMPACT's text; a value too deep for the C encoder's recursion is refused as too deep."""
-    try:
-        return _COMPACT.encode(value)
-    except RecursionError:
-        storable_json(value, what)  # refuses it, in its words (MAX_JSON_DEPTH is far below the encoder's limit)
-        raise
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"{what} is not JSON-serialisable: {exc}") from exc
-
-
 def dump_json(value: JSON, what: str) -> str:
     """JSON text for a payload, checkpoint or result; InvalidInput if it is not JSON,
-    holds text one of the databases cannot store, or nests deeper than MAX_JSON_DEPTH."""
+    holds text one of the databases cannot store, or nests deeper than MAX_JSON_DEPTH
+    (walked first, so the encoder never recurses past it)."""
     storable_json(value, what)
-    return _encode(value, what)
+    try:
+        return _COMPACT.encode(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"{what} is not JSON-serialisable: {exc}") from exc
 
 
 def dump_batch(rows: Sequence[Mapping[str, Any]], values: Sequence[JSON], what: str) -> str:
