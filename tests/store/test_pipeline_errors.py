@@ -171,3 +171,36 @@ def test_a_refill_whose_commit_queues_for_the_notify_lock_commits_once_and_keeps
     assert not [r for r in caplog.records if r.levelname in ("WARNING", "ERROR")], caplog.records
     stats = store._pool.get_stats()
     assert stats.get("connections_lost", 0) == 0 and stats.get("returns_bad", 0) == 0, stats
+
+
+def test_a_refill_that_times_out_leaves_psycopgs_prepared_statements_true(
+    make_store, store_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """psycopg (3.3) records a statement it promotes to prepared, at its sixth run on a connection,
+    before the answer; in a pipeline the server skips what follows a failed statement, Parse and
+    all. Refills that time out on a held counter from the sixth on, on the one pooled connection,
+    then clean ones: no statement of the refill is left believed prepared and missing ("prepared
+    statement ... does not exist", which the store would read as a pooler's and stop preparing)."""
+    store: PostgresStore = make_store(store_url)
+    store.set_limit(Limit("tenant:*", concurrency=3))
+
+    def refill(held: bool) -> None:
+        store.enqueue(new_job(kind="mine", tenant="a"))
+        [job] = store.claim("worker-a", ["default"], 1, LEASE_SECONDS, kinds=["mine"])
+        store.enqueue(new_job(kind="theirs", tenant="b"))
+        request = ClaimRequest("worker-a", ("default",), 1, LEASE_SECONDS, ("theirs",))
+        with psycopg.connect(store_url) as holder:
+            if held:
+                holder.execute("SELECT 1 FROM scope_counters WHERE scope = 'tenant:b' FOR UPDATE")
+                release = threading.Timer(0.3, holder.rollback)  # past the refill's 50 ms, then let go
+                release.start()
+            lost, [claimed] = store.complete_and_claim([Completion(job.lease, None)], request)
+            if held:
+                release.join()
+        assert lost == [] and claimed.kind == "theirs"
+        store.complete(claimed.lease, None)
+
+    for run in range(9):
+        refill(held=5 <= run <= 6)
+    assert store._preparation.threshold is not None, "the store stopped preparing"
+    assert not [r for r in caplog.records if r.levelname in ("WARNING", "ERROR")], caplog.records

@@ -223,7 +223,12 @@ class PostgresStore(
                     conn.execute(CLAIM_PLANNER)
                     done = conn.execute(COMPLETE_JOBS, complete_params) if complete_params else None
                     got = conn.execute(claim_statement, claim_params)
-                    conn.execute(REFILL_LOCK_TIMEOUT_END)  # the commit waits as every commit does
+                    # The commit waits as every commit does. Never prepared: behind the claim, which may
+                    # time out, the server skips it, and psycopg (3.3) records a statement it promotes to
+                    # prepared (its sixth run) before any answer, so a skipped Parse leaves a name the
+                    # server never had, and the next run's "does not exist" reads as a pooler's mix-up
+                    # (Preparation.lost: preparing off for the whole process).
+                    conn.execute(REFILL_LOCK_TIMEOUT_END, prepare=False)
                 return (done.fetchall() if done is not None else []), got.fetchall()
 
         try:
