@@ -11,7 +11,12 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from service.payloads import DEFAULT_MAX_RESULT_BYTES, MAX_LEASE_SECONDS
+from service.payloads import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    DEFAULT_MAX_RESULT_BYTES,
+    MAX_LEASE_SECONDS,
+    SUBMIT_ENVELOPE_BYTES,
+)
 
 DEFAULT_DATABASE_URL = "sqlite:///./jobq.db"
 
@@ -59,7 +64,11 @@ class Settings(BaseSettings):
         "everything as one default tenant (jobq dev, local use); the server warns at start.",
     )
     max_body_bytes: int = Field(
-        default=1_048_576, ge=1_024, description="Largest request body (and job payload) in bytes; 413 above."
+        default=DEFAULT_MAX_PAYLOAD_BYTES,
+        ge=1_024,
+        description="Largest job payload (compact JSON) and request body, in bytes; 413 above. Every way "
+        f"in refuses a larger payload alike; a single submit's body may hold {SUBMIT_ENVELOPE_BYTES // 1024} "
+        "KiB more, for the job's other fields.",
     )
     max_batch_body_bytes: int = Field(
         default=16_777_216, ge=1_024, description="Largest body of POST /v1/jobs/batch in bytes; 413 above."

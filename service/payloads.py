@@ -1,10 +1,13 @@
-"""What a job may hold: text and JSON both databases can store, and the bounds of its numbers.
+"""What a job may hold: text and JSON both databases can store and every reader can show,
+and the bounds of its numbers, names, keys and sizes.
 
-One home for these rules. The stores call them before writing, the worker before
-handing a result or checkpoint on, and the API's request models call the same
-functions, so a value is refused alike wherever it comes in (the API's models turn
-the InvalidInput raised here into their 422s; InvalidInput is a ValueError, which
-is what pydantic collects). No I/O here.
+One home for these rules. The stores apply them before writing anything, and every way in
+goes through a store's enqueue (the API's route, fast entrance and batch, ``jobq enqueue``,
+``Queue``, the scheduler, a handler's ``ctx.enqueue`` with its result); the worker applies
+them before handing a result or checkpoint on, and the API's request models call the same
+functions, so a value is refused alike wherever it comes in (the API's models turn the
+InvalidInput raised here into their 422s; InvalidInput is a ValueError, which is what
+pydantic collects). No I/O here.
 """
 
 from __future__ import annotations
@@ -30,6 +33,22 @@ MAX_ATTEMPTS_LIMIT = 100
 MAX_TOTAL = 2_147_483_647
 """Items a job may count (done and total): a PostgreSQL integer."""
 MAX_DELAY_SECONDS = 366 * 86_400
+MAX_JSON_DEPTH = 64
+"""How deeply a stored JSON value (a payload, a result, a checkpoint, an item's result) may
+nest objects and arrays: ``{}`` is 1, ``{"a": [1]}`` is 2. Every reader walks a value by
+recursion, several Python frames a level on top of the frames already below it: Jinja's
+``tojson`` (the console's job page), ``json.dumps(indent=2)`` (``jobq result``), ``json.loads``
+in the client and the drivers, pydantic; and Python stops at 1,000 frames. Before this bound
+the API took 972 levels and the console's job page failed from 943. 64 leaves each reader more
+than ten times the stack it needs at that depth, and no job's input comes near it (a payload
+is a record, not a tree); a deeper value is refused alike on every path, before anything is
+written."""
+DEFAULT_MAX_PAYLOAD_BYTES = 1_048_576
+"""A payload's bound (JOBQ_MAX_BODY_BYTES) unless configured: compact JSON text as stored."""
+SUBMIT_ENVELOPE_BYTES = 65_536
+"""What a single submit's body may hold beyond its payload's bound (its kind, queue, keys,
+parents): so a payload the store takes, sent as compact JSON, also fits through the body cap
+of POST /v1/jobs, and the API refuses no payload that the CLI and the library accept."""
 DEFAULT_MAX_RESULT_BYTES = 16 * 1_048_576
 """A result's bound (JOBQ_MAX_RESULT_BYTES) unless configured: room for a model's text output,
 not for its artefacts (those go to object storage; the result holds their reference)."""
@@ -59,27 +78,55 @@ def storable_text(value: str, what: str = "text") -> str:
 
 
 def storable_json(value: JSON, what: str) -> JSON:
-    """Every string in a JSON value, keys too, is storable text, and no number is NaN or
-    infinite (Python's json module reads and writes them; JSON has none). Walked without
-    recursion, so a deeply nested value cannot overflow the stack."""
-    pending: list[Any] = [value]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, str):
-            storable_text(item, what)
-        elif isinstance(item, dict):
-            pending.extend(item.keys())
-            pending.extend(item.values())
-        elif isinstance(item, list | tuple):
-            pending.extend(item)
-        elif isinstance(item, float) and not math.isfinite(item):
-            raise InvalidInput(f"{what} is not JSON-serialisable: it holds NaN or Infinity, which JSON has not")
+    """Every string in a JSON value, keys too, is storable text, no number is NaN or infinite
+    (Python's json module reads and writes them; JSON has none), and objects and arrays nest at
+    most MAX_JSON_DEPTH deep. Walked a level at a time without recursion, so a value nested
+    deeper than any reader could take is refused, not a stack overflow."""
+    level: list[Any] = [value]
+    depth = 0
+    while level:
+        below: list[Any] = []
+        nested = False
+        for item in level:
+            if isinstance(item, str):
+                storable_text(item, what)
+            elif isinstance(item, dict):
+                nested = True
+                below.extend(item.keys())
+                below.extend(item.values())
+            elif isinstance(item, list | tuple):
+                nested = True
+                below.extend(item)
+            elif isinstance(item, float) and not math.isfinite(item):
+                raise InvalidInput(f"{what} is not JSON-serialisable: it holds NaN or Infinity, which JSON has not")
+        if nested:
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise InvalidInput(
+                    f"{what} is nested more than {MAX_JSON_DEPTH} objects and arrays deep, "
+                    "more than every reader can show: flatten it"
+                )
+        level = below
     return value
 
 
+def _needs_walk(text: str, shallow: int) -> bool:
+    """Could JSON text hold what storable_json refuses (the text is ASCII: see _COMPACT)? Only
+    with escaped text (``\\u``), or with as many opening brackets as MAX_JSON_DEPTH besides the
+    ``shallow`` ones known to sit at the top (a value's own, a batch's list and rows): two scans
+    in C, where the walk would visit every value. Nesting past the bound needs that many."""
+    return "\\u" in text or text.count("{") + text.count("[") - shallow >= MAX_JSON_DEPTH
+
+
+def _tops(values: Sequence[JSON]) -> int:
+    """How many of ``values`` are objects or arrays: their own brackets add no nesting beneath them."""
+    return sum(1 for value in values if isinstance(value, dict | list | tuple))
+
+
 def dump_json(value: JSON, what: str) -> str:
-    """JSON text for a payload, checkpoint or result; InvalidInput if it is not JSON
-    or holds text one of the databases cannot store."""
+    """JSON text for a payload, checkpoint or result; InvalidInput if it is not JSON,
+    holds text one of the databases cannot store, or nests deeper than MAX_JSON_DEPTH
+    (walked first, so the encoder never recurses past it)."""
     storable_json(value, what)
     try:
         return _COMPACT.encode(value)
@@ -89,13 +136,14 @@ def dump_json(value: JSON, what: str) -> str:
 
 def dump_batch(rows: Sequence[Mapping[str, Any]], values: Sequence[JSON], what: str) -> str:
     """One JSON document for a batch of rows that carry the JSON ``values`` (and otherwise only
-    text already found storable); InvalidInput as dump_json would raise it for the values
+    scalars already found storable); InvalidInput as dump_json would raise it for the values
     in turn, which it raises only for a batch that is refused."""
     try:
         text = _COMPACT.encode(rows)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         _refuse(values, what, exc)
-    if "\\u" in text:  # escaped text somewhere (an accent will do): find what storable_json refuses
+    # The list, each row and each value's own brackets are at the top: only those beyond can nest.
+    if _needs_walk(text, 1 + len(rows) + _tops(values)):
         for value in values:
             storable_json(value, what)
     return text
@@ -106,10 +154,10 @@ def dump_values(values: Sequence[JSON], what: str) -> list[str]:
     encode = _COMPACT.encode
     try:
         texts = [encode(value) for value in values]
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         _refuse(values, what, exc)
     for value, text in zip(values, texts, strict=True):
-        if "\\u" in text:  # the walk only for a value with escaped text (see _COMPACT)
+        if _needs_walk(text, _tops([value])):  # the walk only for a value that may need it (see _COMPACT)
             storable_json(value, what)
     return texts
 
@@ -124,13 +172,38 @@ def _refuse(values: Sequence[JSON], what: str, exc: Exception) -> NoReturn:
     raise InvalidInput(f"{what} is not JSON-serialisable: {exc}") from exc
 
 
-def check_payload_size(payload: JSON, limit: int, what: str = "payload") -> None:
-    """A payload over ``limit`` bytes of compact JSON is refused (PayloadTooLarge), as the API refuses it."""
-    size = len(dump_json(payload, what))
-    if size > limit:
-        raise PayloadTooLarge(
-            f"{what} is {size} bytes, over the limit of {limit} (JOBQ_MAX_BODY_BYTES); nothing was written"
-        )
+def dump_payloads(payloads: Sequence[JSON], limit: int) -> list[str]:
+    """The payloads of an enqueue as stored JSON text: the payload rules, one home for every
+    path in (the API, a batch, the CLI, Queue, a schedule, a handler's ctx.enqueue): storable
+    JSON (dump_values: text, numbers, MAX_JSON_DEPTH) of at most ``limit`` bytes each."""
+    texts = dump_values(payloads, "payload")
+    _within(texts, limit)
+    return texts
+
+
+def dump_payload_batch(rows: Sequence[Mapping[str, Any]], payloads: Sequence[JSON], limit: int) -> str:
+    """dump_batch of jobs' rows, each payload within ``limit`` bytes (as dump_payloads refuses)."""
+    text = dump_batch(rows, payloads, "payload")
+    if len(text) > limit:  # each payload's text is a part of the batch's: only a larger batch can hold a larger one
+        _within(dump_values(payloads, "payload"), limit)
+    return text
+
+
+def _within(texts: Sequence[str], limit: int) -> None:
+    """PayloadTooLarge for the first text over ``limit`` bytes: ASCII, so its length is its size
+    (_COMPACT escapes the rest, so a client's compact UTF-8 of it is never larger)."""
+    for index, text in enumerate(texts):
+        if len(text) > limit:
+            what = "payload" if len(texts) == 1 else f"jobs[{index}].payload"
+            raise PayloadTooLarge(
+                f"{what} is {len(text)} bytes of JSON, over the limit of {limit} (JOBQ_MAX_BODY_BYTES); "
+                "nothing was written"
+            )
+
+
+def submit_body_limit(max_payload_bytes: int) -> int:
+    """The body cap of a single submit: its payload's bound and SUBMIT_ENVELOPE_BYTES."""
+    return max_payload_bytes + SUBMIT_ENVELOPE_BYTES
 
 
 def check_result_size(text: str, limit: int, what: str = "result") -> str:

@@ -2,7 +2,7 @@
 
 No API process and no token: a :class:`Queue` opens the store of a database
 URL (or of the settings) and applies the rules the REST API applies: the same
-validation (:func:`~service.payloads.validate_new_job`, the payload size limit),
+validation (:func:`~service.payloads.validate_new_job`; the payload rules and its size limit in the store's enqueue),
 the same idempotency rule (:func:`~service.jobs.require_same_job`, applied by the
 store's enqueue for every producer) and the same exceptions from :mod:`service.errors`::
 
@@ -47,7 +47,7 @@ from typing import Any
 from service.config import Settings, load_settings
 from service.errors import InvalidInput, JobCancelled, JobFailed
 from service.jobs import JSON, JobPage, JobQuery, JobState, JobStatus, NewJob
-from service.payloads import check_payload_size, validate_new_job
+from service.payloads import validate_new_job
 from service.store import Store, open_store
 from service.store.base import JOB_CHANGED
 from service.workflows import Workflow, parents_of
@@ -194,7 +194,6 @@ class Queue:
             payload = dict(payload)  # a copy: the caller may change its dict after the call
         job = NewJob(kind=kind, payload={} if payload is None else payload, tenant=self.tenant, **given)
         validate_new_job(job)
-        check_payload_size(job.payload, self.settings.max_body_bytes)
         return job
 
     def _of(self, job: NewJob | Mapping[str, Any]) -> NewJob:
@@ -202,7 +201,6 @@ class Queue:
             if job.tenant != self.tenant:
                 job = replace(job, tenant=self.tenant)  # a Queue speaks for one tenant, as a token does
             validate_new_job(job)
-            check_payload_size(job.payload, self.settings.max_body_bytes)
             return job
         if not isinstance(job, Mapping) or "kind" not in job:
             raise InvalidInput("each job is a NewJob or a mapping with a 'kind'")

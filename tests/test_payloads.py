@@ -110,3 +110,72 @@ def test_an_idempotency_key_is_visible_ascii_wherever_it_comes_from() -> None:
             check_idempotency_key(bad)
         with pytest.raises(InvalidInput, match="idempotency_key"):
             validate_new_job(NewJob(kind="k", idempotency_key=bad))  # the store, the CLI and Queue call this
+
+
+def nested(depth: int) -> dict[str, Any]:
+    """An object ``depth`` objects and arrays deep (``{}`` is 1): objects at odd levels, arrays between."""
+    value: Any = {} if depth % 2 else []
+    for level in range(depth - 1, 0, -1):
+        value = {"a": value} if level % 2 else [value]
+    return value  # type: ignore[no-any-return]
+
+
+def test_nested_counts_objects_and_arrays() -> None:
+    assert nested(1) == {} and nested(2) == {"a": []} and nested(3) == {"a": [{}]}
+
+
+def test_every_encoder_takes_a_value_at_the_depth_bound_and_refuses_one_level_more() -> None:
+    from service.payloads import MAX_JSON_DEPTH
+
+    deepest, deeper = nested(MAX_JSON_DEPTH), nested(MAX_JSON_DEPTH + 1)
+    assert storable_json(deepest, "payload") is deepest
+    assert json.loads(dump_json(deepest, "payload")) == deepest
+    assert dump_values([deepest], "payload") == [dump_json(deepest, "payload")]
+    assert json.loads(dump_batch([{"payload": deepest}], [deepest], "payload")) == [{"payload": deepest}]
+    for encode in (
+        lambda: storable_json(deeper, "payload"),
+        lambda: dump_json(deeper, "payload"),
+        lambda: dump_values([{}, deeper], "payload"),
+        lambda: dump_batch([{"payload": {}}, {"payload": deeper}], [{}, deeper], "payload"),
+    ):
+        with pytest.raises(InvalidInput, match=f"payload is nested more than {MAX_JSON_DEPTH} objects and arrays"):
+            encode()
+
+
+def test_a_value_too_deep_for_the_json_encoder_is_refused_as_too_deep_not_a_recursion_error() -> None:
+    """Python's C encoder recurses: ~1,000 levels raised RecursionError through the stores."""
+    deep = nested(5_000)
+    for encode in (
+        lambda: dump_json(deep, "payload"),
+        lambda: dump_values([deep], "payload"),
+        lambda: dump_batch([{"payload": deep}], [deep], "payload"),
+    ):
+        with pytest.raises(InvalidInput, match="nested more than 64"):
+            encode()
+
+
+def test_a_wide_shallow_batch_is_not_mistaken_for_a_deep_one() -> None:
+    """dump_batch walks only when the brackets could nest too deep: many shallow payloads pass."""
+    payloads = [{"list": [[1], [2]], "n": i} for i in range(500)]
+    assert json.loads(dump_batch([{"payload": p} for p in payloads], payloads, "payload"))[499]["payload"]["n"] == 499
+
+
+def test_the_payload_size_bound_is_on_compact_json_and_names_the_job_of_a_batch() -> None:
+    from service.errors import PayloadTooLarge
+    from service.payloads import dump_payload_batch, dump_payloads
+
+    limit = 2_048
+    at = {"s": "x" * (limit - len('{"s":""}'))}
+    over = {"s": "x" * (limit + 1 - len('{"s":""}'))}
+    accent = {"s": "\u00e9" * ((limit - 8) // 6)}  # 6 bytes each as stored (\u00e9): counted as stored
+    assert dump_payloads([at, accent], limit) == [dump_json(at, "payload"), dump_json(accent, "payload")]
+    rows = [{"payload": at}, {"payload": at}]  # the batch's text is over the limit, each payload is not
+    assert json.loads(dump_payload_batch(rows, [at, at], limit)) == rows
+    with pytest.raises(PayloadTooLarge, match=rf"^payload is {limit + 1} bytes of JSON, over the limit of {limit}"):
+        dump_payloads([over], limit)
+    with pytest.raises(PayloadTooLarge, match=r"^jobs\[1\]\.payload is .* \(JOBQ_MAX_BODY_BYTES\)"):
+        dump_payloads([at, over], limit)
+    with pytest.raises(PayloadTooLarge, match=r"^jobs\[1\]\.payload"):
+        dump_payload_batch([{"payload": at}, {"payload": over}], [at, over], limit)
+    with pytest.raises(PayloadTooLarge):
+        dump_payloads([{"s": "\u00e9" * ((limit - 8) // 6 + 1)}], limit)

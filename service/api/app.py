@@ -33,6 +33,7 @@ from service.api.routes_ops import ops
 from service.api.routes_workflows import workflows_router
 from service.config import Settings
 from service.errors import JobqError
+from service.payloads import submit_body_limit
 from service.store import Store
 
 log = logging.getLogger("jobq.api")
@@ -98,7 +99,11 @@ def mount_api(app: JobqApi, settings: Settings) -> None:
     app.add_middleware(
         BodySizeLimit,
         limit=settings.max_body_bytes,
-        limits_by_path={"/v1/jobs/batch": (settings.max_batch_body_bytes, "JOBQ_MAX_BATCH_BODY_BYTES")},
+        limits_by_path={
+            # Room for a payload at its bound and the job's other fields: the store refuses a larger payload.
+            "/v1/jobs": (submit_body_limit(settings.max_body_bytes), "JOBQ_MAX_BODY_BYTES"),
+            "/v1/jobs/batch": (settings.max_batch_body_bytes, "JOBQ_MAX_BATCH_BODY_BYTES"),
+        },
     )
     # A plain GET /v1/jobs/{id} that succeeds is answered before FastAPI's machinery (see fast_poll).
     app.fast_poll = StatusPollFastPath(app.state)

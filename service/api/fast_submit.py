@@ -41,7 +41,7 @@ from service.api.coalesce import Submit
 from service.api.problems import problem_for, problem_response
 from service.api.schemas import JobSubmit
 from service.errors import Unauthorized
-from service.payloads import MAX_KEY_LENGTH
+from service.payloads import MAX_KEY_LENGTH, submit_body_limit
 
 # As FastAPI decides that a body is JSON (an application/json media type; +json types go to the route).
 _JSON_MEDIA_TYPE = re.compile(rb"application/json[ \t]*(;.*)?", re.IGNORECASE | re.DOTALL)
@@ -56,8 +56,8 @@ class _Heads:
     key: str | None
 
 
-def _plain_submit(scope: Scope, max_body_bytes: int) -> _Heads | None:
-    """The headers of a submit the route would read as a JSON body within its cap, or None."""
+def _plain_submit(scope: Scope, body_limit: int) -> _Heads | None:
+    """The headers of a submit the route would read as a JSON body within its cap (``body_limit``), or None."""
     if scope.get("query_string"):
         return None
     found: dict[bytes, bytes] = {}
@@ -71,7 +71,7 @@ def _plain_submit(scope: Scope, max_body_bytes: int) -> _Heads | None:
         or not _JSON_MEDIA_TYPE.fullmatch(content_type)
         or length is None
         or not length.isdigit()
-        or not 0 < int(length) <= max_body_bytes
+        or not 0 < int(length) <= body_limit
         or (key is not None and not 0 < len(key) <= MAX_KEY_LENGTH)
     ):
         return None
@@ -96,7 +96,7 @@ class SubmitFastPath:
         settings = getattr(self.state, "settings", None)
         if submits is None or settings is None:
             return receive
-        heads = _plain_submit(scope, settings.max_body_bytes)
+        heads = _plain_submit(scope, submit_body_limit(settings.max_body_bytes))
         if heads is None:
             return receive
         try:

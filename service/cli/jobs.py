@@ -20,7 +20,7 @@ from service.cli.app import (
 )
 from service.errors import InvalidInput
 from service.jobs import JobQuery, JobState, JobStatus, NewJob
-from service.payloads import check_payload_size, validate_new_job
+from service.payloads import validate_new_job
 from service.status import JobOut
 from service.workflows import check_dependencies, parents_of
 
@@ -166,8 +166,7 @@ def enqueue(
         on_parent_failure=on_parent_failure,
     )
     validate_new_job(job)  # reject bad input before touching the database
-    # The API's and Queue's bound on a payload, from the same setting (JOBQ_MAX_BODY_BYTES).
-    check_payload_size(job.payload, cli_state(ctx).settings().max_body_bytes)
+    # The payload's rules (JOBQ_MAX_BODY_BYTES, depth, text) are the store's, as for every producer.
     check_dependencies([job])
     with open_cli_store(ctx) as store:
         status = store.enqueue(job)  # a key naming an earlier, different job: IdempotencyConflict

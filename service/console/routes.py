@@ -426,7 +426,7 @@ async def job(
     status = await _find(store, wanted)
     if status is None:
         return render(request, "missing.html", who, status_code=404, job_id=job_id)
-    if items not in ("", "failed") or (items_after and not items_after.isdigit()):
+    if items not in ("", "failed") or (items_after and not (items_after.isascii() and items_after.isdigit())):
         return problem_page(
             request, who, 422, "Not a page of items", "items is '' or 'failed', items_after an item's index"
         )
@@ -710,6 +710,8 @@ def error_page(request: Request, exc: Exception) -> Response:
         return problem_page(request, None, 422, _TITLES[422], str(exc))
     if isinstance(exc, JobNotFound):
         return problem_page(request, None, 404, "No such job", str(exc))
+    if isinstance(exc, InvalidTransition):  # e.g. the result of a job that has not succeeded
+        return problem_page(request, None, 409, _TITLES[409], str(exc))
     if isinstance(exc, StoreUnavailable):
         detail = "The console cannot reach its database right now; reload in a few seconds."
         response = problem_page(request, None, 503, _TITLES[503], detail)
@@ -854,7 +856,7 @@ AUDIT_PAGE = 50
 
 @console.get("/audit")
 async def audit(request: Request, who: OperatorDep, store: StoreDep, before: str = "", target: str = "") -> Response:
-    if before and not before.isdigit():
+    if before and not (before.isascii() and before.isdigit()):  # "²" is a digit to isdigit, not to int
         raise InvalidInput("before is an entry's number")
     entries = await blocking(store.list_actions, AUDIT_PAGE + 1, int(before) if before else None, target or None)
     next_url = None

@@ -20,10 +20,13 @@ def open_store(settings: Settings, *, clock: Clock | None = None) -> Store:
             prepare=settings.prepare,
             clock=clock,
             max_result_bytes=settings.max_result_bytes,
+            max_payload_bytes=settings.max_body_bytes,
         )
     from service.store.sqlite import SqliteStore
 
-    return SqliteStore(url, clock=clock, max_result_bytes=settings.max_result_bytes)
+    return SqliteStore(
+        url, clock=clock, max_result_bytes=settings.max_result_bytes, max_payload_bytes=settings.max_body_bytes
+    )
 
 
 __all__ = ["Store", "open_store"]

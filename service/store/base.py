@@ -166,6 +166,9 @@ class StoredResult:
 class Store(Protocol):
     max_result_bytes: int
     """The largest result (a job's or an item's JSON text) a completion may write (ResultTooLarge over it)."""
+    max_payload_bytes: int
+    """The largest payload (compact JSON text) an enqueue or a schedule may write (PayloadTooLarge
+    over it): JOBQ_MAX_BODY_BYTES, checked here for every producer (service.payloads.dump_payloads)."""
 
     # -- submitting ---------------------------------------------------------------
     def enqueue(self, job: NewJob, *, connection: object | None = None, token_hash: str | None = None) -> JobStatus:

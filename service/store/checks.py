@@ -50,18 +50,23 @@ from service.jobs import (
 from service.limits import Limit
 from service.payloads import (
     MAX_ATTEMPTS_LIMIT,
+    MAX_TOTAL,
     check_lease_seconds,
     check_page_size,
     check_progress,
     check_result_size,
     check_throughput_window,
     dump_json,
+    is_int,
     storable_error,
     validate_new_jobs,
 )
 from service.retry import Decision, GiveUp, Retry
 from service.store.base import CheckIn, LeaderLease
 from service.store.encoding import substring_pattern
+
+MAX_ROW_ID = 2**63 - 1
+"""A bigint id's largest value (the audit trail's ids), and SQLite's largest integer."""
 
 
 class _Row(Protocol):
@@ -78,19 +83,21 @@ def enqueue_rows(
     jobs: Sequence[NewJob],
     ids: Sequence[uuid.UUID],
     *,
-    payload: Callable[[JSON], Any],
+    payloads: Callable[[Sequence[JSON]], Sequence[Any]],
     time: Callable[[datetime], Any],
 ) -> list[dict[str, Any]]:
     """The jobs of an enqueue checked (validate_new_jobs), as both stores' ENQUEUE_JOBS take
-    them: the store encodes the payload (``payload`` checks it storable) and the times."""
+    them: the store encodes the payloads (``payloads``, with the payload rules of
+    service.payloads.dump_payloads, or later over the whole batch with dump_payload_batch) and the times."""
     validate_new_jobs(jobs)
+    encoded = payloads([job.payload for job in jobs])
     return [
         {
             "id": str(job_id),
             "tenant": job.tenant,
             "queue": job.queue,
             "kind": job.kind,
-            "payload": payload(job.payload),
+            "payload": payload,
             "priority": job.priority,
             "max_attempts": stored_max_attempts(job),
             "max_attempts_default": job.max_attempts is None,  # the kind's, set at the first claim
@@ -100,7 +107,7 @@ def enqueue_rows(
             "concurrency_key": job.concurrency_key,
             "idempotency_key": job.idempotency_key,
         }
-        for job_id, job in zip(ids, jobs, strict=True)
+        for job_id, job, payload in zip(ids, jobs, encoded, strict=True)
     ]
 
 
@@ -201,6 +208,23 @@ def require_receipt(row: Row | None, lease: Lease, *outcomes: AttemptOutcome) ->
 
 
 # -- reads and the operators' writes ------------------------------------------------------
+def item_cursor(after_index: int | None) -> int:
+    """A page of items starts after this index (-1: from the first); an index no job has is
+    refused here, not left to overflow SQLite's 64-bit integers."""
+    if after_index is None:
+        return -1
+    if not is_int(after_index) or not 0 <= after_index <= MAX_TOTAL:
+        raise InvalidInput(f"a page of items starts after an item's index, 0 to {MAX_TOTAL}, not {after_index!r}")
+    return after_index
+
+
+def audit_cursor(before_id: int | None) -> int | None:
+    """A page of the audit trail ends before this entry's id (a 64-bit id), or None: the newest."""
+    if before_id is not None and (not is_int(before_id) or not 0 <= before_id <= MAX_ROW_ID):
+        raise InvalidInput(f"a page of the audit trail ends before an entry's number, not {before_id!r}")
+    return before_id
+
+
 def page_limit(limit: int) -> int:
     """A page's size checked; the rows to ask for: one more tells whether another page follows."""
     check_page_size(limit)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from service.payloads import dump_json
+from service.payloads import dump_payloads
 from service.schedules import CatchUp, Schedule, ScheduleSource, ScheduleSpec
 from service.store.rows import Readers
 
@@ -37,14 +37,15 @@ def schedule_row(row: Mapping[str, Any], read: Readers) -> Schedule:
     )
 
 
-def schedule_params(spec: ScheduleSpec) -> dict[str, Any]:
-    """A spec's columns as statement parameters (the payload as JSON text)."""
+def schedule_params(spec: ScheduleSpec, max_payload_bytes: int) -> dict[str, Any]:
+    """A spec's columns as statement parameters (the payload as JSON text, under the payload rules
+    its jobs' enqueues apply: a schedule none of whose ticks could be enqueued is refused now)."""
     return {
         "name": spec.name,
         "cron": spec.cron,
         "timezone": spec.timezone,
         "kind": spec.kind,
-        "payload": dump_json(spec.payload, "payload"),
+        "payload": dump_payloads([spec.payload], max_payload_bytes)[0],
         "queue": spec.queue,
         "tenant": spec.tenant,
         "catch_up": spec.catch_up.value,

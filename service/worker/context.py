@@ -28,7 +28,7 @@ from typing import Any, Protocol, TypeVar
 from service import items as item_rule
 from service.errors import InvalidInput, TooManyItemFailures
 from service.jobs import JSON, ClaimedJob, ItemOutcome, ItemState, JobItem, NewJob
-from service.payloads import check_progress, dump_json
+from service.payloads import DEFAULT_MAX_PAYLOAD_BYTES, check_progress, dump_json, dump_payloads, validate_new_job
 from service.worker.tracebacks import format_error
 from service.workflows import ParentResult, check_dependencies
 
@@ -119,7 +119,9 @@ class JobContext:
         clock: Callable[[], float] = time.monotonic,
         max_item_failures: item_rule.ItemFailureLimit = None,
         parents: ParentReads | None = None,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
+        """``max_payload_bytes``: the store's bound on a payload, which ``enqueue`` applies at once."""
         self.job_id: uuid.UUID = job.id
         self.kind = job.kind
         self.queue = job.queue
@@ -150,6 +152,7 @@ class JobContext:
         self._parent_reads = parents
         self._parents: list[ParentResult] | None = None
         self._children: list[NewJob] = []
+        self._max_payload_bytes = max_payload_bytes
         self.state: dict[str, JSON] = _restored_state(job.checkpoint)
         """Handler state that ``items()`` saves with each checkpoint and gives back on resume.
         Keep it JSON (dicts, lists, strings, numbers)."""
@@ -184,9 +187,13 @@ class JobContext:
         its children, once (each child's idempotency key defaults to this job's id and the
         child's number, so a job that runs again writes none twice). ``depends_on``: stored
         job ids, or the numbers ``enqueue`` returned for earlier children. Returns this
-        child's number. The child belongs to this job's tenant."""
+        child's number. The child belongs to this job's tenant. A child every other producer's
+        enqueue would refuse is refused here, at once (InvalidInput, PayloadTooLarge), by the same
+        rules (service.payloads), not later with the result."""
         fields.setdefault("idempotency_key", f"jobq-child:{self.job_id}:{len(self._children)}")
         child = NewJob(kind=kind, payload=payload or {}, tenant=self.tenant, depends_on=tuple(depends_on), **fields)
+        validate_new_job(child)
+        dump_payloads([child.payload], self._max_payload_bytes)
         with self._lock:
             if len(self._children) >= MAX_CHILDREN:
                 raise InvalidInput(f"a handler may enqueue at most {MAX_CHILDREN} jobs")

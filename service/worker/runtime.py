@@ -193,7 +193,14 @@ class Worker:
             self.kinds,
             tuple(sorted(app.max_attempts.items())),
         )
-        self.slots = Slots(app, request, self.config.concurrency, start=self._job_threads.submit, clock=clock)
+        self.slots = Slots(
+            app,
+            request,
+            self.config.concurrency,
+            start=self._job_threads.submit,
+            clock=clock,
+            max_payload_bytes=store.max_payload_bytes,
+        )
         self.keeper = LeaseKeeper(
             store,
             self.id,

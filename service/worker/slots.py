@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from service.jobs import ClaimedJob, ClaimRequest, Lease
+from service.payloads import DEFAULT_MAX_PAYLOAD_BYTES
 from service.worker.context import JobContext, ParentReads
 from service.worker.logs import job_event
 from service.worker.registry import App
@@ -33,14 +34,17 @@ class Slots:
         *,
         start: Callable[[RunningJob], None],
         clock: Callable[[], float] = time.monotonic,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
         """``request``: the worker's claim (its ``limit`` is replaced by the slots to fill);
-        ``start`` hands a job that took its slot to a thread."""
+        ``start`` hands a job that took its slot to a thread; ``max_payload_bytes``: the store's
+        bound on a payload, for the jobs' ``ctx.enqueue``."""
         self.app = app
         self.request = request
         self.concurrency = concurrency
         self._start = start
         self._clock = clock
+        self._max_payload_bytes = max_payload_bytes
         self._lock = threading.Lock()
         self._running: dict[Lease, RunningJob] = {}
         self.wake = threading.Event()
@@ -78,7 +82,11 @@ class Slots:
                 job=job,
                 spec=spec,
                 ctx=JobContext(
-                    job, self.request.worker, max_item_failures=spec.max_item_failures, parents=self.parents
+                    job,
+                    self.request.worker,
+                    max_item_failures=spec.max_item_failures,
+                    parents=self.parents,
+                    max_payload_bytes=self._max_payload_bytes,
                 ),
                 lease_seconds=spec.lease_seconds or self.request.lease_seconds,
                 started=sent,

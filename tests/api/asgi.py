@@ -1,19 +1,25 @@
-"""Calling the API's ASGI app directly (no server, no HTTP client): what the app itself answers,
-to the byte. The fast paths' tests compare the app with and without a fast path through it.
+"""Calling the API's ASGI app directly (no server): what the app itself answers, to the byte
+(AsgiClient: the fast paths' tests compare the app with and without a fast path through it), or
+through httpx without a socket (AsgiHttp: many requests, with cookies, for the property tests).
 """
 
 from __future__ import annotations
 
+import asyncio
+import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 from fastapi import FastAPI
 
 from service.api.app import JobqApi
 from service.app import create_app
 from service.config import Settings
+from service.store import Store
+from service.tokens import hash_token, new_token
 from tests.conftest import FakeClock
 
 Headers = dict[str, str] | Sequence[tuple[bytes, bytes]]
@@ -95,3 +101,53 @@ async def asgi_client(
         app.fast_submit = None
     async with app.router.lifespan_context(app):
         yield AsgiClient(app), app
+
+
+class AsgiHttp:
+    """A synchronous client of the app's ASGI callable (httpx's ASGITransport, no server and no
+    socket), on an event loop of its own that runs while a request does; the app's lifespan
+    (the store, the coalescers) started on it."""
+
+    def __init__(self, app: JobqApi, *, raise_app_exceptions: bool = True) -> None:
+        """``raise_app_exceptions=False``: an exception the app did not handle is its 500, not raised here."""
+        self._loop = asyncio.new_event_loop()
+        self._lifespan = app.router.lifespan_context(app)
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=raise_app_exceptions)
+        self._client = httpx.AsyncClient(transport=transport, base_url="http://testserver")
+
+    def __enter__(self) -> AsgiHttp:
+        self._loop.run_until_complete(self._lifespan.__aenter__())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.run_until_complete(self._client.aclose())
+        self._loop.run_until_complete(self._lifespan.__aexit__(None, None, None))
+        self._loop.close()
+
+    def request(self, method: str, url: str, *, chunked: bool = False, **kwargs: Any) -> httpx.Response:
+        """``chunked``: the ``content`` is sent as a stream, without a Content-Length."""
+        if chunked:
+            whole = kwargs.pop("content")
+
+            async def stream() -> AsyncIterator[bytes]:
+                yield whole
+
+            kwargs["content"] = stream()
+        return self._loop.run_until_complete(self._client.request(method, url, **kwargs))
+
+    def get(self, url: str, **kwargs: Any) -> httpx.Response:
+        return self.request("GET", url, **kwargs)
+
+    def post(self, url: str, **kwargs: Any) -> httpx.Response:
+        return self.request("POST", url, **kwargs)
+
+
+def log_in_operator(http: AsgiHttp, store: Store) -> None:
+    """A console session on ``http``: an admin token made as `jobq token create --admin` makes
+    one, logged in through the login form (its CSRF token first)."""
+    token = new_token()
+    store.create_token("", hash_token(token), "alice", admin=True)
+    page = http.get("/ui/login")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert csrf, page.text
+    assert http.post("/ui/login", data={"csrf": csrf.group(1), "token": token}).status_code == 303

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import re
 import uuid
-from datetime import datetime
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
-from service.errors import InvalidInput, JobNotFound, LeaseLost
-from service.jobs import MAX_PAGE_SIZE, JobQuery, Lease, ReplayFilter
-from service.payloads import MAX_DELAY_SECONDS, MAX_TOTAL
+from service.errors import InvalidInput, JobNotFound, LeaseLost, PayloadTooLarge
+from service.jobs import MAX_PAGE_SIZE, ItemQuery, JobQuery, Lease, ReplayFilter
+from service.payloads import MAX_DELAY_SECONDS, MAX_JSON_DEPTH, MAX_TOTAL
 from service.retry import GiveUp, Retry
+from service.schedules import ScheduleSpec
 from service.store.postgres.submit import COPY_FROM_JOBS
 from tests.conftest import Database
 from tests.store.builders import claim_one, fail_job, new_job
+from tests.test_payloads import nested
 
 TABLES = ("jobs", "job_attempts", "job_results", "job_replays")
 
@@ -31,6 +35,8 @@ BAD_JOBS = [
     ({"payload": {"x": [float("-inf")]}}, "payload is not JSON-serialisable"),
     ({"payload": {"text": ["a\u0000b"]}}, "payload must not contain the NUL character"),
     ({"payload": {"key \ud800": 1}}, "payload must be valid Unicode"),
+    ({"payload": nested(MAX_JSON_DEPTH + 1)}, f"payload is nested more than {MAX_JSON_DEPTH} objects and arrays"),
+    ({"payload": nested(5_000)}, f"payload is nested more than {MAX_JSON_DEPTH}"),  # past the JSON encoder's recursion
     ({"kind": ""}, "kind must be a non-empty string"),
     ({"kind": "   "}, "kind must be a non-empty string"),
     ({"kind": "k" * 201}, "kind must be at most 200 characters"),
@@ -75,6 +81,36 @@ def test_a_bad_job_is_rejected_by_name_and_nothing_is_written(store, db: Databas
             problems.append(f"{fields}: refused in different words: {said}")
     assert problems == []
     assert db.count("jobs") == 0
+
+
+def test_a_payload_over_the_stores_bound_is_refused_on_every_way_in_and_nothing_is_written(
+    make_store, store_url: str, db: Database
+) -> None:
+    """The size rule lives in the store (JOBQ_MAX_BODY_BYTES, as open_store hands it on): one job,
+    a batch, a batch large enough for COPY, a workflow's batch, a schedule. A payload at the
+    bound is taken by each."""
+    limit = 2_048
+    store = make_store(store_url, max_body_bytes=limit)
+    at = {"s": "x" * (limit - len('{"s":""}'))}
+    over = {"s": "x" * (limit + 1 - len('{"s":""}'))}
+    many = [new_job() for _ in range(COPY_FROM_JOBS)]
+    ways: dict[str, Callable[[dict[str, Any]], object]] = {
+        "enqueue": lambda payload: store.enqueue(new_job(payload=payload)),
+        "batch": lambda payload: store.enqueue_many([new_job(), new_job(payload=payload)]),
+        "copy": lambda payload: store.enqueue_many([*many, new_job(payload=payload)]),
+        "workflow": lambda payload: store.enqueue_many([new_job(), new_job(payload=payload, depends_on=(0,))]),
+        "schedule": lambda payload: store.save_schedule(
+            ScheduleSpec(name="nightly", cron="0 3 * * *", kind="resize", payload=payload), datetime.now(UTC)
+        ),
+    }
+    for way, submit in ways.items():
+        with pytest.raises(PayloadTooLarge, match=rf"payload is {limit + 1} bytes of JSON, over the limit of {limit}"):
+            submit(over)
+        assert db.count("jobs") == 0 and db.count("schedules") == 0, way
+    for submit in ways.values():
+        submit(at)
+    assert db.count("jobs") == 1 + 2 + (len(many) + 1) + 2
+    assert [schedule.spec.payload for schedule in store.list_schedules()] == [at]
 
 
 def test_progress_beyond_the_total_is_rejected_and_nothing_is_written(store, db: Database):
@@ -182,6 +218,19 @@ def test_a_page_size_outside_one_to_the_api_limit_is_rejected(store, limit):
     with pytest.raises(InvalidInput, match=f"a page holds 1 to {MAX_PAGE_SIZE} jobs"):
         store.list_jobs(JobQuery(limit=limit))
     assert len(store.list_jobs(JobQuery(limit=MAX_PAGE_SIZE)).items) == 2
+
+
+def test_a_cursor_past_any_row_is_refused_by_name_not_an_integer_overflow(store) -> None:
+    """Found by the console's fuzz: SQLite raised OverflowError for integers past 64 bits (a 500)."""
+    job = store.enqueue(new_job(total=2))
+    for after in (-2, MAX_TOTAL + 1, 2**70):
+        with pytest.raises(InvalidInput, match="a page of items starts after an item's index"):
+            store.list_items(ItemQuery(job_id=job.id, after_index=after))
+    assert store.list_items(ItemQuery(job_id=job.id, after_index=MAX_TOTAL)).items == []
+    for before in (-1, 2**63, 2**70):
+        with pytest.raises(InvalidInput, match="a page of the audit trail ends before an entry's number"):
+            store.list_actions(10, before)
+    assert store.list_actions(10, 2**63 - 1) == []
 
 
 def test_json_with_a_nul_character_is_rejected_alike_by_both_stores(store, db: Database):

@@ -103,6 +103,29 @@ def test_context_enqueue_keys_children_by_job_and_number_and_refuses_forward_pos
     assert len(ctx.children()) == 2
 
 
+def test_context_enqueue_refuses_at_once_a_child_every_producer_refuses():
+    """The payload and job rules of every other enqueue (service.payloads), with the worker's
+    store's payload bound: the handler hears of it at the call, and nothing is added."""
+    from service.errors import InvalidInput, PayloadTooLarge
+    from service.payloads import MAX_JSON_DEPTH
+    from tests.test_payloads import nested
+    from tests.worker.test_worker_units import claimed
+
+    ctx = JobContext(claimed(), "w", max_payload_bytes=2_048)
+    with pytest.raises(PayloadTooLarge, match="over the limit of 2048"):
+        ctx.enqueue("a", {"s": "x" * 2_048})
+    with pytest.raises(InvalidInput, match=f"nested more than {MAX_JSON_DEPTH}"):
+        ctx.enqueue("a", nested(MAX_JSON_DEPTH + 1))
+    with pytest.raises(InvalidInput, match="NUL"):
+        ctx.enqueue("a", {"s": "a\x00b"})
+    with pytest.raises(InvalidInput, match="kind"):
+        ctx.enqueue("", {})
+    with pytest.raises(InvalidInput, match="visible ASCII"):
+        ctx.enqueue("a", idempotency_key="caf\u00e9")
+    assert ctx.children() == ()
+    assert ctx.enqueue("a", nested(MAX_JSON_DEPTH)) == 0
+
+
 def test_children_naming_a_missing_parent_refuse_the_result_with_them(store: Store, db: Database):
     store.enqueue(new_job())
     job = claim_one(store)

@@ -227,6 +227,7 @@ class Connected:
     database_url: str
     notify: bool
     max_result_bytes: int
+    max_payload_bytes: int
     _clock: Clock | None
     _pool: ConnectionPool[Any]
     _preparation: Preparation

@@ -69,5 +69,5 @@ class Console(Connected):
         self._fetchall(RECORD_ACTION, params)
 
     def list_actions(self, limit: int, before_id: int | None = None, target: str | None = None) -> list[AuditEntry]:
-        params = self._params(limit=limit, before_id=before_id, target=target)
+        params = self._params(limit=limit, before_id=checks.audit_cursor(before_id), target=target)
         return [audit_entry(row, READ) for row in self._fetchall(LIST_ACTIONS, params)]

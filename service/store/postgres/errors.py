@@ -41,14 +41,18 @@ class LockWaitTooLong(Exception):
 
 
 def pipeline_cause(exc: psycopg.Error) -> psycopg.Error:
-    """The statement's own error behind psycopg's "cannot exit pipeline mode" (issue 26).
+    """The error behind psycopg's "cannot exit pipeline mode" (issue 26).
 
-    A statement of a pipeline that fails (the refill's lock_timeout, under contention) raises
-    when the pipeline ends, in Pipeline.__exit__; when its answer came in pieces, results are
-    still pending there, and psycopg's exit_pipeline_mode, run in a ``finally``, raises "cannot
-    exit pipeline mode while busy" in place of the statement's error (which it leaves as the
-    context). Read as an outage, that threw the connection away and logged store.unavailable for
-    a lock wait the store has a cheaper way past (``complete_and_claim``'s LockWaitTooLong)."""
+    An error that is the answer to a pipeline's Sync rather than to one of its statements,
+    that is an error of the COMMIT the Sync runs (a lock wait there that timed out, a full
+    NOTIFY queue), gives the Sync two results, the error and then its ReadyForQuery. psycopg
+    expects one: it takes the error for the Sync, raises it from Pipeline.__exit__ and stops
+    reading, and then psycopg's exit_pipeline_mode, run in a ``finally``, finds libpq still
+    holding the ReadyForQuery and raises "cannot exit pipeline mode while busy" in place of
+    the error (which it leaves as the context). The refill's commit no longer meets its lock
+    timeout (REFILL_LOCK_TIMEOUT_END); for whatever else a commit may raise, this translates
+    the commit's own error, not an outage, and ``Connected._connection`` closes the
+    connection, which psycopg left in pipeline mode."""
     cause = exc.__context__
     if (
         isinstance(exc, psycopg.OperationalError)

@@ -29,7 +29,7 @@ class Items(Connected):
                 job_id=query.job_id,
                 tenant=query.tenant,
                 state=query.state.value if query.state else None,
-                after_index=-1 if query.after_index is None else query.after_index,
+                after_index=checks.item_cursor(query.after_index),
                 limit=limit,
             ),
             replay=True,

@@ -42,7 +42,9 @@ class Schedules(Fenced):
         return now
 
     def save_schedule(self, spec: ScheduleSpec, next_run_at: datetime) -> Schedule:
-        [row] = self._fetchall(SAVE_SCHEDULE, self._params(**schedule_params(spec), next_run_at=next_run_at))
+        [row] = self._fetchall(
+            SAVE_SCHEDULE, self._params(**schedule_params(spec, self.max_payload_bytes), next_run_at=next_run_at)
+        )
         return schedule_row(row, _READ)
 
     def list_schedules(self) -> list[Schedule]:

@@ -22,6 +22,7 @@ _SQL = statements("postgres")
 CLAIM_JOBS = _SQL["claim_jobs"]
 RENEW_LEASE = _SQL["renew_lease"]
 REFILL_LOCK_TIMEOUT = _SQL["refill_lock_timeout"]
+REFILL_LOCK_TIMEOUT_END = _SQL["refill_lock_timeout_end"]
 CLAIM_PLANNER = _SQL["claim_planner"]
 HAS_CLAIMABLE = _SQL["has_claimable"]
 COMPLETE_JOBS = _SQL["complete_jobs"]

@@ -82,7 +82,7 @@ class Plan:
 
 
 class JsonbText(Dumper):
-    """A payload as a Copy sends it: JSON text already encoded and checked (dump_values), in
+    """A payload as a Copy sends it: JSON text already encoded and checked (dump_payloads), in
     jsonb's binary form (version 1, then the text); chosen by ``set_types`` for the jsonb column,
     where psycopg's own would encode the text again."""
 

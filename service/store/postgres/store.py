@@ -27,7 +27,7 @@ from service.jobs import (
     Lease,
     new_job_ids,
 )
-from service.payloads import DEFAULT_MAX_RESULT_BYTES, check_claim
+from service.payloads import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_RESULT_BYTES, check_claim
 from service.retry import Decision
 from service.store import checks
 from service.store.base import Clock
@@ -52,6 +52,7 @@ from service.store.postgres.statements import (
     HAS_CLAIMABLE,
     READ_ATTEMPT_RECEIPT,
     REFILL_LOCK_TIMEOUT,
+    REFILL_LOCK_TIMEOUT_END,
     RELEASE_JOB,
     RENEW_LEASE,
 )
@@ -90,9 +91,11 @@ class PostgresStore(
         clock: Clock | None = None,
         pool_timeout: float = 10.0,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
         self.database_url = database_url
         self.max_result_bytes = max_result_bytes
+        self.max_payload_bytes = max_payload_bytes
         self.notify = notify
         self._clock = clock
         self._claim_cursor = ""  # the fair claim's place among tenants (service.store.fairness)
@@ -222,6 +225,12 @@ class PostgresStore(
                     conn.execute(CLAIM_PLANNER)
                     done = conn.execute(COMPLETE_JOBS, complete_params) if complete_params else None
                     got = conn.execute(claim_statement, claim_params)
+                    # The commit waits as every commit does. Never prepared: behind the claim, which may
+                    # time out, the server skips it, and psycopg (3.3) records a statement it promotes to
+                    # prepared (its sixth run) before any answer, so a skipped Parse leaves a name the
+                    # server never had, and the next run's "does not exist" reads as a pooler's mix-up
+                    # (Preparation.lost: preparing off for the whole process).
+                    conn.execute(REFILL_LOCK_TIMEOUT_END, prepare=False)
                 return (done.fetchall() if done is not None else []), got.fetchall()
 
         try:

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from service.jobs import JobStatus, NewJob, new_job_ids, queued_statuses, stored_max_attempts
-from service.payloads import dump_batch, dump_values, validate_new_jobs
+from service.payloads import dump_payload_batch, dump_payloads, validate_new_jobs
 from service.store import checks
 from service.store.postgres.caller import async_caller_connection, caller_connection
 from service.store.postgres.connection import status
@@ -164,9 +164,9 @@ class Submitting(Workflows):
     def _enqueue_params(
         self, jobs: Sequence[NewJob], ids: list[uuid.UUID], keyed: bool, token_hash: str | None
     ) -> dict[str, Any]:
-        batch = checks.enqueue_rows(jobs, ids, payload=lambda value: value, time=datetime.isoformat)
+        batch = checks.enqueue_rows(jobs, ids, payloads=lambda values: values, time=datetime.isoformat)
         return self._params(
-            batch=dump_batch(batch, [job.payload for job in jobs], "payload"),
+            batch=dump_payload_batch(batch, [job.payload for job in jobs], self.max_payload_bytes),
             keyed=keyed,
             wake_queues=_wake_queues(jobs),
             token_hash=token_hash,
@@ -175,7 +175,7 @@ class Submitting(Workflows):
     def _copy_steps(self, jobs: Sequence[NewJob], ids: list[uuid.UUID]) -> Steps:
         """COPY_BATCH_CLOCK and COPY_JOBS, in one transaction (the plan is atomic)."""
         validate_new_jobs(jobs)
-        payloads = dump_values([job.payload for job in jobs], "payload")
+        payloads = dump_payloads([job.payload for job in jobs], self.max_payload_bytes)
         params = self._params(tenants=sorted({job.tenant for job in jobs}), wake_queues=_wake_queues(jobs))
         [clock] = yield Query(COPY_BATCH_CLOCK, params)
         created_at: datetime = clock["created_at"]

@@ -15,7 +15,7 @@ import psycopg
 
 from service.errors import IdempotencyConflict
 from service.jobs import JobState, JobStatus, NewJob, new_job_ids
-from service.payloads import dump_batch
+from service.payloads import dump_payload_batch
 from service.store import checks
 from service.store.postgres.connection import Connected, status
 from service.store.postgres.queries import GET_JOB, payload_steps
@@ -73,7 +73,7 @@ class Workflows(Connected):
         taken = yield from self._taken_keys(jobs)
         if taken is not None:
             return taken
-        rows = checks.enqueue_rows(jobs, ids, payload=lambda value: value, time=lambda t: t.isoformat())
+        rows = checks.enqueue_rows(jobs, ids, payloads=lambda values: values, time=lambda t: t.isoformat())
         for row, job, wiring in zip(rows, jobs, wirings, strict=True):
             row.update(
                 state=wiring.state.value,
@@ -92,7 +92,7 @@ class Workflows(Connected):
         yield Query(
             ENQUEUE_DEPENDENTS,
             self._params(
-                batch=dump_batch(rows, [job.payload for job in jobs], "payload"),
+                batch=dump_payload_batch(rows, [job.payload for job in jobs], self.max_payload_bytes),
                 edges=json.dumps(edges),
                 held_until=HELD_UNTIL_PG,
                 wake_queues=",".join(sorted({job.queue for job in jobs})),

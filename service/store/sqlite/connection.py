@@ -27,6 +27,7 @@ class Connected:
     database_url: str
     path: str
     max_result_bytes: int
+    max_payload_bytes: int
     _clock: Clock | None
     _lock: threading.Lock
     _conn: sqlite3.Connection

@@ -85,5 +85,6 @@ class Console(Connected):
 
     def list_actions(self, limit: int, before_id: int | None = None, target: str | None = None) -> list[AuditEntry]:
         with self._read() as (conn, _now):
-            rows = conn.execute(LIST_ACTIONS, {"limit": limit, "before_id": before_id, "target": target}).fetchall()
+            params = {"limit": limit, "before_id": checks.audit_cursor(before_id), "target": target}
+            rows = conn.execute(LIST_ACTIONS, params).fetchall()
         return [audit_entry(row, READ) for row in rows]

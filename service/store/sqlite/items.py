@@ -31,7 +31,7 @@ class Items(Connected):
             "job_id": str(query.job_id),
             "tenant": query.tenant,
             "state": query.state.value if query.state else None,
-            "after_index": -1 if query.after_index is None else query.after_index,
+            "after_index": checks.item_cursor(query.after_index),
             "limit": limit,
         }
         with self._read() as (conn, _now):

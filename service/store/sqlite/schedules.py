@@ -41,7 +41,7 @@ class Schedules(Connected):
             return from_text(now)
 
     def save_schedule(self, spec: ScheduleSpec, next_run_at: datetime) -> Schedule:
-        params = {**schedule_params(spec), "next_run_at": to_text(next_run_at)}
+        params = {**schedule_params(spec, self.max_payload_bytes), "next_run_at": to_text(next_run_at)}
         with self._write() as (conn, now):
             row = conn.execute(SAVE_SCHEDULE, {**params, "now": now}).fetchone()
         return schedule_row(row, _READ)

@@ -43,7 +43,7 @@ from service.jobs import (
     new_job_id,
 )
 from service.limits import ScopeUsage, job_scopes, rate_window
-from service.payloads import DEFAULT_MAX_RESULT_BYTES, check_claim
+from service.payloads import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_RESULT_BYTES, check_claim
 from service.retry import Decision
 from service.store import checks
 from service.store.base import Clock
@@ -112,11 +112,13 @@ class SqliteStore(
         *,
         clock: Clock | None = None,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
         if not database_url.startswith("sqlite:///"):
             raise InvalidInput("a SQLite URL looks like sqlite:///path/to/file.db")
         self.database_url = database_url
         self.max_result_bytes = max_result_bytes
+        self.max_payload_bytes = max_payload_bytes
         self.path = database_url[len("sqlite:///") :]
         self._clock = clock
         self._claim_cursor = ""  # the fair claim's place among tenants (service.store.fairness)
@@ -327,7 +329,7 @@ class SqliteStore(
                     release_children(conn, now, lease.job_id)
                 if item.children:  # the jobs its handler enqueued, fenced with the result
                     try:
-                        insert_dependents(conn, now, item.children, None)
+                        insert_dependents(conn, now, item.children, None, self.max_payload_bytes)
                     except JobNotFound as exc:  # the batch rolls back; the finisher writes it job by job
                         raise children_refused(exc) from None
                 conn.execute(STORE_RESULT, params)

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from service.errors import InvalidInput
 from service.jobs import JobStatus, NewJob, new_job_id
-from service.payloads import dump_json
+from service.payloads import dump_payloads
 from service.store import checks
 from service.store.sqlfiles import statements
 from service.store.sqlite.connection import status
@@ -49,7 +49,9 @@ class Submitting(Workflows):
         if has_parents(jobs):  # a workflow's batch: its own path, so a plain batch pays nothing for it
             return self._enqueue_dependents(jobs, token_hash)
         ids = [new_job_id() for _ in jobs]
-        rows = checks.enqueue_rows(jobs, ids, payload=lambda value: dump_json(value, "payload"), time=to_text)
+        rows = checks.enqueue_rows(
+            jobs, ids, payloads=lambda values: dump_payloads(values, self.max_payload_bytes), time=to_text
+        )
         statuses = []
         with self._write() as (conn, now):
             if token_hash is not None:  # the token's tenant, read in the write transaction that inserts

@@ -10,7 +10,10 @@ from service.errors import InvalidInput
 def to_text(moment: datetime) -> str:
     if moment.tzinfo is None:
         raise InvalidInput("timestamps must carry a time zone")
-    utc = moment.astimezone(UTC)
+    try:
+        utc = moment.astimezone(UTC)
+    except OverflowError:  # e.g. 9999-12-31T23:59:59-01:00, which is in year 10000 in UTC
+        raise InvalidInput(f"{moment.isoformat()} is past the calendar's end (or before its start) in UTC") from None
     return utc.strftime("%Y-%m-%d %H:%M:%S.") + f"{utc.microsecond // 1000:03d}"
 
 

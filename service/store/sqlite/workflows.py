@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from service.errors import IdempotencyConflict
 from service.jobs import JobState, JobStatus, NewJob, new_job_id
-from service.payloads import dump_json
+from service.payloads import dump_payloads
 from service.store import checks
 from service.store.sqlfiles import statements
 from service.store.sqlite.connection import Connected, status
@@ -127,7 +127,7 @@ class Workflows(Connected):
 
     def _enqueue_dependents(self, jobs: Sequence[NewJob], token_hash: str | None) -> list[JobStatus]:
         with self._write() as (conn, now):
-            return insert_dependents(conn, now, jobs, token_hash)
+            return insert_dependents(conn, now, jobs, token_hash, self.max_payload_bytes)
 
     def parent_results(self, job_id: uuid.UUID) -> list[ParentResult]:
         with self._read() as (conn, _now):
@@ -188,9 +188,10 @@ def _taken_keys(conn: sqlite3.Connection, now: str, jobs: Sequence[NewJob]) -> l
 
 
 def insert_dependents(
-    conn: sqlite3.Connection, now: str, jobs: Sequence[NewJob], token_hash: str | None
+    conn: sqlite3.Connection, now: str, jobs: Sequence[NewJob], token_hash: str | None, max_payload_bytes: int
 ) -> list[JobStatus]:
-    """A batch with dependencies in the write transaction open on ``conn``."""
+    """A batch with dependencies in the write transaction open on ``conn``, each payload within
+    ``max_payload_bytes`` (the store's)."""
     ids = [new_job_id() for _ in jobs]
     if token_hash is not None:
         token = conn.execute(TENANT_FOR_TOKEN, {"token_hash": token_hash}).fetchone()
@@ -211,7 +212,9 @@ def insert_dependents(
     taken = _taken_keys(conn, now, jobs)
     if taken is not None:
         return taken
-    rows = checks.enqueue_rows(jobs, ids, payload=lambda value: dump_json(value, "payload"), time=to_text)
+    rows = checks.enqueue_rows(
+        jobs, ids, payloads=lambda values: dump_payloads(values, max_payload_bytes), time=to_text
+    )
     for row, job, wiring in zip(rows, jobs, wirings, strict=True):
         conn.execute(
             ENQUEUE_DEPENDENT,

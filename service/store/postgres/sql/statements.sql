@@ -53,8 +53,21 @@ SELECT cancel_requested, notified FROM written
 -- deadlock until deadlock_timeout (1 s) — the limited drain fell to a third of the
 -- unlimited one. So the refill waits at most this long; past it, the store commits the
 -- completion on its own and claims after it, holding nothing while it waits. Normal
--- contention (another claim's few milliseconds) stays under it.
+-- contention (another claim's few milliseconds) stays under it. The bound is the
+-- statements' only: REFILL_LOCK_TIMEOUT_END lifts it before the commit.
 SELECT set_config('lock_timeout', '50ms', true)
+
+-- name: refill_lock_timeout_end
+-- The refill's bound ends with its claim, so the commit at the pipeline's Sync waits as
+-- every commit does. A transaction that sent NOTIFY (COMPLETE_JOBS and the claim do) takes
+-- PostgreSQL's notify lock as it commits (PreCommit_Notify: one database-wide lock, which
+-- orders the commits of every notifying transaction), and under load a commit queues there
+-- behind others'. Bounded by REFILL_LOCK_TIMEOUT, it timed out there (issue 26): the
+-- completion rolled back, and the error came as the answer to the Sync itself, which
+-- psycopg pairs with the Sync's one result and stops reading while libpq still holds the
+-- ReadyForQuery: "cannot exit pipeline mode while busy", the connection thrown away. No
+-- deadlock waits there: each transaction takes that lock last, after all of its row locks.
+SELECT set_config('lock_timeout', '0', true)
 
 -- name: complete_jobs
 -- Invariant 1: a result is stored only for a token that still holds its job; each
