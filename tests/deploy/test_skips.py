@@ -13,6 +13,7 @@ from tests.deploy.manifests import ROOT
 
 def test_a_missing_kubectl_skips_and_the_run_says_so_at_its_end(tmp_path: Path) -> None:
     env = {**os.environ, "PATH": str(tmp_path)}  # an empty directory: no kubectl on the PATH
+    env.pop("PYTEST_ADDOPTS", None)  # CI's (--durations) would print after the line this reads
     run = subprocess.run(
         [
             sys.executable,

@@ -110,8 +110,8 @@ def test_a_fleet_of_fifty_workers_through_pgbouncer_with_ten_killed(
         # Victims among the workers that have started: under load some of the 50 are still
         # importing when the first 100 jobs are done (3 of 10 victims were, 4 Dec), and a worker
         # killed before it started holds nothing to lose.
-        started = [w for w in fleet.workers if w.events("worker.started")]
-        for victim in rng.sample(started, KILLS):
+        running = [w for w in fleet.workers if w.events("worker.started")]
+        for victim in rng.sample(running, KILLS):
             victim.kill()
             killed.append(victim)
             time.sleep(0.3)
