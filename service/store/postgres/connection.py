@@ -232,7 +232,8 @@ class Connected:
     _pool: ConnectionPool[Any]
     _preparation: Preparation
     _unreachable: str | None
-    """Why the server could not be reached the last time this store tried (None: it could)."""
+    """Why the server could not be reached the last time this store tried (None: it could;
+    a new store has not tried yet)."""
 
     def _params(self, **values: Any) -> dict[str, Any]:
         values["now"] = self._clock() if self._clock else None
@@ -270,8 +271,9 @@ class Connected:
 
         Waiting on the pool for a connection it cannot make costs the pool's whole timeout (10 s)
         before StoreUnavailable: every claim, renewal and API request of an outage took that long
-        to fail. So while the server is known unreachable, and after it hung up on a pooled
-        connection, one direct attempt (:meth:`_probe`) comes first and fails at once."""
+        to fail. So before the store's first call, while the server is known unreachable, and
+        after it hung up on a pooled connection, one direct attempt (:meth:`_probe`) comes first
+        and fails at once."""
         if self._unreachable is not None:
             self._probe()
         for _ in range(self._pool.max_size):

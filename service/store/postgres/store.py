@@ -100,7 +100,9 @@ class PostgresStore(
         self._clock = clock
         self._claim_cursor = ""  # the fair claim's place among tenants (service.store.fairness)
         self._preparation = Preparation(prepare)
-        self._unreachable = None
+        # Not known yet: the first call looks directly before waiting on the pool, so a command
+        # run against a server that is down answers at once (it waited the pool's 10 s).
+        self._unreachable = "not reached yet"
         self._pool = open_pool(database_url, pool_size, self._preparation, pool_timeout)
 
     # -- the worker's hot path ------------------------------------------------------
