@@ -247,6 +247,26 @@ def job_page(statuses: Sequence[JobStatus], query: JobQuery) -> JobPage:
     )
 
 
+LISTING_STATEMENTS = {
+    "tenant": "jobs",
+    "all": "all_jobs",
+    "errored": "errored_jobs",
+    "by_idempotency_key": "jobs_by_idempotency_key",
+    "by_concurrency_key": "jobs_by_concurrency_key",
+}
+"""Each listing of :func:`job_listing` and the name its statements share in both dialects'
+``.sql`` files: ``list_<name>`` (a page), ``list_<name>_newer`` (the page before it) and
+``count_<name>`` (a capped count)."""
+
+
+def listing_statements(sql: Mapping[str, str]) -> dict[str, tuple[str, str, str]]:
+    """A dialect's statements for each listing: (a page, the page before it, a capped count)."""
+    return {
+        listing: (sql[f"list_{name}"], sql[f"list_{name}_newer"], sql[f"count_{name}"])
+        for listing, name in LISTING_STATEMENTS.items()
+    }
+
+
 def job_listing(query: JobQuery) -> str:
     """Which index a listing walks, by the most selective filter it has: one key's jobs, the
     errored jobs (for an error text), a tenant's, or the primary key. The stores keep one

@@ -20,22 +20,7 @@ RESULT_CHUNK = _SQL["result_chunk"]
 GET_PAYLOAD = _SQL["get_payload"]
 LIST_JOBS = _SQL["list_jobs"]
 LIST_ALL_JOBS = _SQL["list_all_jobs"]
-# Each listing of service.store.checks.job_listing: (a page, the page before it, a capped count).
-JOB_LISTINGS = {
-    "tenant": (LIST_JOBS, _SQL["list_jobs_newer"], _SQL["count_jobs"]),
-    "all": (LIST_ALL_JOBS, _SQL["list_all_jobs_newer"], _SQL["count_all_jobs"]),
-    "errored": (_SQL["list_errored_jobs"], _SQL["list_errored_jobs_newer"], _SQL["count_errored_jobs"]),
-    "by_idempotency_key": (
-        _SQL["list_jobs_by_idempotency_key"],
-        _SQL["list_jobs_by_idempotency_key_newer"],
-        _SQL["count_jobs_by_idempotency_key"],
-    ),
-    "by_concurrency_key": (
-        _SQL["list_jobs_by_concurrency_key"],
-        _SQL["list_jobs_by_concurrency_key_newer"],
-        _SQL["count_jobs_by_concurrency_key"],
-    ),
-}
+JOB_LISTINGS = checks.listing_statements(_SQL)
 JOB_ATTEMPTS = _SQL["job_attempts"]
 RUNNING_JOBS = _SQL["running_jobs"]
 FAILURE_GROUPS = _SQL["failure_groups"]
