@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from service.errors import IdempotencyConflict, InvalidInput, JobNotFound
-from service.jobs import JobState, NewJob, ReplayFilter
+from service.jobs import ClaimRequest, Completion, JobState, NewJob, ReplayFilter
 from service.store import Store
 from service.workflows import MAX_PARENTS
 from tests.conftest import Database, FakeClock, build_store
@@ -74,6 +74,66 @@ def test_one_completion_releases_a_fan_out_of_a_thousand_children(store: Store):
 
     assert len(claimable(store)) == 1000
     assert {store.get(c.id).parents_pending for c in children[:10]} == {0}
+
+
+WIDE = 8000
+
+
+def claim_all(store: Store) -> int:
+    """How many jobs claims take, a thousand at a time, until none is due."""
+    taken = 0
+    while batch := store.claim("worker-z", ["default"], 1000, 30):
+        taken += len(batch)
+    return taken
+
+
+@pytest.mark.slow
+def test_a_wide_fan_out_is_released_in_time_linear_in_its_children(store: Store):
+    # The release finds each child by its primary key. Joined as a set, a plan made while few
+    # jobs waited read every held job once per child: 4.4 s for 10,000 children, the fan-out's
+    # whole completion (docs/PERFORMANCE.md, "workflows"); this is about 0.1 s.
+    parent = store.enqueue(new_job("split"))
+    store.enqueue_many([new_job("chunk", payload={}, depends_on=(parent.id,)) for _ in range(WIDE)])
+    job = claim_one(store)
+
+    started = time.monotonic()  # as a worker finishes: the completion and its refill in one transaction
+    lost, refilled = store.complete_and_claim([Completion(job.lease, "split")], ClaimRequest("w", ("default",), 10, 30))
+    took = time.monotonic() - started
+
+    assert (lost, len(refilled)) == ([], 10)
+    assert claim_all(store) == WIDE - 10
+    assert took < 1.5, f"releasing {WIDE:,} children took {took:.2f} s"
+
+
+@pytest.mark.slow
+def test_a_wide_fan_out_is_cancelled_in_time_linear_in_its_children(store: Store):
+    parent = store.enqueue(new_job("split"))
+    children = store.enqueue_many([new_job("chunk", payload={}, depends_on=(parent.id,)) for _ in range(WIDE)])
+    job = claim_one(store)
+
+    started = time.monotonic()
+    fail_job(store, job, "boom", retryable=False)
+    took = time.monotonic() - started
+
+    assert {store.get(c.id).state for c in children[:: WIDE // 20]} == {JobState.CANCELLED}
+    assert claimable(store) == set()
+    assert took < 1.5, f"cancelling {WIDE:,} children took {took:.2f} s"
+
+
+@pytest.mark.slow
+def test_a_wide_fan_out_that_runs_anyway_is_released_by_a_failure_in_linear_time(store: Store):
+    parent = store.enqueue(new_job("split"))
+    store.enqueue_many(
+        [new_job("chunk", payload={}, depends_on=(parent.id,), on_parent_failure="run") for _ in range(WIDE)]
+    )
+    job = claim_one(store)
+
+    started = time.monotonic()
+    fail_job(store, job, "boom", retryable=False)
+    took = time.monotonic() - started
+
+    assert claim_all(store) == WIDE
+    assert took < 1.5, f"releasing {WIDE:,} children after a failure took {took:.2f} s"
 
 
 def test_a_child_submitted_after_its_parent_succeeded_is_due_at_once(store: Store):

@@ -135,23 +135,27 @@ finished AS (
     RETURNING j.id, j.attempts, n.ts, i.claim, i.result_id, i.body, j.tenant, j.kind, j.queue, j.concurrency_key,
               j.dependents_version, {{notify_changed}}
 ),{{give_back(finished)}},
+met AS (
+    -- Workflows: the children of the finished jobs, each with how many of its parents finished
+    -- here. Only jobs that ever had children look for edges.
+    SELECT e.child, count(*) AS met
+    FROM finished AS f JOIN job_edges AS e ON e.parent = f.id
+    WHERE f.dependents_version <> 0
+    GROUP BY e.child
+    ORDER BY e.child
+),
+freeing AS ({{waiting(met)}}),
 released AS (
-    -- Workflows: the children of the finished jobs count one parent less, all in this
-    -- statement (a fan-out of 10,000 is one update of 10,000 rows, not 10,000 statements); a
-    -- child whose last parent this was gets its own due time back and becomes claimable.
-    -- Only jobs that ever had children look for edges.
+    -- They count those parents less, all in this statement (a fan-out of 10,000 is one update
+    -- of 10,000 rows, not 10,000 statements); a child whose last parent this was gets its own
+    -- due time back and becomes claimable.
     UPDATE jobs AS c
     SET parents_pending = c.parents_pending - r.met,
         run_after = CASE WHEN c.parents_pending = r.met THEN greatest(n.ts, coalesce(c.due_after_parents, n.ts))
                          ELSE c.run_after END,
         updated_at = n.ts
-    FROM (
-        SELECT e.child, count(*) AS met
-        FROM finished AS f JOIN job_edges AS e ON e.parent = f.id
-        WHERE f.dependents_version <> 0
-        GROUP BY e.child
-    ) AS r, n
-    WHERE c.id = r.child AND c.state = 'queued' AND c.parents_pending > 0
+    FROM freeing AS r, n
+    WHERE c.id = r.child
     RETURNING c.queue, c.parents_pending
 ),
 woke AS (

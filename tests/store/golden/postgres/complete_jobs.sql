@@ -63,19 +63,27 @@ finished AS (
     ) AS e
     WHERE c.scope = e.scope
 ),
+met AS (
+    SELECT e.child, count(*) AS met
+    FROM finished AS f JOIN job_edges AS e ON e.parent = f.id
+    WHERE f.dependents_version <> 0
+    GROUP BY e.child
+    ORDER BY e.child
+),
+freeing AS (SELECT r.child, r.met, c.on_parent_failure
+FROM met AS r
+CROSS JOIN LATERAL (
+    SELECT c.state, c.parents_pending, c.on_parent_failure FROM jobs AS c WHERE c.id = r.child FOR UPDATE OFFSET 0
+) AS c
+WHERE c.state = 'queued' AND c.parents_pending > 0),
 released AS (
     UPDATE jobs AS c
     SET parents_pending = c.parents_pending - r.met,
         run_after = CASE WHEN c.parents_pending = r.met THEN greatest(n.ts, coalesce(c.due_after_parents, n.ts))
                          ELSE c.run_after END,
         updated_at = n.ts
-    FROM (
-        SELECT e.child, count(*) AS met
-        FROM finished AS f JOIN job_edges AS e ON e.parent = f.id
-        WHERE f.dependents_version <> 0
-        GROUP BY e.child
-    ) AS r, n
-    WHERE c.id = r.child AND c.state = 'queued' AND c.parents_pending > 0
+    FROM freeing AS r, n
+    WHERE c.id = r.child
     RETURNING c.queue, c.parents_pending
 ),
 woke AS (
