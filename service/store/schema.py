@@ -39,6 +39,10 @@ Id = sa.Uuid(as_uuid=True).with_variant(sa.String(36), "sqlite")
 Json = sa.JSON().with_variant(postgresql.JSONB(), "postgresql").with_variant(sa.Text(), "sqlite")
 Timestamp = sa.DateTime(timezone=True).with_variant(sa.String(23), "sqlite")
 
+HELD_UNTIL_PG = "'9999-12-31 00:00:00+00'::timestamptz"
+"""service.workflows.HELD_UNTIL as PostgreSQL's literal: the run_after of a job waiting for
+parents, in two index predicates (the store's SQL writes the same literal: ``held_until``)."""
+
 jobs = sa.Table(
     "jobs",
     metadata,
@@ -106,6 +110,9 @@ jobs = sa.Table(
     # The claim reads only this index: queued rows, per queue and tenant in claim order
     # (the fair claim walks it tenant by tenant, a loose index scan). History never enters it,
     # nor jobs waiting for parents (migration 0011 says what they cost a claim inside it).
+    # On PostgreSQL a job waiting for parents is marked by its run_after (HELD_UNTIL), not
+    # by parents_pending, so a parent's completion that leaves its child waiting is a HOT
+    # update of the child (migration 0016).
     sa.Index(
         "ix_jobs_claimable",
         "queue",
@@ -113,7 +120,7 @@ jobs = sa.Table(
         sa.text("priority DESC"),
         "run_after",
         "id",
-        postgresql_where=sa.text("state = 'queued' AND parents_pending = 0"),
+        postgresql_where=sa.text(f"state = 'queued' AND run_after < {HELD_UNTIL_PG}"),
         sqlite_where=sa.text("state = 'queued' AND parents_pending = 0"),
     ),
     # Queued jobs waiting for parents, for the queue statistics' counts (never the claim).
@@ -121,7 +128,7 @@ jobs = sa.Table(
         "ix_jobs_held",
         "queue",
         "kind",
-        postgresql_where=sa.text("state = 'queued' AND parents_pending > 0"),
+        postgresql_where=sa.text(f"state = 'queued' AND run_after >= {HELD_UNTIL_PG}"),
         sqlite_where=sa.text("state = 'queued' AND parents_pending > 0"),
     ),
     # Running jobs only: the reaper's scan and the fair claim's running jobs per tenant.

@@ -13,6 +13,7 @@ import pytest
 from service.jobs import Completion, NewJob
 from service.limits import Limit
 from service.store.postgres.statements import CLAIM_JOBS, CLAIM_PLANNER, COMPLETE_JOBS
+from service.store.postgres.workflows import SETTLE_DEPENDENTS
 from tests.analysts.synthetic import fill
 from tests.conftest import Database
 from tests.plans import explained, pg_plan_nodes, plan_nodes
@@ -39,7 +40,7 @@ def _claim_params(**values: Any) -> dict[str, Any]:
 def _prepared(statement: str, values: dict[str, str]) -> tuple[str, str]:
     """The statement with $n for its named parameters, and its arguments (SQL literals) in that order."""
     names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", statement)))
-    positional = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", statement)
+    positional = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", statement).replace("%%", "%")
     return positional, ", ".join(values[name] for name in names)
 
 
@@ -104,16 +105,32 @@ def test_completion_finds_rows_by_index_in_a_plan_prepared_while_tables_are_smal
     """A worker's connection prepares COMPLETE_JOBS after a few batches — on a new deployment,
     while jobs and job_attempts are nearly empty — and keeps that generic plan as the tables grow
     (nothing replans it until an ANALYZE). The plan must find rows by their keys: one that reads
-    a table whole makes every batch slower than the last."""
+    a table whole makes every batch slower than the last, and one that reads a set of rows again
+    for each row of another (a Materialize inside a nested loop) makes a wide release quadratic.
+    The store runs it behind CLAIM_PLANNER, as it plans here."""
     store = make_store(store_url)
     store.enqueue_many([new_job() for _ in range(50)])
     store.complete_many([Completion(job.lease, None) for job in store.claim("w", ["default"], 50, 30)])
     values = {"now": "NULL", "batch": "'[]'", "items": "'[]'", "notify": "false", "recheck": "true"}
-    nodes, shown = _generic_plan(db, COMPLETE_JOBS, values)
+    _assert_found_by_key(*_generic_plan(db, COMPLETE_JOBS, values, setting=CLAIM_PLANNER), "COMPLETE_JOBS")
+
+
+def test_settling_dependents_finds_rows_by_index_in_a_plan_prepared_while_tables_are_small(
+    make_store, store_url, db: Database
+):
+    """SETTLE_DEPENDENTS, as COMPLETE_JOBS: by key only, whatever the size of the graph."""
+    store = make_store(store_url)
+    store.enqueue_many([new_job(), *(new_job(depends_on=(0,)) for _ in range(20))])
+    values = {"now": "NULL", "ids": "ARRAY[]::uuid[]", "notify": "false"}
+    _assert_found_by_key(*_generic_plan(db, SETTLE_DEPENDENTS, values, setting=CLAIM_PLANNER), "SETTLE_DEPENDENTS")
+
+
+def _assert_found_by_key(nodes: list[dict[str, Any]], shown: str, name: str) -> None:
     scanned = [n for n in nodes if n.get("Relation Name") in ("jobs", "job_attempts", "job_items", "job_edges")]
     assert scanned, shown
     for node in scanned:
-        assert node["Node Type"] != "Seq Scan", f"COMPLETE_JOBS reads all of {node['Relation Name']}\n{shown}"
+        assert node["Node Type"] != "Seq Scan", f"{name} reads all of {node['Relation Name']}\n{shown}"
+    assert not [n for n in nodes if n["Node Type"] == "Materialize"], f"{name} reads a set once per row\n{shown}"
 
 
 def _claim_values() -> dict[str, str]:

@@ -203,8 +203,21 @@ class PostgresStore(
             parenting = [item for item in finished if item.children]
             return self.complete_many(plain) + [item.lease for item in parenting if not self._complete_parenting(item)]
         finished = sorted(finished, key=lambda item: item.lease.job_id)  # rows lock in id order
-        rows = self._fetchall(COMPLETE_JOBS, self._complete_params(finished))
+        rows = self._completed(self._complete_params(finished))
         return self._lost(finished, self._complete_raced(finished, rows))
+
+    def _completed(self, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """COMPLETE_JOBS alone, behind CLAIM_PLANNER (one transaction, one round trip): its
+        releases update children found by key, and only that plan keeps them so (``waiting``)."""
+
+        def run() -> list[dict[str, Any]]:
+            with self._connection() as conn:
+                with conn.pipeline():
+                    conn.execute(CLAIM_PLANNER)
+                    done = conn.execute(COMPLETE_JOBS, params)
+                return done.fetchall()
+
+        return self._retrying(run)
 
     def complete_and_claim(
         self, finished: Sequence[Completion], claim: ClaimRequest
@@ -241,7 +254,7 @@ class PostgresStore(
             # The refill waited for a scope counter while holding those its completion gave
             # back: two finishers doing that in opposite orders deadlock. Nothing was written;
             # the completion alone, then the claim alone, each wait holding nothing else.
-            completed = self._fetchall(COMPLETE_JOBS, complete_params) if complete_params else []
+            completed = self._completed(complete_params) if complete_params else []
             claimed = self._claim_rows(claim_statement, claim_params)
         return self._lost(finished, self._complete_raced(finished, completed)), self._claimed(claim, claimed)
 
@@ -261,6 +274,7 @@ class PostgresStore(
         def run() -> bool:
             with self._connection() as conn, conn.transaction(), conn.cursor() as cursor:
                 cursor.execute(LOCK_JOBS, self._params(ids=[item.lease.job_id]))
+                cursor.execute(CLAIM_PLANNER)
                 if not cursor.execute(COMPLETE_JOBS, params).fetchall():
                     return False
                 try:
@@ -287,6 +301,7 @@ class PostgresStore(
             with self._connection() as conn:
                 with conn.pipeline():
                     conn.execute(LOCK_JOBS, self._params(ids=sorted(raced)))
+                    conn.execute(CLAIM_PLANNER)
                     done = conn.execute(COMPLETE_JOBS, params)
                 return done.fetchall()
 
@@ -330,6 +345,7 @@ class PostgresStore(
             with self._connection() as conn:
                 with conn.pipeline():
                     ended = conn.execute(statement, params)
+                    conn.execute(CLAIM_PLANNER)  # for SETTLE_DEPENDENTS (workflows.sql, ``waiting``)
                     conn.execute(SETTLE_DEPENDENTS, self._params(ids=[lease.job_id]))
                 return ended.fetchone()
 

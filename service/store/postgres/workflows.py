@@ -22,7 +22,6 @@ from service.store.postgres.queries import GET_JOB, payload_steps
 from service.store.postgres.steps import Query, Step, Steps
 from service.store.sqlfiles import statements
 from service.workflows import (
-    HELD_UNTIL,
     Dependencies,
     ParentResult,
     RearmCandidate,
@@ -51,8 +50,6 @@ JOB_CHILDREN = _SQL["job_children"]
 UNFINISHED_PARENTS = _SQL["unfinished_parents"]
 TENANT_FOR_TOKEN = _SQL["tenant_for_token"]
 READ_BY_IDEMPOTENCY_KEYS = _SQL["read_by_idempotency_keys"]
-
-HELD_UNTIL_PG = HELD_UNTIL + "+00"
 
 
 class Workflows(Connected):
@@ -94,7 +91,6 @@ class Workflows(Connected):
             self._params(
                 batch=dump_payload_batch(rows, [job.payload for job in jobs], self.max_payload_bytes),
                 edges=json.dumps(edges),
-                held_until=HELD_UNTIL_PG,
                 wake_queues=",".join(sorted({job.queue for job in jobs})),
             ),
         )
@@ -155,7 +151,7 @@ class Workflows(Connected):
         if not chosen:
             return []
         batch = json.dumps([{"id": str(job_id), "pending": pending} for job_id, pending in chosen.items()])
-        written = conn.execute(REARM_JOBS, self._params(batch=batch, by=by, held_until=HELD_UNTIL_PG))
+        written = conn.execute(REARM_JOBS, self._params(batch=batch, by=by))
         return [row["id"] for row in written.fetchall()]
 
     # -- reads -----------------------------------------------------------------------------

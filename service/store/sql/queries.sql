@@ -4,10 +4,10 @@
 -- history. Jobs waiting for parents count as queued.
 SELECT queue, kind, state, CAST(sum(count) AS bigint) AS count FROM (
     SELECT queue, kind, 'queued' AS state, count(*) AS count FROM jobs
-    WHERE state = 'queued' AND parents_pending = 0 GROUP BY queue, kind
+    WHERE {{claimable(jobs)}} GROUP BY queue, kind
     UNION ALL
     SELECT queue, kind, 'queued' AS state, count(*) AS count FROM jobs
-    WHERE state = 'queued' AND parents_pending > 0 GROUP BY queue, kind
+    WHERE {{held(jobs)}} GROUP BY queue, kind
     UNION ALL
     SELECT queue, kind, 'running' AS state, count(*) AS count FROM jobs WHERE state = 'running' GROUP BY queue, kind
 ) AS active

@@ -40,7 +40,7 @@ walk(tenant, lap, first, step, hq, ht, hp, hr, hi) AS (
         FROM q CROSS JOIN LATERAL (
             SELECT j.queue, j.tenant, j.priority, j.run_after, j.id
             FROM jobs AS j
-            WHERE j.state = 'queued' AND j.parents_pending = 0 AND j.queue = q.queue AND j.tenant > coalesce(w.tenant, '')
+            WHERE {{claimable(j)}} AND j.queue = q.queue AND j.tenant > coalesce(w.tenant, '')
               AND j.run_after <= (SELECT ts FROM n)
               AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[]))
             ORDER BY j.tenant, j.priority DESC, j.run_after, j.id
@@ -258,12 +258,12 @@ SELECT * FROM claimed ORDER BY id
 
 -- fragment: tenant_line(queue, tenant)
 -- A tenant's line in one queue (jobs alias j), in the order of
--- ix_jobs_claimable (``parents_pending = 0`` is its predicate: a job waiting for parents is
--- not in it, so it costs a claim nothing): its due queued jobs of the worker's kinds, skipping jobs in a kind,
+-- ix_jobs_claimable (``claimable`` is its predicate: a job waiting for parents is not in it,
+-- so it costs a claim nothing): its due queued jobs of the worker's kinds, skipping jobs in a kind,
 -- queue or key scope with no room (the tenant's own room is judged once, in ``tenants``).
 -- The clock is a scalar, never a join to n: beside a long history the planner guesses
 -- the line at one row, puts n outside, and loses the index's order.
-j.state = 'queued' AND j.parents_pending = 0 AND j.queue = {queue} AND j.tenant = {tenant}
+{{claimable(j)}} AND j.queue = {queue} AND j.tenant = {tenant}
               AND j.run_after <= (SELECT ts FROM n)
               AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[]))
               AND NOT EXISTS (
@@ -286,7 +286,8 @@ j.state = 'queued' AND j.parents_pending = 0 AND j.queue = {queue} AND j.tenant 
 j.priority = {h}.priority AND (j.run_after, j.id) >= ({h}.run_after, {h}.id)
 
 -- name: claim_planner
--- Run in the transaction of every CLAIM_JOBS, before it. The claim keeps one generic plan
+-- Run in the transaction of every CLAIM_JOBS, before it; and of every COMPLETE_JOBS and
+-- SETTLE_DEPENDENTS, for the same reason (workflows.sql, ``waiting``). The claim keeps one generic plan
 -- per connection (its comment at ``n`` says why), planned for a row count it cannot know: LIMIT
 -- from a parameter is taken as a tenth of the rows. On a small analysed table that makes
 -- "read every queued row and sort them" look cheapest for ``cand`` and ``picked`` (a
@@ -296,13 +297,15 @@ j.priority = {h}.priority AND (j.run_after, j.id) >= ({h}.run_after, {h}.id)
 -- every read of jobs walks ix_jobs_claimable in claim order and stops at the share, and
 -- every set it joins (at most its limit of rows) is joined by a nested loop of key
 -- lookups. So that is the only plan left while it is planned, whatever the tables' size
--- or statistics: no sequential or bitmap scans, no hash or merge joins. And no JIT: the
+-- or statistics: no sequential or bitmap scans, no hash or merge joins, and no Materialize
+-- (a set read once and then again for every row of the other side: how a release of 8,000
+-- children read 8,000 edges 8,000 times, 10 s). And no JIT: the
 -- connection asks for jit=off, but a pooler refuses that option (connection.py), and over a
 -- deep queue the claim's cost estimate passes jit_above_cost (~230 ms of compiling a claim
 -- that runs in ~2 ms, 1 M queued rows).
 SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
        set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),
-       set_config('jit', 'off', true)
+       set_config('enable_material', 'off', true), set_config('jit', 'off', true)
 
 
 -- name: has_claimable
@@ -317,7 +320,7 @@ SELECT EXISTS (
     CROSS JOIN LATERAL (
         SELECT 1
         FROM jobs AS j
-        WHERE j.state = 'queued' AND j.parents_pending = 0 AND j.queue = q.queue
+        WHERE {{claimable(j)}} AND j.queue = q.queue
           AND j.run_after <= {{now}}
           AND (:kinds::text[] IS NULL OR j.kind = ANY(:kinds::text[]))
         LIMIT 1

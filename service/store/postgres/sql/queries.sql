@@ -96,9 +96,9 @@ FROM (
            count(*) FILTER (WHERE run_after <= {{now}}) AS due,
            0 AS running,
            min(run_after) FILTER (WHERE run_after <= {{now}}) AS oldest_due
-    FROM jobs WHERE state = 'queued' AND parents_pending = 0 GROUP BY queue
+    FROM jobs WHERE {{claimable(jobs)}} GROUP BY queue
     UNION ALL
-    SELECT queue, count(*), 0, 0, NULL FROM jobs WHERE state = 'queued' AND parents_pending > 0 GROUP BY queue
+    SELECT queue, count(*), 0, 0, NULL FROM jobs WHERE {{held(jobs)}} GROUP BY queue
     UNION ALL
     SELECT queue, 0, 0, count(*), NULL FROM jobs WHERE state = 'running' GROUP BY queue
 ) AS active
@@ -202,7 +202,7 @@ SELECT {{now}} AS now,
        EXISTS (SELECT 1 FROM limits WHERE scope = 'tenant:*'
                AND (concurrency IS NOT NULL OR rate IS NOT NULL)) AS every_tenant_limited,
        (SELECT count(*) FROM jobs AS o
-        WHERE o.state = 'queued' AND o.parents_pending = 0 AND o.queue = :queue AND o.tenant = :tenant
+        WHERE {{claimable(o)}} AND o.queue = :queue AND o.tenant = :tenant
           AND o.run_after <= {{now}}
           AND (o.priority > :priority
                OR (o.priority = :priority AND (o.run_after, o.id) < (:run_after::timestamptz, :job_id::uuid)))

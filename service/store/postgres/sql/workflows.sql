@@ -1,3 +1,21 @@
+-- fragment: held_until
+-- A held job's run_after (service.workflows.HELD_UNTIL, in UTC): never due, and the mark of a
+-- job waiting for parents in the two partial indexes below. Written as a literal, not a
+-- parameter, so the planner can prove those indexes' predicates from a statement's own.
+'9999-12-31 00:00:00+00'::timestamptz
+
+-- fragment: claimable(x)
+-- A queued job (alias ``{x}``) not waiting for parents: ix_jobs_claimable's predicate. Why
+-- the mark is run_after and not parents_pending = 0: a parent's completion that does not free
+-- its child then changes no indexed column of the child (parents_pending is in no index), so
+-- that update is HOT, and only the last parent's, which moves run_after, writes index
+-- entries (migration 0016; docs/PERFORMANCE.md, "workflows").
+{x}.state = 'queued' AND {x}.run_after < {{held_until}}
+
+-- fragment: held(x)
+-- A queued job (alias ``{x}``) waiting for parents: ix_jobs_held's predicate.
+{x}.state = 'queued' AND {x}.run_after >= {{held_until}}
+
 -- name: lock_parents
 -- Workflows: the stored parents an enqueue names, locked in id order (no deadlock between two
 -- enqueues naming the same parents) and their dependents_version bumped, in the enqueue's
@@ -29,9 +47,9 @@ SELECT 1 AS opened
 
 -- name: enqueue_dependents
 -- A batch with dependencies (service.workflows decided each job's state, counter and edges):
--- the jobs and their edges in one statement. A job with unmet parents is held: not in
--- ix_jobs_claimable (parents_pending > 0, outside its predicate), run_after :held_until (the
--- autoscaler's count passes it by), its own due time kept in due_after_parents.
+-- the jobs and their edges in one statement. A job with unmet parents is held: run_after
+-- {{held_until}} keeps it out of ix_jobs_claimable (``claimable``) and the autoscaler's count,
+-- its own due time kept in due_after_parents.
 -- A job whose parent already failed is born cancelled, its error naming the parent.
 WITH n AS (
     SELECT {{now}} AS ts
@@ -52,7 +70,7 @@ inserted AS (
                       on_parent_failure, due_after_parents, dependents_version)
     SELECT i.id, i.tenant, i.queue, i.kind, i.payload, i.state, i.priority, 0, i.max_attempts,
            i.max_attempts_default, 0, i.total,
-           CASE WHEN i.state = 'queued' AND i.parents_pending > 0 THEN :held_until::timestamptz ELSE i.due END,
+           CASE WHEN i.state = 'queued' AND i.parents_pending > 0 THEN {{held_until}} ELSE i.due END,
            i.concurrency_key, i.idempotency_key, i.ts, i.ts,
            CASE WHEN i.state = 'cancelled' THEN i.ts END, i.error, i.cancelled_by, i.parents_total,
            i.parents_pending, i.on_parent_failure, i.due, i.dependents_version
@@ -72,10 +90,11 @@ FROM inserted
 -- The children in ``{met}`` (child, met: how many of its parents just ended) that still wait
 -- for parents, each found by one primary-key lookup and locked, in id order, its state read
 -- on the row as locked (OFFSET 0 keeps the check out of the lookup, as complete_jobs's
--- ``held``); the statement then updates them joined by id alone. Why not join jobs to the
--- children as a set: that join is planned for a few children, and a plan made while few jobs
--- waited read all of ix_jobs_held (whose predicate the conditions matched) once per child: a
--- fan-out of 10,000 took 4.4 s to release, now about 0.1 s (docs/PERFORMANCE.md, "workflows").
+-- ``held``); the statement then updates them joined by id alone, behind CLAIM_PLANNER (nested
+-- loops of key lookups only). Why not join jobs to the children with these conditions: that
+-- join is planned for a few children, and a plan made while few jobs waited read all of
+-- ix_jobs_held (whose predicate the conditions matched) once per child: a fan-out of 10,000
+-- took 4.4 s to release, now about 0.1 s (docs/PERFORMANCE.md, "workflows").
 SELECT r.child, r.met, c.on_parent_failure
 FROM {met} AS r
 CROSS JOIN LATERAL (
@@ -233,7 +252,7 @@ rearmed AS (
         error = CASE WHEN j.state = 'cancelled' THEN NULL ELSE j.error END,
         attempts = CASE WHEN j.state = 'cancelled' THEN 0 ELSE j.attempts END,
         parents_pending = i.pending,
-        run_after = CASE WHEN i.pending > 0 THEN :held_until::timestamptz
+        run_after = CASE WHEN i.pending > 0 THEN {{held_until}}
                          ELSE greatest(n.ts, coalesce(j.due_after_parents, n.ts)) END,
         updated_at = n.ts
     FROM input AS i, n

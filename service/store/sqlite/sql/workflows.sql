@@ -1,3 +1,12 @@
+-- fragment: claimable(x)
+-- A queued job (alias ``{x}``) not waiting for parents: ix_jobs_claimable's predicate here
+-- (PostgreSQL marks it by run_after, for HOT updates, which SQLite does not have).
+{x}.state = 'queued' AND {x}.parents_pending = 0
+
+-- fragment: held(x)
+-- A queued job (alias ``{x}``) waiting for parents: ix_jobs_held's predicate.
+{x}.state = 'queued' AND {x}.parents_pending > 0
+
 -- name: lock_parents
 -- Workflows: the stored parents an enqueue names, read in its write transaction (BEGIN
 -- IMMEDIATE: no completion can run until it commits). Unknown ids are not returned.

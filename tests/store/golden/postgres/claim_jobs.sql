@@ -18,7 +18,7 @@ walk(tenant, lap, first, step, hq, ht, hp, hr, hi) AS (
         FROM q CROSS JOIN LATERAL (
             SELECT j.queue, j.tenant, j.priority, j.run_after, j.id
             FROM jobs AS j
-            WHERE j.state = 'queued' AND j.parents_pending = 0 AND j.queue = q.queue AND j.tenant > coalesce(w.tenant, '')
+            WHERE j.state = 'queued' AND j.run_after < '9999-12-31 00:00:00+00'::timestamptz AND j.queue = q.queue AND j.tenant > coalesce(w.tenant, '')
               AND j.run_after <= (SELECT ts FROM n)
               AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[]))
             ORDER BY j.tenant, j.priority DESC, j.run_after, j.id
@@ -60,7 +60,7 @@ cand AS (
         CROSS JOIN LATERAL (
             (SELECT j.id, j.tenant, j.priority, j.run_after
              FROM jobs AS j
-             WHERE j.state = 'queued' AND j.parents_pending = 0 AND j.queue = h.queue AND j.tenant = t.tenant
+             WHERE j.state = 'queued' AND j.run_after < '9999-12-31 00:00:00+00'::timestamptz AND j.queue = h.queue AND j.tenant = t.tenant
               AND j.run_after <= (SELECT ts FROM n)
               AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[]))
               AND NOT EXISTS (
@@ -72,7 +72,7 @@ cand AS (
             UNION ALL
             (SELECT j.id, j.tenant, j.priority, j.run_after
              FROM jobs AS j
-             WHERE j.state = 'queued' AND j.parents_pending = 0 AND j.queue = h.queue AND j.tenant = t.tenant
+             WHERE j.state = 'queued' AND j.run_after < '9999-12-31 00:00:00+00'::timestamptz AND j.queue = h.queue AND j.tenant = t.tenant
               AND j.run_after <= (SELECT ts FROM n)
               AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[]))
               AND NOT EXISTS (
@@ -109,7 +109,7 @@ picked AS (
             (SELECT * FROM (
                  SELECT j.id, j.tenant, j.kind, j.queue, j.concurrency_key, j.priority, j.run_after
                  FROM jobs AS j
-                 WHERE j.state = 'queued' AND j.parents_pending = 0 AND j.queue = h.queue AND j.tenant = sh.tenant
+                 WHERE j.state = 'queued' AND j.run_after < '9999-12-31 00:00:00+00'::timestamptz AND j.queue = h.queue AND j.tenant = sh.tenant
               AND j.run_after <= (SELECT ts FROM n)
               AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[]))
               AND NOT EXISTS (
@@ -124,7 +124,7 @@ picked AS (
             (SELECT * FROM (
                  SELECT j.id, j.tenant, j.kind, j.queue, j.concurrency_key, j.priority, j.run_after
                  FROM jobs AS j
-                 WHERE j.state = 'queued' AND j.parents_pending = 0 AND j.queue = h.queue AND j.tenant = sh.tenant
+                 WHERE j.state = 'queued' AND j.run_after < '9999-12-31 00:00:00+00'::timestamptz AND j.queue = h.queue AND j.tenant = sh.tenant
               AND j.run_after <= (SELECT ts FROM n)
               AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[]))
               AND NOT EXISTS (
