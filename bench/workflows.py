@@ -18,9 +18,9 @@ the CPU PostgreSQL's backends spent per job (from /proc: a server on this host),
 ratio of the baseline's in the same run (``vs_baseline``, ``cpu_vs_baseline``). The chain also
 gives the time of each link, from its parent's start to its own (the handler does nothing, so
 this is the parent's completion and the child's pickup): ``link_p50_ms`` and ``link_p99_ms``.
-Not from the parent's finish: a worker that completes a job claims in the same transaction, and
-the database's clock (``now()``) is the same for every statement of a transaction, so the child
-of a job its own worker refilled with would read a latency of 0. Every run checks that all its jobs succeeded, each once, and none started
+Not from the parent's finish: a worker that completes a job claims in the next statement of the
+same transaction, so the child of a job its own worker refilled with would read only the time
+between two statements (each stamps its own start). Every run checks that all its jobs succeeded, each once, and none started
 before a parent of it finished. ``--shapes`` picks some; the baseline always runs.
 """
 

@@ -1,7 +1,12 @@
 -- fragment: now
 -- "Now" in a statement: the database's clock, never a worker's (invariant 2: hosts drift).
 -- :now is NULL in production; tests pass a pinned instant instead of sleeping.
-coalesce(:now::timestamptz, now())
+-- The statement's start, not the transaction's (now()): a transaction that waited for a row
+-- lock must not stamp what it does after the wait with an instant from before it. A parent's
+-- completion that waited for its child's row, held by another parent's completion, freed the
+-- child and claimed it in its refill: with now() the child "started" before that other
+-- parent "finished", though it committed after it (bench workflows, fan-in).
+coalesce(:now::timestamptz, statement_timestamp())
 
 -- fragment: notify_changed
 -- Appended to the RETURNING list of every statement that changes a job's state or

@@ -1,6 +1,6 @@
 
 WITH RECURSIVE n AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS ts, %(queues)s::text[] AS queues, %(kinds)s::text[] AS kinds,
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS ts, %(queues)s::text[] AS queues, %(kinds)s::text[] AS kinds,
            %(cursor)s::text AS cursor, %(visit)s::int AS visit, %(limit)s::int AS lim
 ),
 q AS (

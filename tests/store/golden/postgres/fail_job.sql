@@ -1,6 +1,6 @@
 
 WITH n AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS ts
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS ts
 ),
 decision AS (
     SELECT id,

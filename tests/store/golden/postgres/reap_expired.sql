@@ -1,6 +1,6 @@
 
 WITH n AS (
-    SELECT coalesce(%(now)s::timestamptz, now()) AS ts
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS ts
 ),
 expired AS (
     SELECT j.id, j.attempts, j.max_attempts, j.lease_owner, j.cancel_requested,
