@@ -62,6 +62,7 @@ from bench.common import (
 from service.config import Settings
 from service.jobs import NewJob
 from service.store import open_store
+from service.store.postgres.heads import NO_HINTS, LineHeads
 from service.store.postgres.statements import CLAIM_JOBS, CLAIM_PLANNER, COMPLETE_JOBS, HAS_CLAIMABLE
 
 TICK_SECONDS = 0.05
@@ -379,16 +380,18 @@ def _explain(url: str, conn: psycopg.Connection[Any], phase: str, directory: Pat
     try:
         # jobs of the transaction's own, so each claim (EXPLAINed twice, JSON and text, then run) has
         # one to take and the completion one to finish even when the queue is empty
-        store.enqueue_many([NewJob(kind="noop") for _ in range(3 * values["limit"])], connection=conn)
-        for name, statement, setting in (
-            ("has_claimable", HAS_CLAIMABLE, None),
-            ("claim", CLAIM_JOBS, CLAIM_PLANNER),
-        ):
-            if setting is not None:
-                conn.execute(setting)
-            found.update(_explained(conn, name, statement, _statement_params(statement, values), plans))
-        if setting is not None:
-            conn.execute(setting)
+        store.enqueue_many([NewJob(kind="noop") for _ in range(4 * values["limit"])], connection=conn)
+        found.update(_explained(conn, "has_claimable", HAS_CLAIMABLE, _statement_params(HAS_CLAIMABLE, values), plans))
+        conn.execute(CLAIM_PLANNER)
+        values.update(NO_HINTS)
+        found.update(_explained(conn, "claim_full", CLAIM_JOBS, _statement_params(CLAIM_JOBS, values), plans))
+        # then as a worker claims between its full walks: from the heads its claims found
+        heads = LineHeads()
+        heads.params()  # the claim below is a full walk
+        with conn.cursor(row_factory=dict_row) as cur:
+            heads.learn(cur.execute(CLAIM_JOBS, _statement_params(CLAIM_JOBS, values)).fetchall())
+        values.update(heads.params())
+        found.update(_explained(conn, "claim", CLAIM_JOBS, _statement_params(CLAIM_JOBS, values), plans))
         with conn.cursor(row_factory=dict_row) as cur:
             claimed = cur.execute(CLAIM_JOBS, _statement_params(CLAIM_JOBS, values)).fetchall()
         if claimed:

@@ -23,6 +23,7 @@ from bench.common import EMPTY_QUEUE_TABLES, Report, bench_database, load_averag
 from service.config import Settings
 from service.limits import Limit
 from service.store import open_store
+from service.store.postgres.heads import NO_HINTS
 from service.store.postgres.statements import CLAIM_JOBS
 
 
@@ -110,6 +111,7 @@ def _explain(url: str, limit: int) -> str:
         "visit": limit + 1,
         "cursor": "",
         "lease_seconds": 60.0,
+        **NO_HINTS,
     }
     with psycopg.connect(url, autocommit=True, options="-c jit=off") as conn:  # as the store connects
         with conn.transaction(force_rollback=True):

@@ -36,6 +36,7 @@ from service.store.postgres.connection import READ as _READ
 from service.store.postgres.connection import Connected, Preparation, PrepareMode, fence, open_pool
 from service.store.postgres.console import Console
 from service.store.postgres.errors import LockWaitTooLong
+from service.store.postgres.heads import LineHeads
 from service.store.postgres.items import Items, item_batch
 from service.store.postgres.leadership import Leadership
 from service.store.postgres.limits import Limits
@@ -99,6 +100,7 @@ class PostgresStore(
         self.notify = notify
         self._clock = clock
         self._claim_cursor = ""  # the fair claim's place among tenants (service.store.fairness)
+        self._heads = LineHeads()  # where the lines it claims from begin (behind a pinned horizon)
         self._preparation = Preparation(prepare)
         # Not known yet: the first call looks directly before waiting on the pool, so a command
         # run against a server that is down answers at once (it waited the pool's 10 s).
@@ -155,10 +157,12 @@ class PostgresStore(
             lease_seconds=float(request.lease_seconds),
             kinds=list(request.kinds) if request.kinds is not None else None,
             kind_max_attempts=json.dumps(dict(request.max_attempts)),
+            **self._heads.params(),
         )
 
     def _claimed(self, request: ClaimRequest, rows: list[dict[str, Any]]) -> list[ClaimedJob]:
         self._claim_cursor = advance_cursor(self._claim_cursor, (row["tenant"] for row in rows))
+        self._heads.learn(rows)
         return [claimed_job(row, request.worker, _READ) for row in rows]
 
     def has_claimable(self, queues: Sequence[str], kinds: Sequence[str] | None = None) -> bool:

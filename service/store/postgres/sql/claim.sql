@@ -17,6 +17,13 @@ WITH RECURSIVE n AS (
     SELECT {{now}} AS ts, :queues::text[] AS queues, :kinds::text[] AS kinds,
            :cursor::text AS cursor, :visit::int AS visit, :limit::int AS lim
 ),
+-- Where this worker last found lines' heads (service.store.postgres.heads), one row per
+-- (queue, tenant): the line's head priority and a run_after at or below its head's. Empty on
+-- a full walk.
+hint AS (
+    SELECT * FROM unnest(:hint_queues::text[], :hint_tenants::text[], :hint_priorities::int[],
+                         :hint_run_afters::timestamptz[]) AS k(queue, tenant, priority, run_after)
+),
 -- The worker's queues, one row each: every read of jobs below is one probe of
 -- ix_jobs_claimable per queue.
 q AS (
@@ -28,6 +35,10 @@ q AS (
 -- Each probe stops at the first due job of the next tenant in its queue: that job's key
 -- (h*: queue, tenant, priority, run_after, id, one element per queue) is the head of the
 -- tenant's line there, and ``cand`` and ``picked`` start their scans at it (heads, below).
+-- A tenant with a hint is probed from the hint (``probe``): its line's entries below it are
+-- not visited. ``reached``: how far the walk got in a queue, a hinted tenant whose line had
+-- nothing due included, so the next step goes on after it (that step has no head of its
+-- own tenant, and ``tenants`` passes it by).
 walk(tenant, lap, first, step, hq, ht, hp, hr, hi) AS (
     SELECT n.cursor, 0, true, 0, NULL::text[], NULL::text[], NULL::int[], NULL::timestamptz[], NULL::uuid[] FROM n
     UNION ALL
@@ -35,17 +46,63 @@ walk(tenant, lap, first, step, hq, ht, hp, hr, hi) AS (
            nxt.hq, nxt.ht, nxt.hp, nxt.hr, nxt.hi
     FROM walk AS w
     CROSS JOIN LATERAL (
-        SELECT min(h.tenant) AS tenant, array_agg(h.queue) AS hq, array_agg(h.tenant) AS ht,
-               array_agg(h.priority) AS hp, array_agg(h.run_after) AS hr, array_agg(h.id) AS hi
-        FROM q CROSS JOIN LATERAL (
-            SELECT j.queue, j.tenant, j.priority, j.run_after, j.id
-            FROM jobs AS j
-            WHERE {{claimable(j)}} AND j.queue = q.queue AND j.tenant > coalesce(w.tenant, '')
-              AND j.run_after <= (SELECT ts FROM n)
-              AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[]))
-            ORDER BY j.tenant, j.priority DESC, j.run_after, j.id
+        SELECT min(h.reached) AS tenant,
+               array_agg(h.queue) FILTER (WHERE h.tenant IS NOT NULL) AS hq,
+               array_agg(h.tenant) FILTER (WHERE h.tenant IS NOT NULL) AS ht,
+               array_agg(h.priority) FILTER (WHERE h.tenant IS NOT NULL) AS hp,
+               array_agg(h.run_after) FILTER (WHERE h.tenant IS NOT NULL) AS hr,
+               array_agg(h.id) FILTER (WHERE h.tenant IS NOT NULL) AS hi
+        FROM q
+        LEFT JOIN LATERAL (
+            SELECT k.tenant, k.priority, k.run_after FROM hint AS k
+            WHERE k.queue = q.queue AND k.tenant > coalesce(w.tenant, '')
+            ORDER BY k.tenant
             LIMIT 1
+        ) AS k ON true
+        CROSS JOIN LATERAL (
+            SELECT q.queue, f.tenant, f.priority, f.run_after, f.id, coalesce(f.tenant, k.tenant) AS reached
+            FROM (SELECT 1) AS one
+            LEFT JOIN LATERAL (
+                -- the tenants before the next hinted one (or all the rest: no hint after this step)
+                (SELECT j.tenant, j.priority, j.run_after, j.id
+                 FROM jobs AS j
+                 WHERE {{walk_line(j)}} AND j.queue = q.queue AND j.tenant > coalesce(w.tenant, '')
+                   AND j.tenant < k.tenant
+                 ORDER BY j.tenant, j.priority DESC, j.run_after, j.id
+                 LIMIT 1)
+                UNION ALL
+                (SELECT j.tenant, j.priority, j.run_after, j.id
+                 FROM jobs AS j
+                 WHERE {{walk_line(j)}} AND j.queue = q.queue AND j.tenant > coalesce(w.tenant, '')
+                   AND k.tenant IS NULL
+                 ORDER BY j.tenant, j.priority DESC, j.run_after, j.id
+                 LIMIT 1)
+                UNION ALL
+                -- the hinted tenant's line: its higher priorities, its hinted one from the hint on,
+                -- its lower ones
+                (SELECT j.tenant, j.priority, j.run_after, j.id
+                 FROM jobs AS j
+                 WHERE {{walk_line(j)}} AND j.queue = q.queue AND j.tenant = k.tenant AND j.priority > k.priority
+                 ORDER BY j.priority DESC, j.run_after, j.id
+                 LIMIT 1)
+                UNION ALL
+                (SELECT j.tenant, j.priority, j.run_after, j.id
+                 FROM jobs AS j
+                 WHERE {{walk_line(j)}} AND j.queue = q.queue AND j.tenant = k.tenant AND j.priority = k.priority
+                   AND j.run_after >= k.run_after
+                 ORDER BY j.run_after, j.id
+                 LIMIT 1)
+                UNION ALL
+                (SELECT j.tenant, j.priority, j.run_after, j.id
+                 FROM jobs AS j
+                 WHERE {{walk_line(j)}} AND j.queue = q.queue AND j.tenant = k.tenant AND j.priority < k.priority
+                 ORDER BY j.priority DESC, j.run_after, j.id
+                 LIMIT 1)
+                ORDER BY 1, 2 DESC, 3, 4
+                LIMIT 1
+            ) AS f ON true
         ) AS h
+        WHERE h.reached IS NOT NULL
     ) AS nxt
     -- one lap from the cursor to the end, then one from the start back to the cursor
     WHERE (w.tenant IS NULL AND w.lap = 0) OR (w.tenant IS NOT NULL AND (w.lap = 0 OR w.tenant < (SELECT cursor FROM n)))
@@ -66,7 +123,7 @@ tenants AS (
                          WHERE c.scope = 'tenant:' || w.tenant),
                         CASE WHEN {{every_tenant_limited}} THEN 0 END) AS room
         FROM walk AS w
-        WHERE NOT w.first AND w.tenant IS NOT NULL AND (w.lap = 0 OR w.tenant <= (SELECT cursor FROM n))
+        WHERE NOT w.first AND w.tenant = ANY(w.ht) AND (w.lap = 0 OR w.tenant <= (SELECT cursor FROM n))
     ) AS w
     WHERE w.room IS NULL OR w.room > 0
     LIMIT (SELECT visit FROM n)
@@ -230,7 +287,8 @@ claimed AS (
     FROM admitted, n
     WHERE j.id = admitted.id
     RETURNING j.id, j.kind, j.queue, j.tenant, j.concurrency_key, j.payload, j.checkpoint, j.done, j.total, j.items_ok, j.items_failed,
-              j.attempts, j.claims, j.max_attempts, j.lease_expires_at, j.run_after, n.ts AS started_at, {{notify_changed}}
+              j.attempts, j.claims, j.max_attempts, j.lease_expires_at, j.run_after, j.priority, n.ts AS started_at,
+              {{notify_changed}}
 ),
 -- The claimed jobs added to the very counter rows ``counters`` holds: running, and the
 -- starts in the current rate window (a new window starts its count afresh).
@@ -270,6 +328,11 @@ SELECT * FROM claimed ORDER BY id
                   SELECT 1 FROM scope_counters AS s, n
                   WHERE s.scope IN ({{scopes_below_tenant(j)}})
                     AND {{room(s)}} <= 0)
+
+-- fragment: walk_line(j)
+-- A due claimable job of the worker's kinds (alias ``{j}``), as the walk's probes read them.
+{{claimable(j)}} AND {j}.run_after <= (SELECT ts FROM n)
+AND ((SELECT kinds FROM n) IS NULL OR {j}.kind = ANY((SELECT kinds FROM n)::text[]))
 
 -- fragment: from_head(h)
 -- The part of a tenant's line (jobs alias j) at its head ``h``'s priority, from the head

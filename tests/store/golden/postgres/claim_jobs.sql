@@ -3,6 +3,10 @@ WITH RECURSIVE n AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS ts, %(queues)s::text[] AS queues, %(kinds)s::text[] AS kinds,
            %(cursor)s::text AS cursor, %(visit)s::int AS visit, %(limit)s::int AS lim
 ),
+hint AS (
+    SELECT * FROM unnest(%(hint_queues)s::text[], %(hint_tenants)s::text[], %(hint_priorities)s::int[],
+                         %(hint_run_afters)s::timestamptz[]) AS k(queue, tenant, priority, run_after)
+),
 q AS (
     SELECT unnest(n.queues) AS queue FROM n
 ),
@@ -13,17 +17,65 @@ walk(tenant, lap, first, step, hq, ht, hp, hr, hi) AS (
            nxt.hq, nxt.ht, nxt.hp, nxt.hr, nxt.hi
     FROM walk AS w
     CROSS JOIN LATERAL (
-        SELECT min(h.tenant) AS tenant, array_agg(h.queue) AS hq, array_agg(h.tenant) AS ht,
-               array_agg(h.priority) AS hp, array_agg(h.run_after) AS hr, array_agg(h.id) AS hi
-        FROM q CROSS JOIN LATERAL (
-            SELECT j.queue, j.tenant, j.priority, j.run_after, j.id
-            FROM jobs AS j
-            WHERE j.state = 'queued' AND j.run_after < '9999-12-31 00:00:00+00'::timestamptz AND j.queue = q.queue AND j.tenant > coalesce(w.tenant, '')
-              AND j.run_after <= (SELECT ts FROM n)
-              AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[]))
-            ORDER BY j.tenant, j.priority DESC, j.run_after, j.id
+        SELECT min(h.reached) AS tenant,
+               array_agg(h.queue) FILTER (WHERE h.tenant IS NOT NULL) AS hq,
+               array_agg(h.tenant) FILTER (WHERE h.tenant IS NOT NULL) AS ht,
+               array_agg(h.priority) FILTER (WHERE h.tenant IS NOT NULL) AS hp,
+               array_agg(h.run_after) FILTER (WHERE h.tenant IS NOT NULL) AS hr,
+               array_agg(h.id) FILTER (WHERE h.tenant IS NOT NULL) AS hi
+        FROM q
+        LEFT JOIN LATERAL (
+            SELECT k.tenant, k.priority, k.run_after FROM hint AS k
+            WHERE k.queue = q.queue AND k.tenant > coalesce(w.tenant, '')
+            ORDER BY k.tenant
             LIMIT 1
+        ) AS k ON true
+        CROSS JOIN LATERAL (
+            SELECT q.queue, f.tenant, f.priority, f.run_after, f.id, coalesce(f.tenant, k.tenant) AS reached
+            FROM (SELECT 1) AS one
+            LEFT JOIN LATERAL (
+                (SELECT j.tenant, j.priority, j.run_after, j.id
+                 FROM jobs AS j
+                 WHERE j.state = 'queued' AND j.run_after < '9999-12-31 00:00:00+00'::timestamptz AND j.run_after <= (SELECT ts FROM n)
+AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[])) AND j.queue = q.queue AND j.tenant > coalesce(w.tenant, '')
+                   AND j.tenant < k.tenant
+                 ORDER BY j.tenant, j.priority DESC, j.run_after, j.id
+                 LIMIT 1)
+                UNION ALL
+                (SELECT j.tenant, j.priority, j.run_after, j.id
+                 FROM jobs AS j
+                 WHERE j.state = 'queued' AND j.run_after < '9999-12-31 00:00:00+00'::timestamptz AND j.run_after <= (SELECT ts FROM n)
+AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[])) AND j.queue = q.queue AND j.tenant > coalesce(w.tenant, '')
+                   AND k.tenant IS NULL
+                 ORDER BY j.tenant, j.priority DESC, j.run_after, j.id
+                 LIMIT 1)
+                UNION ALL
+                (SELECT j.tenant, j.priority, j.run_after, j.id
+                 FROM jobs AS j
+                 WHERE j.state = 'queued' AND j.run_after < '9999-12-31 00:00:00+00'::timestamptz AND j.run_after <= (SELECT ts FROM n)
+AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[])) AND j.queue = q.queue AND j.tenant = k.tenant AND j.priority > k.priority
+                 ORDER BY j.priority DESC, j.run_after, j.id
+                 LIMIT 1)
+                UNION ALL
+                (SELECT j.tenant, j.priority, j.run_after, j.id
+                 FROM jobs AS j
+                 WHERE j.state = 'queued' AND j.run_after < '9999-12-31 00:00:00+00'::timestamptz AND j.run_after <= (SELECT ts FROM n)
+AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[])) AND j.queue = q.queue AND j.tenant = k.tenant AND j.priority = k.priority
+                   AND j.run_after >= k.run_after
+                 ORDER BY j.run_after, j.id
+                 LIMIT 1)
+                UNION ALL
+                (SELECT j.tenant, j.priority, j.run_after, j.id
+                 FROM jobs AS j
+                 WHERE j.state = 'queued' AND j.run_after < '9999-12-31 00:00:00+00'::timestamptz AND j.run_after <= (SELECT ts FROM n)
+AND ((SELECT kinds FROM n) IS NULL OR j.kind = ANY((SELECT kinds FROM n)::text[])) AND j.queue = q.queue AND j.tenant = k.tenant AND j.priority < k.priority
+                 ORDER BY j.priority DESC, j.run_after, j.id
+                 LIMIT 1)
+                ORDER BY 1, 2 DESC, 3, 4
+                LIMIT 1
+            ) AS f ON true
         ) AS h
+        WHERE h.reached IS NOT NULL
     ) AS nxt
     WHERE (w.tenant IS NULL AND w.lap = 0) OR (w.tenant IS NOT NULL AND (w.lap = 0 OR w.tenant < (SELECT cursor FROM n)))
 ),
@@ -37,7 +89,7 @@ tenants AS (
                          WHERE c.scope = 'tenant:' || w.tenant),
                         CASE WHEN EXISTS (SELECT 1 FROM limits AS d WHERE d.scope = 'tenant:*' AND (d.concurrency IS NOT NULL OR d.rate IS NOT NULL)) THEN 0 END) AS room
         FROM walk AS w
-        WHERE NOT w.first AND w.tenant IS NOT NULL AND (w.lap = 0 OR w.tenant <= (SELECT cursor FROM n))
+        WHERE NOT w.first AND w.tenant = ANY(w.ht) AND (w.lap = 0 OR w.tenant <= (SELECT cursor FROM n))
     ) AS w
     WHERE w.room IS NULL OR w.room > 0
     LIMIT (SELECT visit FROM n)
@@ -182,7 +234,8 @@ claimed AS (
     FROM admitted, n
     WHERE j.id = admitted.id
     RETURNING j.id, j.kind, j.queue, j.tenant, j.concurrency_key, j.payload, j.checkpoint, j.done, j.total, j.items_ok, j.items_failed,
-              j.attempts, j.claims, j.max_attempts, j.lease_expires_at, j.run_after, n.ts AS started_at, CASE WHEN %(notify)s THEN pg_notify('jobq_job_changes', j.id::text) END AS notified
+              j.attempts, j.claims, j.max_attempts, j.lease_expires_at, j.run_after, j.priority, n.ts AS started_at,
+              CASE WHEN %(notify)s THEN pg_notify('jobq_job_changes', j.id::text) END AS notified
 ),
 counted AS (
     UPDATE scope_counters AS c

@@ -1,0 +1,98 @@
+"""Where each line of claimable jobs begins: the claim's hints, so a pinned xmin horizon
+cannot make every claim read the line's dead entries (issue 27).
+
+Every job a claim takes leaves its queued row version in ``ix_jobs_claimable`` until no
+snapshot can see it. Behind a session idle in transaction, that is every job claimed since it
+began: the oldest keys of each (queue, tenant) line, which the claim's walk passed once per
+claim, a heap visit each, to reach the first job still due (5,713 of a claim's 6,285 buffers
+after 240 s pinned at 800 jobs/s: docs/PERFORMANCE.md, "bloat").
+
+So the store remembers, per line, the key of the first job its last claims took there (the
+line's head then), less ``MARGIN_SECONDS`` of run_after, and the next claim's walk starts that
+line's probe there (sql/claim.sql, ``walk``). Its higher priorities are read whole, so a job
+of higher priority is never passed over; within the hinted priority, a job below the hint is.
+
+What that gives up, and its bound: a job that becomes due with a key below the hint, at the
+hinted priority, waits until the next full walk, at most ``FULL_WALK_SECONDS``. Such a job is
+one whose run_after lies more than the margin before the line's head when it is written: an
+enqueue that commits more than the margin after its statement began, a ``run_at`` in the past
+(the API takes one), a job whose lease expired (it keeps its run_after), a claim of another
+worker rolled back. Everything else enters at the line's end: enqueues, retries (now +
+backoff), releases by parents and by graceful shutdown, replays (now). Fairness between
+tenants and every limit are decided as before, on the heads the walk finds.
+
+A full walk (no hints) every ``FULL_WALK_SECONDS`` finds every such job and starts the hints
+afresh, from what that claim took; a line none of this worker's claims took from since has no
+hint and is walked whole. The hints are this process's own: nothing is shared or written.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+FULL_WALK_SECONDS = 1.0
+"""At least this often a claim walks every line from its start (and finds a job the hints passed)."""
+
+MARGIN_SECONDS = 1.0
+"""A hint starts this far (in run_after) before the head it was learned from, so an enqueue
+that committed up to this long after its statement began is still seen at once."""
+
+
+NO_HINTS: Mapping[str, list[Any]] = {
+    "hint_queues": [],
+    "hint_tenants": [],
+    "hint_priorities": [],
+    "hint_run_afters": [],
+}
+"""CLAIM_JOBS's hint parameters for a full walk."""
+
+
+@dataclass(frozen=True)
+class Hint:
+    priority: int
+    run_after: datetime
+
+
+class LineHeads:
+    """The hints of one store's claims: learned from the jobs each claim took, dropped at each
+    full walk. Safe across threads (the worker's claimer and finisher both claim)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._hints: dict[tuple[str, str], Hint] = {}
+        self._walked_at: float | None = None  # the last full walk's start
+
+    def params(self) -> dict[str, Any]:
+        """The hint arrays for the next claim: empty (a full walk) when one is due."""
+        with self._lock:
+            now = self._clock()
+            if self._walked_at is None or now - self._walked_at >= FULL_WALK_SECONDS:
+                self._walked_at = now
+                self._hints.clear()
+            lines = sorted(self._hints.items())
+        return {
+            "hint_queues": [queue for (queue, _tenant), _hint in lines],
+            "hint_tenants": [tenant for (_queue, tenant), _hint in lines],
+            "hint_priorities": [hint.priority for _line, hint in lines],
+            "hint_run_afters": [hint.run_after for _line, hint in lines],
+        }
+
+    def learn(self, claimed: Iterable[Mapping[str, Any]]) -> None:
+        """Each line's head among the jobs a claim took (the highest priority, then the earliest
+        run_after), as its hint, less the margin."""
+        heads: dict[tuple[str, str], Hint] = {}
+        for row in claimed:
+            line = (row["queue"], row["tenant"])
+            hint = Hint(row["priority"], row["run_after"] - timedelta(seconds=MARGIN_SECONDS))
+            best = heads.get(line)
+            if best is None or (-hint.priority, hint.run_after) < (-best.priority, best.run_after):
+                heads[line] = hint
+        if heads:
+            with self._lock:
+                self._hints.update(heads)

@@ -1,0 +1,102 @@
+"""Claims between full walks (PostgreSQL's line hints, service.store.postgres.heads) take what
+a full walk would, with one bounded exception; SQLite walks in full every time, and the same
+tests hold there."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+
+from service.store.postgres.heads import FULL_WALK_SECONDS, MARGIN_SECONDS, LineHeads
+from tests.conftest import FakeClock
+from tests.store.builders import LEASE_SECONDS, claim_one, new_job
+
+
+def test_a_higher_priority_job_enqueued_after_a_claim_is_taken_by_the_next_claim(store):
+    store.enqueue_many([new_job("routine") for _ in range(5)])
+    claim_one(store)  # its line's hint: priority 0
+
+    urgent = store.enqueue(new_job("urgent", priority=9))
+
+    assert claim_one(store).id == urgent.id
+
+
+def test_a_new_tenant_is_seen_by_the_next_claim_beside_a_hinted_one(store):
+    store.enqueue_many([new_job(tenant="acme") for _ in range(5)])
+    claim_one(store)  # a hint for acme's line
+
+    newcomer = store.enqueue(new_job(tenant="zeta"))
+    before = store.enqueue(new_job(tenant="abc"))  # sorts before acme
+
+    claimed = {job.id for job in store.claim("worker-a", ["default"], 10, LEASE_SECONDS)}
+    assert {newcomer.id, before.id} <= claimed
+
+
+def test_jobs_enqueued_one_after_another_are_all_claimed_in_order(store, clock: FakeClock):
+    taken = []
+    for n in range(5):
+        job = store.enqueue(new_job(payload={"n": n}))
+        clock.advance(0.01)
+        taken.append((job.id, claim_one(store).id))
+    assert all(enqueued == claimed for enqueued, claimed in taken)
+
+
+def test_a_job_due_long_before_the_lines_head_is_claimed_within_the_full_walk_period(store, clock: FakeClock):
+    # A run_after an hour before the line's head lies below the hint the last claim left: a
+    # claim between full walks may pass it by, the next full walk takes it.
+    store.enqueue_many([new_job("routine") for _ in range(50)])
+    claim_one(store)
+    late = store.enqueue(new_job("backdated", run_after=clock.now() - timedelta(hours=1)))
+
+    started = time.monotonic()
+    while not any(job.id == late.id for job in store.claim("worker-a", ["default"], 1, LEASE_SECONDS)):
+        assert time.monotonic() - started < FULL_WALK_SECONDS + 1.0, "the backdated job was not claimed"
+        time.sleep(0.05)
+
+
+# -- the hints themselves ----------------------------------------------------------------------
+
+
+class Ticks:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def claimed_row(tenant: str, priority: int, run_after: datetime) -> dict[str, object]:
+    return {"queue": "default", "tenant": tenant, "priority": priority, "run_after": run_after}
+
+
+def test_the_first_claim_and_one_every_full_walk_period_walk_every_line():
+    ticks = Ticks()
+    heads = LineHeads(clock=ticks)
+    at = datetime(2030, 1, 1, tzinfo=UTC)
+
+    assert heads.params()["hint_tenants"] == []
+    heads.learn([claimed_row("acme", 0, at)])
+    assert heads.params()["hint_tenants"] == ["acme"]
+    ticks.now += FULL_WALK_SECONDS
+    assert heads.params()["hint_tenants"] == []  # a full walk, and the hints start afresh
+    assert heads.params()["hint_tenants"] == []
+
+
+def test_a_lines_hint_is_its_highest_priority_earliest_job_less_the_margin():
+    heads = LineHeads(clock=Ticks())
+    at = datetime(2030, 1, 1, tzinfo=UTC)
+    heads.params()
+
+    heads.learn(
+        [
+            claimed_row("acme", 0, at - timedelta(hours=1)),
+            claimed_row("acme", 5, at + timedelta(seconds=3)),
+            claimed_row("acme", 5, at),
+            claimed_row("zeta", 0, at),
+        ]
+    )
+
+    params = heads.params()
+    assert params["hint_tenants"] == ["acme", "zeta"]
+    assert params["hint_priorities"] == [5, 0]
+    assert params["hint_run_afters"] == [at - timedelta(seconds=MARGIN_SECONDS)] * 2
