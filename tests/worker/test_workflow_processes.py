@@ -28,8 +28,10 @@ LEAVES = 1_000
 22, 18 and 26 s at load 8-12; 63 and 94 s when their load rose past 13. Most of a run is the
 kills' cost, not the leaves': one worker of three is always starting again (3-10 s under load),
 and each kill strands its 8 jobs for a lease. 500 leaves took 18-32 s: the fallback if this runs
-long in CI. SQLite: see SQLITE_MEASURED."""
+long in CI. SQLite (one file, the three processes' writes taking turns): 14, 16, 17, 14 and 15 s
+(6-7 kills, 27-32 attempts cut short by them) at load 3-6, beside PostgreSQL's 15 s in the same run."""
 LINKS = 1_000
+"""The issue's size, on both stores: 3-8 s on SQLite, 7 s on PostgreSQL at load 3-6."""
 
 
 def marker_lines(directory: Path, name: str) -> list[dict[str, Any]]:
@@ -64,6 +66,7 @@ def test_fan_out_then_fan_in_under_sigkill_runs_the_last_job_once_after_every_le
         store_fleet.start(*args)
 
     assert kills >= 1
+    assert db.count("job_attempts", "outcome = 'lease_expired'") >= 1, "no kill ever hit a running job"
     assert db.count("jobs", "kind = 'leaf'") == LEAVES  # the fan-out's children were written once
     assert db.count("jobs", "kind = 'fan_in'") == 1
     assert db.count("jobs", "kind = 'leaf' AND state = 'succeeded'") == LEAVES
@@ -181,8 +184,7 @@ def test_a_permanent_failure_cancels_the_workflow_below_it_and_a_replay_complete
     wait_until(lambda: db.count("jobs", "state = 'succeeded'") == 4, 60, what="the replayed workflow to complete")
 
     assert_each_link_ran_once_after_its_parent(db, [one.id, two.id, three.id])
-    assert db.one("SELECT min(started_at) AS s_at FROM job_attempts WHERE job_id = %(id)s", id=one.id)["s_at"] >= (
-        db.job(gated.id)["finished_at"]
-    )
+    first_start = db.scalar("SELECT min(started_at) AS first_at FROM job_attempts WHERE job_id = %(id)s", id=one.id)
+    assert first_start >= db.job(gated.id)["finished_at"]  # link 1 after the replayed gated succeeded
     seen = {m["n"]: m["parent"] for m in marker_lines(tmp_path, "link")}
     assert seen == {1: [{"gate": "open"}], 2: [{"n": 1}], 3: [{"n": 1}, {"n": 2}]}
