@@ -14,7 +14,8 @@ SELECT id, tenant, state, cancelled_by FROM jobs WHERE id IN (SELECT value FROM 
 
 -- name: bump_parents
 -- Those still queued or running: their dependents_version grows, so that their completions
--- look for children (release_children). A finished one is left alone (invariant 5).
+-- look for children (release_children). A finished one is left alone (invariant 5). Also the
+-- parents a replay's re-armed jobs wait for again (rearm_dependents), queued by then.
 UPDATE jobs SET dependents_version = dependents_version + 1
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('queued', 'running')
 
