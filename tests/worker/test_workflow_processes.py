@@ -29,10 +29,10 @@ LEAVES = 1_000
 kills' cost, not the leaves': one worker of three is always starting again (3-10 s under load),
 and each kill strands its 8 jobs for a lease. 500 leaves took 18-32 s: the fallback if this runs
 long in CI. SQLite (one file, the three processes' writes taking turns): 14-17 s in 7 runs
-(6-7 kills, 27-32 attempts cut short by them) at load 2-6, beside PostgreSQL's 15-24 s in the
+(6-7 kills, 27-32 attempts cut short by them) at load 2-6, beside PostgreSQL's 15-33 s in the
 same runs: the issue's size on both."""
 LINKS = 1_000
-"""The issue's size, on both stores: 3-8 s on SQLite, 7-24 s on PostgreSQL at load 2-6."""
+"""The issue's size, on both stores: 3-8 s on SQLite, 7-24 s on PostgreSQL at load 2-6 (7 runs each)."""
 
 
 def marker_lines(directory: Path, name: str) -> list[dict[str, Any]]:
