@@ -29,6 +29,13 @@ def run_to_success(store: Store, job_id: uuid.UUID, result: object = "ok") -> No
     store.complete(job.lease, result)  # type: ignore[arg-type]
 
 
+def known_postgres_gap(request: pytest.FixtureRequest, reason: str) -> None:
+    """This test's PostgreSQL variant is expected to fail (strictly: it says so once it passes):
+    a gap fixed on SQLite whose PostgreSQL statements are being changed elsewhere."""
+    if request.node.callspec.params["store_url"] == "postgres":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=f"{reason} (fixed on SQLite)"))
+
+
 # -- waiting and release ---------------------------------------------------------------------
 
 
@@ -492,4 +499,75 @@ def test_replaying_a_failed_parent_makes_a_run_anyway_child_that_has_not_started
     assert store.get(child.id).parents_pending == 2  # the replayed parent runs again: it waits for it
     store.complete(jobs[other.id].lease, "ok")
     run_to_success(store, parent.id)
+    assert claimable(store) == {child.id}
+
+
+def test_replaying_a_failed_grandparent_makes_a_run_anyway_child_of_a_rearmed_job_wait_again(
+    store: Store, request: pytest.FixtureRequest
+):
+    """parent -> middle (cancel) -> child ('run'): the parent's failure cancels the middle job,
+    which releases the child (its only parent ended); replaying the parent re-arms the middle
+    job, and the child, not started yet, waits for it again like a 'run' child of the replayed
+    job itself. Found by the stateful test on SQLite (a queued job counting 0 unfinished parents
+    while its re-armed parent was queued: claimable before its parent ran)."""
+    known_postgres_gap(
+        request,
+        "PostgreSQL's rearm_candidates takes the queued children of the replayed jobs only, not of the jobs it re-arms",
+    )
+    parent, middle, child = store.enqueue_many(
+        [new_job(), new_job(depends_on=(0,)), new_job(depends_on=(1,), on_parent_failure="run")]
+    )
+    fail_job(store, claim_one(store), "boom", retryable=False)
+    assert store.get(middle.id).state is JobState.CANCELLED
+    assert store.get(child.id).parents_pending == 0  # released: it would run anyway
+
+    store.replay(ReplayFilter(ids=(parent.id,)), by="ops")
+
+    assert (store.get(middle.id).state, store.get(middle.id).parents_pending) == (JobState.QUEUED, 1)
+    assert (store.get(child.id).state, store.get(child.id).parents_pending) == (JobState.QUEUED, 1)
+    run_to_success(store, parent.id)
+    assert claimable(store) == {middle.id}  # not the child: its parent has not run
+
+
+def test_a_child_born_cancelled_under_a_cancelled_parent_is_released_by_it_after_a_replay(
+    store: Store, request: pytest.FixtureRequest
+):
+    """parent -> middle; the parent fails for good, cancelling the middle job; a child of the
+    middle job submitted then is born cancelled. Replaying the parent re-arms both, and the
+    middle job's success releases the child: its completion must look for children although it
+    had none when it was submitted (the child's enqueue found it cancelled, and left it alone)."""
+    known_postgres_gap(
+        request,
+        "PostgreSQL's rearm_candidates bumps dependents_version of the parents outside its candidates only: "
+        "a re-armed middle job's completion does not look for the child submitted while it was cancelled",
+    )
+    parent, middle = store.enqueue_many([new_job(), new_job(depends_on=(0,))])
+    fail_job(store, claim_one(store), "boom", retryable=False)
+    late = store.enqueue(new_job(depends_on=(middle.id,)))
+    assert late.state is JobState.CANCELLED
+
+    store.replay(ReplayFilter(ids=(parent.id,)), by="ops")
+    run_to_success(store, parent.id)
+    run_to_success(store, middle.id)
+
+    assert store.get(late.id).parents_pending == 0
+    assert claimable(store) == {late.id}
+
+
+def test_a_replayed_parent_that_was_cancelled_before_its_child_was_submitted_releases_it(store: Store):
+    """A child ('run') submitted under a parent already cancelled, cancelled and replayed itself
+    (by id: due, its parent ended); then the parent is replayed: the child waits for it again,
+    and the parent's success must release it (the child's enqueue found the parent cancelled, and
+    left it alone), and its second cancellation likewise."""
+    parent = store.enqueue(new_job())
+    store.cancel(parent.id)
+    child = store.enqueue(new_job(depends_on=(parent.id,), on_parent_failure="run"))
+    store.cancel(child.id)
+    store.replay(ReplayFilter(ids=(child.id,), include_cancelled=True), by="ops")
+    store.replay(ReplayFilter(ids=(parent.id,), include_cancelled=True), by="ops")
+    assert store.get(child.id).parents_pending == 1  # waits for the replayed parent
+
+    store.cancel(parent.id)
+
+    assert store.get(child.id).parents_pending == 0  # 'run': its parent's end releases it
     assert claimable(store) == {child.id}

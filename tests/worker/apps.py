@@ -197,3 +197,12 @@ def parenting(ctx: JobContext) -> dict[str, Any]:
     if ctx.attempt == 1:
         time.sleep(float(ctx.payload.get("seconds", 0)))
     return {"attempt": ctx.attempt}
+
+
+@app.handler("gated")
+def gated(ctx: JobContext) -> dict[str, Any]:
+    """Fail while the file ``gate`` does not exist, succeed once it does (a parent the test
+    makes fail for good, then replays)."""
+    if not Path(ctx.payload["gate"]).exists():
+        raise RuntimeError("the gate is closed")
+    return {"gate": "open"}

@@ -86,8 +86,10 @@ def rearm_dependents(conn: sqlite3.Connection, now: str, ids: Sequence[uuid.UUID
         return []
     rows = {row["id"]: row for row in conn.execute(REARM_CANDIDATES, {"ids": json.dumps([str(i) for i in ids])})}
     candidates = []
+    parents_by_job: dict[uuid.UUID, list[str]] = {}
     for job_id, row in rows.items():
         parents = conn.execute(PARENTS_OF, {"id": job_id}).fetchall()
+        parents_by_job[uuid.UUID(job_id)] = [p["id"] for p in parents]
         candidates.append(
             RearmCandidate(
                 id=uuid.UUID(job_id),
@@ -119,6 +121,11 @@ def rearm_dependents(conn: sqlite3.Connection, now: str, ids: Sequence[uuid.UUID
                     "attempts": row["attempts"],
                 },
             )
+    # The parents the re-armed jobs wait for, as an enqueue's: their completion (or end) must look
+    # for children, which it does only with dependents_version moved; a parent that was cancelled or
+    # failed when a child was submitted under it, then replayed or re-armed here, never was.
+    waited_for = sorted({parent for job_id in chosen for parent in parents_by_job[job_id]})
+    conn.execute(BUMP_PARENTS, {"ids": json.dumps(waited_for)})
     return sorted(chosen)
 
 

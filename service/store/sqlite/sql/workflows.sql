@@ -14,7 +14,8 @@ SELECT id, tenant, state, cancelled_by FROM jobs WHERE id IN (SELECT value FROM 
 
 -- name: bump_parents
 -- Those still queued or running: their dependents_version grows, so that their completions
--- look for children (release_children). A finished one is left alone (invariant 5).
+-- look for children (release_children). A finished one is left alone (invariant 5). Also the
+-- parents a replay's re-armed jobs wait for again (rearm_dependents), queued by then.
 UPDATE jobs SET dependents_version = dependents_version + 1
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('queued', 'running')
 
@@ -97,11 +98,16 @@ SET parents_pending = parents_pending - (SELECT met FROM r WHERE r.child = jobs.
 WHERE id IN (SELECT child FROM r) AND state = 'queued' AND on_parent_failure = 'run' AND parents_pending > 0
 
 -- name: rearm_candidates
--- Replay: the jobs the replayed jobs' failure cancelled, and replayed jobs with parents.
+-- Replay: the jobs the replayed jobs' failure cancelled, replayed jobs with parents, and the
+-- queued children of both (a 'run' child released by its parent's end waits for it again, when
+-- the parent is replayed or re-armed: a queued job counts exactly its unfinished parents).
+WITH replayed AS (SELECT value AS id FROM json_each(:ids)),
+cancelled AS (SELECT id FROM jobs WHERE cancelled_by IN (SELECT id FROM replayed) AND state = 'cancelled')
 SELECT id, state, error, attempts, on_parent_failure, cancelled_by, tenant FROM jobs
-WHERE (cancelled_by IN (SELECT value FROM json_each(:ids)) AND state = 'cancelled')
-   OR (id IN (SELECT value FROM json_each(:ids)) AND parents_total > 0 AND state = 'queued')
-   OR (state = 'queued' AND id IN (SELECT child FROM job_edges WHERE parent IN (SELECT value FROM json_each(:ids))))
+WHERE id IN (SELECT id FROM cancelled)
+   OR (id IN (SELECT id FROM replayed) AND parents_total > 0 AND state = 'queued')
+   OR (state = 'queued'
+       AND id IN (SELECT child FROM job_edges WHERE parent IN (SELECT id FROM replayed UNION ALL SELECT id FROM cancelled)))
 
 -- name: parents_of
 -- A job's parents and their states (re-arming counts them afresh), each with the job whose
