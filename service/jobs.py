@@ -276,6 +276,7 @@ class JobStatus:
     items_failed: int = 0
     parents_total: int = 0  # workflows: the job's parents, and those not yet settled (it waits for them)
     parents_pending: int = 0
+    workflow_id: uuid.UUID | None = None  # the workflow it belongs to (None: an independent job)
 
     @property
     def current_error(self) -> str | None:

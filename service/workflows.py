@@ -54,6 +54,7 @@ class StoredParent:
     tenant: str
     state: JobState
     cancelled_by: uuid.UUID | None
+    workflow_id: uuid.UUID | None = None  # None: it was an independent job until now
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,82 @@ def wire(jobs: Sequence[NewJob], ids: Sequence[uuid.UUID], stored: Mapping[uuid.
     return [replace(wiring, has_children=True) if i in named else wiring for i, wiring in enumerate(wirings)]
 
 
+@dataclass(frozen=True)
+class WorkflowIds:
+    """What an enqueue with dependencies writes of workflows: each new job's workflow (batch order,
+    None for a job that is neither a parent nor a child), and the stored jobs that had none and
+    join one now (the parents and the enqueuing job, their rows locked by the same transaction)."""
+
+    jobs: list[uuid.UUID | None]
+    joined: dict[uuid.UUID, uuid.UUID]
+
+
+def workflow_ids(
+    jobs: Sequence[NewJob],
+    ids: Sequence[uuid.UUID],
+    stored: Mapping[uuid.UUID, StoredParent],
+    spawner: uuid.UUID | None = None,
+) -> WorkflowIds:
+    """Which workflow each job of a batch belongs to (``jobs.workflow_id``), the rule of both stores.
+
+    The jobs linked by the batch's edges, by stored parents and by the job whose handler enqueued
+    them (``spawner``: its follow-ups are part of its workflow, with or without dependencies) form
+    one workflow. Its id is an existing workflow's when a stored job of it has one; else the id of
+    its first job, a root: a stored parent (the smallest id, each such one was an independent job
+    until now) or the batch's first job of it (which no earlier job of the batch precedes). A stored
+    job without one joins it (``joined``): the first time a job is named as a parent, it becomes
+    its workflow's root. A job linked to nothing keeps None: independent jobs cost nothing.
+
+    Why the smallest id when a batch links jobs of several existing workflows (a fan-in over
+    workflows submitted apart): ids are time-ordered, so it is the workflow that started first,
+    and the answer does not depend on the order the parents were named, nor on the store. The
+    other workflows are not merged into it (that would rewrite every job of theirs): their
+    progress does not count the new jobs. Call with ``stored`` from :func:`wire`'s checks (every
+    parent named is there, and the spawner when given)."""
+    roots: dict[uuid.UUID, uuid.UUID] = {}
+
+    def find(node: uuid.UUID) -> uuid.UUID:
+        while roots.setdefault(node, node) != node:
+            roots[node] = roots[roots[node]]  # path halving: each find shortens the chain
+            node = roots[node]
+        return node
+
+    def link(a: uuid.UUID, b: uuid.UUID) -> None:
+        roots[find(a)] = find(b)
+
+    for job, job_id in zip(jobs, ids, strict=True):
+        find(job_id)
+        for ref in job.depends_on:
+            link(job_id, ids[ref] if isinstance(ref, int) else ref)
+        if spawner is not None:
+            link(job_id, spawner)
+    members: dict[uuid.UUID, list[uuid.UUID]] = {}
+    for node in roots:
+        members.setdefault(find(node), []).append(node)
+    chosen: dict[uuid.UUID, uuid.UUID | None] = {}
+    position = {job_id: index for index, job_id in enumerate(ids)}
+    for component, nodes in members.items():
+        if len(nodes) == 1:
+            chosen[component] = None  # a batch job linked to nothing
+            continue
+        olds = [node for node in nodes if node not in position]
+        existing = [workflow for node in olds if (workflow := stored[node].workflow_id) is not None]
+        if existing:
+            chosen[component] = min(existing)
+        elif olds:
+            chosen[component] = min(olds)
+        else:
+            chosen[component] = min(nodes, key=position.__getitem__)
+    joined = {
+        node: workflow
+        for node in roots
+        if node not in position and stored[node].workflow_id is None
+        for workflow in [chosen[find(node)]]
+        if workflow is not None
+    }
+    return WorkflowIds([chosen[find(job_id)] for job_id in ids], joined)
+
+
 def children_refused(exc: JobNotFound) -> InvalidInput:
     """A handler's children (ctx.enqueue) that name a job that is not there (or another tenant's):
     the result is refused with them, as a result the database refuses (the job fails, saying so)."""
@@ -182,6 +259,37 @@ class Dependencies:
     children: list[Relative]
     parents_after: uuid.UUID | None
     children_after: uuid.UUID | None
+
+
+@dataclass(frozen=True)
+class WorkflowProgress:
+    """A workflow's jobs counted by state (``jobs.workflow_id``): "n of m done" from any of its jobs."""
+
+    workflow_id: uuid.UUID
+    queued: int  # waiting included
+    waiting: int  # queued, and waiting for parents
+    running: int
+    succeeded: int
+    failed: int
+    cancelled: int
+
+    @property
+    def total(self) -> int:
+        return self.queued + self.running + self.succeeded + self.failed + self.cancelled
+
+    @property
+    def done(self) -> int:
+        """The jobs that ended, however they ended: the workflow is over when done == total."""
+        return self.succeeded + self.failed + self.cancelled
+
+
+def workflow_progress(workflow_id: uuid.UUID, row: Mapping[str, Any] | None) -> WorkflowProgress:
+    """The counts of WORKFLOW_PROGRESS's row, for both stores."""
+    counts = {name: int((row or {}).get(name) or 0) for name in COUNTED}
+    return WorkflowProgress(workflow_id, **counts)
+
+
+COUNTED = ("queued", "waiting", "running", "succeeded", "failed", "cancelled")
 
 
 MAX_DEPENDENCIES_PAGE = 1_000

@@ -43,7 +43,7 @@ LIMIT :limit
     id, tenant, queue, kind, state, priority, attempts, max_attempts, done, total, error,
     cancel_requested, concurrency_key, idempotency_key, lease_owner, lease_expires_at,
     run_after, created_at, started_at, finished_at, updated_at, result_id, items_ok, items_failed,
-    parents_total, parents_pending, (state = 'running' AND lease_expires_at < {{now}}) AS stale
+    parents_total, parents_pending, workflow_id, (state = 'running' AND lease_expires_at < {{now}}) AS stale
 
 -- name: running_in_scope
 -- Running jobs in one scope that the caller may see (a tenant sees only its own ids).
