@@ -259,6 +259,7 @@ class Dependencies:
     children: list[Relative]
     parents_after: uuid.UUID | None
     children_after: uuid.UUID | None
+    workflow_id: uuid.UUID | None = None  # the job's workflow (None: an independent job)
 
 
 @dataclass(frozen=True)
@@ -396,10 +397,15 @@ def relatives(rows: Sequence[Mapping[str, Any]]) -> list[Relative]:
 
 
 def dependencies_page(
-    parents: Sequence[Mapping[str, Any]], children: Sequence[Mapping[str, Any]], limit: int
+    parents: Sequence[Mapping[str, Any]],
+    children: Sequence[Mapping[str, Any]],
+    limit: int,
+    workflow_id: object = None,
 ) -> Dependencies:
-    """A dependencies page from rows (id, kind, state) read one past ``limit``, for both stores."""
+    """A dependencies page from rows (id, kind, state) read one past ``limit``, for both stores;
+    ``workflow_id`` as the job's row holds it (a UUID, its text, or None)."""
     return Dependencies(
+        workflow_id=None if workflow_id is None else uuid.UUID(str(workflow_id)),
         parents=relatives(parents[:limit]),
         children=relatives(children[:limit]),
         parents_after=uuid.UUID(str(parents[limit - 1]["id"])) if len(parents) > limit else None,

@@ -182,10 +182,10 @@ class Workflows(Connected):
         children_after: uuid.UUID | None = None,
     ) -> Dependencies:
         check_page(limit)
-        checks.found(self._fetchone(GET_JOB, self._params(job_id=job_id, tenant=tenant)), job_id)
+        job = checks.found(self._fetchone(GET_JOB, self._params(job_id=job_id, tenant=tenant)), job_id)
         parents = self._fetchall(JOB_PARENTS, self._params(job_id=job_id, after=parents_after, limit=limit + 1))
         children = self._fetchall(JOB_CHILDREN, self._params(job_id=job_id, after=children_after, limit=limit + 1))
-        return dependencies_page(parents, children, limit)
+        return dependencies_page(parents, children, limit, job["workflow_id"])
 
     def workflow_progress(self, workflow_id: uuid.UUID, tenant: str | None = None) -> WorkflowProgress:
         row = self._fetchone(WORKFLOW_PROGRESS, self._params(workflow_id=workflow_id, tenant=tenant))

@@ -153,14 +153,14 @@ class Workflows(Connected):
         check_page(limit)
         with self._read() as (conn, now):
             found = conn.execute(GET_JOB, {"job_id": str(job_id), "tenant": tenant, "now": now}).fetchone()
-            checks.found(found, job_id)
+            job = checks.found(found, job_id)
             parents = conn.execute(
                 JOB_PARENTS, {"job_id": str(job_id), "after": _text(parents_after), "limit": limit + 1}
             ).fetchall()
             children = conn.execute(
                 JOB_CHILDREN, {"job_id": str(job_id), "after": _text(children_after), "limit": limit + 1}
             ).fetchall()
-        return dependencies_page([dict(r) for r in parents], [dict(r) for r in children], limit)
+        return dependencies_page([dict(r) for r in parents], [dict(r) for r in children], limit, job["workflow_id"])
 
     def workflow_progress(self, workflow_id: uuid.UUID, tenant: str | None = None) -> WorkflowProgress:
         with self._read() as (conn, _now):
