@@ -353,6 +353,7 @@ class JobQuery:
     concurrency_key: str | None = None
     error_text: str | None = None  # in the last error of a job that shows one (not a succeeded job's)
     before_id: uuid.UUID | None = None  # the page newer than this id (the first of the next page): "previous"
+    workflow_id: uuid.UUID | None = None  # one workflow's jobs (JobStatus.workflow_id)
 
 
 @dataclass(frozen=True)

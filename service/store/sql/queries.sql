@@ -205,6 +205,30 @@ FROM (
     SELECT {{search_columns}} FROM jobs WHERE concurrency_key = :concurrency_key ORDER BY id DESC LIMIT :limit
 ) AS walked
 
+-- name: list_jobs_by_workflow
+-- The jobs of one workflow, every state, newest first, through ix_jobs_workflow_id_id (migration
+-- 0015): the console's link from a job's page to its whole workflow.
+SELECT {{status_columns}}
+FROM jobs
+WHERE workflow_id = :workflow_id
+{{job_filters}}
+{{job_page(DESC)}}
+
+-- name: list_jobs_by_workflow_newer
+-- The page before (newer than :before_id) of list_jobs_by_workflow.
+SELECT {{status_columns}}
+FROM jobs
+WHERE workflow_id = :workflow_id
+{{job_filters}}
+{{job_page(ASC)}}
+
+-- name: count_jobs_by_workflow
+-- How many jobs of the workflow match, reading at most :limit of its index (see count_jobs).
+SELECT count(*) FILTER (WHERE true {{job_filters}}) AS n, count(*) AS read
+FROM (
+    SELECT {{search_columns}} FROM jobs WHERE workflow_id = :workflow_id ORDER BY id DESC LIMIT :limit
+) AS walked
+
 -- fragment: search_columns
 -- What job_filters reads of a row: a count walks only these.
-id, tenant, state, kind, queue, created_at, idempotency_key, concurrency_key, error
+id, tenant, state, kind, queue, created_at, idempotency_key, concurrency_key, error, workflow_id
