@@ -41,6 +41,12 @@ Id = sa.Uuid().with_variant(sa.String(36), "sqlite")
 WORKFLOW_INDEX = "ix_jobs_workflow_id_id"
 IN_A_WORKFLOW = "workflow_id IS NOT NULL"
 WORKFLOW_COLUMN = ",\n       j.workflow_id"
+# Whether deploy/analysts.sql's role may read job_history (CASE: no privilege check for a role
+# that does not exist, which would be an error).
+ANALYSTS_READ_IT = """
+SELECT CASE WHEN EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'jobq_analyst')
+            THEN has_table_privilege('jobq_analyst', 'job_history', 'SELECT') ELSE false END
+"""
 
 
 def _seconds(dialect: str, later: str, earlier: str) -> str:
@@ -94,10 +100,7 @@ def _replace_job_history(dialect: str, workflow: bool) -> None:
         op.execute(_job_history(dialect, workflow))  # appends a column: the grants stay
         return
     # PostgreSQL cannot drop a view's column in place; the role's grant is given again after it.
-    granted = dialect == "postgresql" and op.get_bind().exec_driver_sql(
-        "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'jobq_analyst') "
-        "AND has_table_privilege('jobq_analyst', 'job_history', 'SELECT')"
-    ).scalar()
+    granted = dialect == "postgresql" and bool(op.get_bind().exec_driver_sql(ANALYSTS_READ_IT).scalar())
     op.execute("DROP VIEW IF EXISTS job_history")
     op.execute(_job_history(dialect, workflow).replace("CREATE OR REPLACE VIEW", "CREATE VIEW"))
     if granted:

@@ -303,7 +303,9 @@ def _search(fields: Mapping[str, str]) -> tuple[JobQuery, dict[str, str]]:
     try:
         workflow = uuid.UUID(given["workflow"]) if given["workflow"] else None
     except ValueError:
-        raise InvalidInput(f"workflow: not a workflow id (a job id, as a job's page links it): {given['workflow'][:40]!r}") from None
+        raise InvalidInput(
+            f"workflow: not a workflow id (a job id, as a job's page links it): {given['workflow'][:40]!r}"
+        ) from None
     query = JobQuery(
         tenant=given["tenant"] or None,
         state=JobState(state) if state else None,
