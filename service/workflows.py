@@ -177,48 +177,59 @@ def workflow_ids(
     other workflows are not merged into it (that would rewrite every job of theirs): their
     progress does not count the new jobs. Call with ``stored`` from :func:`wire`'s checks (every
     parent named is there, and the spawner when given)."""
-    roots: dict[uuid.UUID, uuid.UUID] = {}
+    # Union-find over the batch's positions, then the stored jobs it names (numbered after them).
+    olds: dict[uuid.UUID, int] = {}
+    up: list[int] = list(range(len(jobs)))
 
-    def find(node: uuid.UUID) -> uuid.UUID:
-        while roots.setdefault(node, node) != node:
-            roots[node] = roots[roots[node]]  # path halving: each find shortens the chain
-            node = roots[node]
+    def find(node: int) -> int:
+        while up[node] != node:
+            up[node] = up[up[node]]  # path halving: each find shortens the chain
+            node = up[node]
         return node
 
-    def link(a: uuid.UUID, b: uuid.UUID) -> None:
-        roots[find(a)] = find(b)
+    def node_of(ref: uuid.UUID | int) -> int:
+        if isinstance(ref, int):
+            return ref
+        if ref not in olds:
+            olds[ref] = len(up)
+            up.append(len(up))
+        return olds[ref]
 
-    for job, job_id in zip(jobs, ids, strict=True):
-        find(job_id)
+    for position, job in enumerate(jobs):
         for ref in job.depends_on:
-            link(job_id, ids[ref] if isinstance(ref, int) else ref)
+            up[find(position)] = find(node_of(ref))
         if spawner is not None:
-            link(job_id, spawner)
-    members: dict[uuid.UUID, list[uuid.UUID]] = {}
-    for node in roots:
-        members.setdefault(find(node), []).append(node)
-    chosen: dict[uuid.UUID, uuid.UUID | None] = {}
-    position = {job_id: index for index, job_id in enumerate(ids)}
-    for component, nodes in members.items():
-        if len(nodes) == 1:
-            chosen[component] = None  # a batch job linked to nothing
-            continue
-        olds = [node for node in nodes if node not in position]
-        existing = [workflow for node in olds if (workflow := stored[node].workflow_id) is not None]
-        if existing:
-            chosen[component] = min(existing)
-        elif olds:
-            chosen[component] = min(olds)
+            up[find(position)] = find(node_of(spawner))
+    linked = [False] * len(up)  # whether the component holds more than one job
+    first: dict[int, int] = {}  # component -> its first batch position
+    for position in range(len(jobs)):
+        component = find(position)
+        if component in first:
+            linked[component] = True
         else:
-            chosen[component] = min(nodes, key=position.__getitem__)
+            first[component] = position
+    existing: dict[int, uuid.UUID] = {}  # component -> the smallest workflow id of its stored jobs
+    lone: dict[int, uuid.UUID] = {}  # component -> the smallest id of its stored jobs without one
+    for old, node in olds.items():
+        component = find(node)
+        linked[component] = True
+        workflow = stored[old].workflow_id
+        if workflow is not None:
+            existing[component] = min(existing.get(component, workflow), workflow)
+        else:
+            lone[component] = min(lone.get(component, old), old)
+
+    def workflow_of(component: int) -> uuid.UUID | None:
+        if not linked[component]:
+            return None  # a batch job linked to nothing
+        return existing.get(component) or lone.get(component) or ids[first[component]]
+
     joined = {
-        node: workflow
-        for node in roots
-        if node not in position and stored[node].workflow_id is None
-        for workflow in [chosen[find(node)]]
-        if workflow is not None
+        old: workflow
+        for old, node in olds.items()
+        if stored[old].workflow_id is None and (workflow := workflow_of(find(node))) is not None
     }
-    return WorkflowIds([chosen[find(job_id)] for job_id in ids], joined)
+    return WorkflowIds([workflow_of(find(position)) for position in range(len(jobs))], joined)
 
 
 def children_refused(exc: JobNotFound) -> InvalidInput:

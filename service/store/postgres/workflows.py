@@ -101,7 +101,8 @@ class Workflows(Connected):
             self._params(
                 batch=dump_payload_batch(rows, [job.payload for job in jobs], self.max_payload_bytes),
                 edges=json.dumps(edges),
-                joined=json.dumps([{"id": str(j), "workflow_id": str(w)} for j, w in workflows.joined.items()]),
+                joined_ids=list(workflows.joined),
+                joined_workflows=list(workflows.joined.values()),
                 wake_queues=",".join(sorted({job.queue for job in jobs})),
             ),
         )

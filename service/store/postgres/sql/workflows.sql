@@ -70,10 +70,12 @@ input AS (
     CROSS JOIN n
 ),
 joined AS (
+    -- found by primary key (= ANY of an array: the planner knows its length), never by a scan
+    -- of jobs, whatever the statistics say; nothing at all for a batch that names none.
     UPDATE jobs AS j
     SET workflow_id = w.workflow_id
-    FROM jsonb_to_recordset(:joined::jsonb) AS w(id uuid, workflow_id uuid)
-    WHERE j.id = w.id AND j.workflow_id IS NULL
+    FROM unnest(:joined_ids::uuid[], :joined_workflows::uuid[]) AS w(id, workflow_id)
+    WHERE j.id = ANY(:joined_ids::uuid[]) AND j.id = w.id AND j.workflow_id IS NULL
 ),
 inserted AS (
     INSERT INTO jobs (id, tenant, queue, kind, payload, state, priority, attempts, max_attempts,
