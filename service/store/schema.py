@@ -95,7 +95,7 @@ jobs = sa.Table(
     sa.Column("dependents_version", sa.Integer, nullable=False, server_default="0"),
     # The job whose failure or cancellation cancelled this one; replaying it re-arms this one.
     sa.Column("cancelled_by", Id, nullable=True),
-    # The workflow the job belongs to (migration 0015, service.workflows.workflow_ids): the id of
+    # The workflow the job belongs to (migration 0016, service.workflows.workflow_ids): the id of
     # its root, set at enqueue on every job with parents or dependents (and on a job that
     # becomes a parent, at its children's enqueue); NULL on an independent job.
     sa.Column("workflow_id", Id, nullable=True),
@@ -171,7 +171,7 @@ jobs = sa.Table(
         postgresql_where=sa.text("cancelled_by IS NOT NULL"),
         sqlite_where=sa.text("cancelled_by IS NOT NULL"),
     ),
-    # One workflow's jobs (migration 0015): its progress counted, and its jobs newest first (the
+    # One workflow's jobs (migration 0016): its progress counted, and its jobs newest first (the
     # console's search). Only jobs of a workflow enter it: an independent job costs nothing.
     sa.Index(
         "ix_jobs_workflow_id_id",

@@ -211,16 +211,16 @@ def test_running_the_script_twice_grants_the_same(seeded: str):
     )
 
 
-def test_the_analyst_keeps_reading_job_history_across_migration_0015_down_and_up(
+def test_the_analyst_keeps_reading_job_history_across_migration_0016_down_and_up(
     postgres_server: PostgresServer, pg_template: str
 ):
-    """0015 appends workflow_id to job_history in place (the grant stays); its downgrade must
+    """0016 appends workflow_id to job_history in place (the grant stays); its downgrade must
     recreate the view, and gives the role's grant back."""
-    name = postgres_server.new_name("analysts_0015")
+    name = postgres_server.new_name("analysts_0016")
     url = postgres_server.create_database(name, template=pg_template)
     try:
         apply_role_script(url)
-        for step in (lambda: downgrade(url, "0014"), lambda: upgrade(url)):
+        for step in (lambda: downgrade(url, "0015"), lambda: upgrade(url)):
             step()
             with analyst_login(url) as (_name, conn):
                 assert conn.execute("SELECT count(*) FROM job_history").fetchone() == (0,)

@@ -86,7 +86,7 @@ def test_every_search_reads_an_index_for_its_pages_both_ways_and_its_capped_coun
         ):
             scans, shown = full_scans(db, statement, job_id, **filters, **given)
             assert not scans, f"{listing} {what} reads {scans} whole\n{shown}"
-            if listing in SEARCH_INDEXES:  # migrations 0014's and 0015's indexes are what these walk
+            if listing in SEARCH_INDEXES:  # migrations 0014's and 0016's indexes are what these walk
                 assert SEARCH_INDEXES[listing] in shown, f"{listing} {what}\n{shown}"
 
 

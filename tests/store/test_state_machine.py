@@ -514,7 +514,7 @@ def make_machine(store: Any, db: Database, clock: FakeClock) -> type[RuleBasedSt
                     now = jobs[job_id]
                     # One exception, not a change of state or outcome: a finished independent
                     # job named as a parent later becomes its workflow's root (workflow_id set
-                    # once, from NULL; migration 0015), so its workflow's progress counts it.
+                    # once, from NULL; migration 0016), so its workflow's progress counts it.
                     if was["workflow_id"] is None and now["workflow_id"] is not None:
                         was = {**was, "workflow_id": now["workflow_id"]}
                     assert now == was, f"terminal job {job_id} changed without a replay"

@@ -207,7 +207,7 @@ FROM (
 
 -- name: list_jobs_by_workflow
 -- The jobs of one workflow, every state, newest first, through ix_jobs_workflow_id_id (migration
--- 0015): the console's link from a job's page to its whole workflow.
+-- 0016): the console's link from a job's page to its whole workflow.
 SELECT {{status_columns}}
 FROM jobs
 WHERE workflow_id = :workflow_id
