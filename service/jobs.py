@@ -276,6 +276,7 @@ class JobStatus:
     items_failed: int = 0
     parents_total: int = 0  # workflows: the job's parents, and those not yet settled (it waits for them)
     parents_pending: int = 0
+    workflow_id: uuid.UUID | None = None  # the workflow it belongs to (None: an independent job)
 
     @property
     def current_error(self) -> str | None:
@@ -352,6 +353,7 @@ class JobQuery:
     concurrency_key: str | None = None
     error_text: str | None = None  # in the last error of a job that shows one (not a succeeded job's)
     before_id: uuid.UUID | None = None  # the page newer than this id (the first of the next page): "previous"
+    workflow_id: uuid.UUID | None = None  # one workflow's jobs (JobStatus.workflow_id)
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,11 @@ class JobOut(BaseModel):
         description="Parents not yet succeeded (or ended, with on_parent_failure 'run'): while above 0 the "
         "job is queued but not claimed; GET /v1/jobs/{job_id}/dependencies lists them."
     )
+    workflow_id: uuid.UUID | None = Field(
+        description="Workflows: the workflow the job belongs to (the id of its root job), shared by every "
+        "job linked to it by dependencies or enqueued by one of its handlers; null for an independent job. "
+        "GET /v1/jobs/{job_id}/dependencies counts its jobs by state."
+    )
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -75,6 +80,7 @@ class JobOut(BaseModel):
             cancel_requested=status.cancel_requested,
             parents_total=status.parents_total,
             parents_pending=status.parents_pending,
+            workflow_id=status.workflow_id,
             created_at=_utc(status.created_at),
             started_at=_utc(status.started_at),
             finished_at=_utc(status.finished_at),

@@ -54,6 +54,7 @@ class StoredParent:
     tenant: str
     state: JobState
     cancelled_by: uuid.UUID | None
+    workflow_id: uuid.UUID | None = None  # None: it was an independent job until now
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,93 @@ def wire(jobs: Sequence[NewJob], ids: Sequence[uuid.UUID], stored: Mapping[uuid.
     return [replace(wiring, has_children=True) if i in named else wiring for i, wiring in enumerate(wirings)]
 
 
+@dataclass(frozen=True)
+class WorkflowIds:
+    """What an enqueue with dependencies writes of workflows: each new job's workflow (batch order,
+    None for a job that is neither a parent nor a child), and the stored jobs that had none and
+    join one now (the parents and the enqueuing job, their rows locked by the same transaction)."""
+
+    jobs: list[uuid.UUID | None]
+    joined: dict[uuid.UUID, uuid.UUID]
+
+
+def workflow_ids(
+    jobs: Sequence[NewJob],
+    ids: Sequence[uuid.UUID],
+    stored: Mapping[uuid.UUID, StoredParent],
+    spawner: uuid.UUID | None = None,
+) -> WorkflowIds:
+    """Which workflow each job of a batch belongs to (``jobs.workflow_id``), the rule of both stores.
+
+    The jobs linked by the batch's edges, by stored parents and by the job whose handler enqueued
+    them (``spawner``: its follow-ups are part of its workflow, with or without dependencies) form
+    one workflow. Its id is an existing workflow's when a stored job of it has one; else the id of
+    its first job, a root: a stored parent (the smallest id, each such one was an independent job
+    until now) or the batch's first job of it (which no earlier job of the batch precedes). A stored
+    job without one joins it (``joined``): the first time a job is named as a parent, it becomes
+    its workflow's root. A job linked to nothing keeps None: independent jobs cost nothing.
+
+    Why the smallest id when a batch links jobs of several existing workflows (a fan-in over
+    workflows submitted apart): ids are time-ordered, so it is the workflow that started first,
+    and the answer does not depend on the order the parents were named, nor on the store. The
+    other workflows are not merged into it (that would rewrite every job of theirs): their
+    progress does not count the new jobs. Call with ``stored`` from :func:`wire`'s checks (every
+    parent named is there, and the spawner when given)."""
+    # Union-find over the batch's positions, then the stored jobs it names (numbered after them).
+    olds: dict[uuid.UUID, int] = {}
+    up: list[int] = list(range(len(jobs)))
+
+    def find(node: int) -> int:
+        while up[node] != node:
+            up[node] = up[up[node]]  # path halving: each find shortens the chain
+            node = up[node]
+        return node
+
+    def node_of(ref: uuid.UUID | int) -> int:
+        if isinstance(ref, int):
+            return ref
+        if ref not in olds:
+            olds[ref] = len(up)
+            up.append(len(up))
+        return olds[ref]
+
+    for position, job in enumerate(jobs):
+        for ref in job.depends_on:
+            up[find(position)] = find(node_of(ref))
+        if spawner is not None:
+            up[find(position)] = find(node_of(spawner))
+    linked = [False] * len(up)  # whether the component holds more than one job
+    first: dict[int, int] = {}  # component -> its first batch position
+    for position in range(len(jobs)):
+        component = find(position)
+        if component in first:
+            linked[component] = True
+        else:
+            first[component] = position
+    existing: dict[int, uuid.UUID] = {}  # component -> the smallest workflow id of its stored jobs
+    lone: dict[int, uuid.UUID] = {}  # component -> the smallest id of its stored jobs without one
+    for old, node in olds.items():
+        component = find(node)
+        linked[component] = True
+        workflow = stored[old].workflow_id
+        if workflow is not None:
+            existing[component] = min(existing.get(component, workflow), workflow)
+        else:
+            lone[component] = min(lone.get(component, old), old)
+
+    def workflow_of(component: int) -> uuid.UUID | None:
+        if not linked[component]:
+            return None  # a batch job linked to nothing
+        return existing.get(component) or lone.get(component) or ids[first[component]]
+
+    joined = {
+        old: workflow
+        for old, node in olds.items()
+        if stored[old].workflow_id is None and (workflow := workflow_of(find(node))) is not None
+    }
+    return WorkflowIds([workflow_of(find(position)) for position in range(len(jobs))], joined)
+
+
 def children_refused(exc: JobNotFound) -> InvalidInput:
     """A handler's children (ctx.enqueue) that name a job that is not there (or another tenant's):
     the result is refused with them, as a result the database refuses (the job fails, saying so)."""
@@ -182,6 +270,38 @@ class Dependencies:
     children: list[Relative]
     parents_after: uuid.UUID | None
     children_after: uuid.UUID | None
+    workflow_id: uuid.UUID | None = None  # the job's workflow (None: an independent job)
+
+
+@dataclass(frozen=True)
+class WorkflowProgress:
+    """A workflow's jobs counted by state (``jobs.workflow_id``): "n of m done" from any of its jobs."""
+
+    workflow_id: uuid.UUID
+    queued: int  # waiting included
+    waiting: int  # queued, and waiting for parents
+    running: int
+    succeeded: int
+    failed: int
+    cancelled: int
+
+    @property
+    def total(self) -> int:
+        return self.queued + self.running + self.succeeded + self.failed + self.cancelled
+
+    @property
+    def done(self) -> int:
+        """The jobs that ended, however they ended: the workflow is over when done == total."""
+        return self.succeeded + self.failed + self.cancelled
+
+
+def workflow_progress(workflow_id: uuid.UUID, row: Mapping[str, Any] | None) -> WorkflowProgress:
+    """The counts of WORKFLOW_PROGRESS's row, for both stores."""
+    counts = {name: int((row or {}).get(name) or 0) for name in COUNTED}
+    return WorkflowProgress(workflow_id, **counts)
+
+
+COUNTED = ("queued", "waiting", "running", "succeeded", "failed", "cancelled")
 
 
 MAX_DEPENDENCIES_PAGE = 1_000
@@ -288,10 +408,15 @@ def relatives(rows: Sequence[Mapping[str, Any]]) -> list[Relative]:
 
 
 def dependencies_page(
-    parents: Sequence[Mapping[str, Any]], children: Sequence[Mapping[str, Any]], limit: int
+    parents: Sequence[Mapping[str, Any]],
+    children: Sequence[Mapping[str, Any]],
+    limit: int,
+    workflow_id: object = None,
 ) -> Dependencies:
-    """A dependencies page from rows (id, kind, state) read one past ``limit``, for both stores."""
+    """A dependencies page from rows (id, kind, state) read one past ``limit``, for both stores;
+    ``workflow_id`` as the job's row holds it (a UUID, its text, or None)."""
     return Dependencies(
+        workflow_id=None if workflow_id is None else uuid.UUID(str(workflow_id)),
         parents=relatives(parents[:limit]),
         children=relatives(children[:limit]),
         parents_after=uuid.UUID(str(parents[limit - 1]["id"])) if len(parents) > limit else None,

@@ -8,8 +8,10 @@ ones, then analyses; ``full_scans`` names the history tables a statement's plan 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,6 +21,16 @@ from tests.store.builders import claim_one, new_job
 HISTORY = 20_000
 
 HISTORY_TABLES = {"jobs", "job_attempts"}
+
+WORKFLOW_SIZE = 20
+"""The seed's first 2,000 jobs are workflows of this many jobs each (the rest are independent)."""
+
+
+def seeded_workflow(dialect: str, n: int = 5) -> str:
+    """The id of the seed's workflow number ``n`` (as ``seed`` writes it on each store)."""
+    if dialect == "postgresql":
+        return str(uuid.UUID(hashlib.md5(f"w{n}".encode()).hexdigest()))
+    return f"00000000-0000-7000-9000-{n:012d}"
 
 
 def params(statement: str, job_id: str, dialect: str, **given: Any) -> dict[str, Any]:
@@ -39,6 +51,7 @@ def params(statement: str, job_id: str, dialect: str, **given: Any) -> dict[str,
         "created_before": None,
         "idempotency_key": None,
         "concurrency_key": None,
+        "workflow_id": None,
         "error_like": None,
         "after_id": None,
         "before_id": None,
@@ -69,15 +82,17 @@ def seed(db: Database, make_store: Any, url: str) -> str:
             """
             INSERT INTO jobs (id, tenant, queue, kind, payload, state, attempts, max_attempts, error, error_group,
                               run_after, created_at, updated_at, started_at, finished_at, idempotency_key,
-                              concurrency_key)
+                              concurrency_key, workflow_id)
             SELECT gen_random_uuid(), 't' || (g %% 50), 'q' || (g %% 4), 'k' || (g %% 7), '{}'::jsonb,
                    CASE WHEN g %% 9 = 0 THEN 'failed' ELSE 'succeeded' END, 1, 3,
                    CASE WHEN g %% 9 = 0 THEN 'ValueError: ' || (g %% 5) END,
                    CASE WHEN g %% 9 = 0 THEN 'ValueError: N' END, ts, ts, ts, ts, ts,
-                   CASE WHEN g %% 3 = 0 THEN 'order-' || g END, CASE WHEN g %% 2 = 0 THEN 'c' || (g %% 100) END
+                   CASE WHEN g %% 3 = 0 THEN 'order-' || g END, CASE WHEN g %% 2 = 0 THEN 'c' || (g %% 100) END,
+                   CASE WHEN g <= 2000 THEN md5('w' || (g / %(size)s))::uuid END
             FROM generate_series(1, %(n)s) AS g, LATERAL (SELECT now() - make_interval(secs => g * 30) AS ts) AS t
             """,
             n=HISTORY,
+            size=WORKFLOW_SIZE,
         )
         db.execute(
             """INSERT INTO job_attempts (job_id, claim, attempt, worker, due_at, started_at, finished_at, outcome)
@@ -89,15 +104,17 @@ def seed(db: Database, make_store: Any, url: str) -> str:
             WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < %(n)s)
             INSERT INTO jobs (id, tenant, queue, kind, payload, state, attempts, max_attempts, error, error_group,
                               run_after, created_at, updated_at, started_at, finished_at, idempotency_key,
-                              concurrency_key)
+                              concurrency_key, workflow_id)
             SELECT printf('00000000-0000-7000-8000-%012d', n), 't' || (n % 50), 'q' || (n % 4), 'k' || (n % 7), '{}',
                    CASE WHEN n % 9 = 0 THEN 'failed' ELSE 'succeeded' END, 1, 3,
                    CASE WHEN n % 9 = 0 THEN 'ValueError: ' || (n % 5) END,
                    CASE WHEN n % 9 = 0 THEN 'ValueError: N' END, ts, ts, ts, ts, ts,
-                   CASE WHEN n % 3 = 0 THEN 'order-' || n END, CASE WHEN n % 2 = 0 THEN 'c' || (n % 100) END
+                   CASE WHEN n % 3 = 0 THEN 'order-' || n END, CASE WHEN n % 2 = 0 THEN 'c' || (n % 100) END,
+                   CASE WHEN n <= 2000 THEN printf('00000000-0000-7000-9000-%012d', n / %(size)s) END
             FROM (SELECT n, strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || (n * 30) || ' seconds') AS ts FROM g)
             """,
             n=HISTORY,
+            size=WORKFLOW_SIZE,
         )
         db.execute(
             """INSERT INTO job_attempts (job_id, claim, attempt, worker, due_at, started_at, finished_at, outcome)

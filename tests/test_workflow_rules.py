@@ -18,6 +18,7 @@ from service.workflows import (
     rearm,
     still_cancelled,
     wire,
+    workflow_ids,
 )
 
 A, B, C = (uuid.UUID(int=n) for n in (1, 2, 3))
@@ -134,3 +135,39 @@ def test_rearm_counts_re_armed_parents_and_lets_an_operators_replay_run_past_a_f
         ]
     )
     assert chosen == {child: 1, grandchild: 1, replayed: 1}
+
+
+def test_a_batch_is_one_workflow_per_connected_graph_rooted_at_its_first_job():
+    jobs = [
+        NewJob("split"),
+        NewJob("alone"),
+        NewJob("left", depends_on=(0,)),
+        NewJob("right", depends_on=(0,)),
+        NewJob("merge", depends_on=(2, 3)),
+        NewJob("other"),
+        NewJob("after-other", depends_on=(5,)),
+    ]
+    new = ids(7)
+    placed = workflow_ids(jobs, new, {})
+    assert placed.jobs == [new[0], None, new[0], new[0], new[0], new[5], new[5]]
+    assert placed.joined == {}
+
+
+def test_parents_of_two_workflows_give_the_older_whatever_the_order_named_and_lone_parents_join_it():
+    stored = {
+        A: StoredParent(A, "t", JobState.RUNNING, None),  # independent until now
+        B: StoredParent(B, "t", JobState.SUCCEEDED, None, workflow_id=uuid.UUID(int=20)),
+        C: StoredParent(C, "t", JobState.QUEUED, None, workflow_id=uuid.UUID(int=10)),
+    }
+    for order in ((A, B, C), (C, B, A), (B, A, C)):
+        placed = workflow_ids([NewJob("merge", depends_on=order)], ids(1), stored)
+        assert placed.jobs == [uuid.UUID(int=10)] and placed.joined == {A: uuid.UUID(int=10)}
+
+
+def test_a_handlers_follow_ups_join_its_workflow_or_make_it_a_root():
+    spawner = A
+    alone = {A: StoredParent(A, "t", JobState.SUCCEEDED, None)}
+    placed = workflow_ids([NewJob("x"), NewJob("y", depends_on=(0,))], ids(2), alone, spawner)
+    assert placed.jobs == [A, A] and placed.joined == {A: A}
+    rooted = {A: StoredParent(A, "t", JobState.SUCCEEDED, None, workflow_id=B)}
+    assert workflow_ids([NewJob("x")], ids(1), rooted, spawner) == type(placed)([B], {})

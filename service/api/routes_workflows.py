@@ -1,6 +1,7 @@
 """Workflows over HTTP, read-only: ``GET /v1/jobs/{job_id}/dependencies``, a job's parents and
-children with their states, each list paged by id (``parents_after`` / ``children_after``).
-Another tenant's job is a 404, as everywhere."""
+children with their states, each list paged by id (``parents_after`` / ``children_after``), and
+its workflow's progress (every job of it counted by state). Another tenant's job is a 404, as
+everywhere."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from service.api.problems import problem_responses
 from service.jobs import JobState
 from service.status import job_url
 from service.web import StoreDep, blocking
-from service.workflows import MAX_DEPENDENCIES_PAGE, Relative
+from service.workflows import MAX_DEPENDENCIES_PAGE, Relative, WorkflowProgress
 
 workflows_router = APIRouter()
 
@@ -31,12 +32,44 @@ class RelativeOut(BaseModel):
         return cls(job_id=relative.id, kind=relative.kind, state=relative.state, url=job_url(relative.id))
 
 
+class WorkflowOut(BaseModel):
+    """A workflow's jobs counted by state: ``done`` of ``total`` have ended."""
+
+    workflow_id: uuid.UUID = Field(description="The workflow's id: its root job's.")
+    total: int = Field(description="The workflow's jobs, all told.")
+    done: int = Field(description="Those that ended (succeeded, failed or cancelled).")
+    queued: int = Field(description="Queued, those waiting for parents included.")
+    waiting: int = Field(description="Queued and waiting for parents.")
+    running: int
+    succeeded: int
+    failed: int
+    cancelled: int
+
+    @classmethod
+    def of(cls, progress: WorkflowProgress) -> WorkflowOut:
+        return cls(
+            workflow_id=progress.workflow_id,
+            total=progress.total,
+            done=progress.done,
+            queued=progress.queued,
+            waiting=progress.waiting,
+            running=progress.running,
+            succeeded=progress.succeeded,
+            failed=progress.failed,
+            cancelled=progress.cancelled,
+        )
+
+
 class DependenciesOut(BaseModel):
     job_id: uuid.UUID
     parents: list[RelativeOut] = Field(description="The jobs this one waits for, by id.")
     children: list[RelativeOut] = Field(description="The jobs that wait for this one, by id.")
     parents_after: uuid.UUID | None = Field(description="Pass as parents_after for the next page of parents.")
     children_after: uuid.UUID | None = Field(description="Pass as children_after for the next page of children.")
+    workflow: WorkflowOut | None = Field(
+        description="The progress of the workflow the job belongs to (every job of it, not only this page's); "
+        "null for an independent job."
+    )
 
 
 @workflows_router.get(
@@ -60,10 +93,14 @@ async def job_dependencies(
             job_id, tenant, limit=limit, parents_after=parents_after, children_after=children_after
         )
     )
+    workflow = None
+    if page.workflow_id is not None:
+        workflow = WorkflowOut.of(await blocking(store.workflow_progress, page.workflow_id, tenant))
     return DependenciesOut(
         job_id=job_id,
         parents=[RelativeOut.of(p) for p in page.parents],
         children=[RelativeOut.of(c) for c in page.children],
         parents_after=page.parents_after,
         children_after=page.children_after,
+        workflow=workflow,
     )

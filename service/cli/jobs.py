@@ -47,6 +47,10 @@ def format_status(fields: dict[str, Any]) -> str:
             if not value:
                 continue
             name, value = "parents", f"{value - fields['parents_pending']} of {value} done"
+        elif name == "workflow_id":
+            if value is None:  # an independent job: no line, as before workflows had ids
+                continue
+            name = "workflow"
         elif name in ("total", "max_attempts", "stale", "parents_pending"):
             continue
         elif isinstance(value, bool):

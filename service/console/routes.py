@@ -277,6 +277,7 @@ SEARCH_FIELDS = (
     "idempotency_key",
     "concurrency_key",
     "error",
+    "workflow",
 )
 
 
@@ -299,6 +300,12 @@ def _search(fields: Mapping[str, str]) -> tuple[JobQuery, dict[str, str]]:
     )
     if after and before and after >= before:
         raise InvalidInput("created after must be earlier than created before: no job is in that range")
+    try:
+        workflow = uuid.UUID(given["workflow"]) if given["workflow"] else None
+    except ValueError:
+        raise InvalidInput(
+            f"workflow: not a workflow id (a job id, as a job's page links it): {given['workflow'][:40]!r}"
+        ) from None
     query = JobQuery(
         tenant=given["tenant"] or None,
         state=JobState(state) if state else None,
@@ -309,6 +316,7 @@ def _search(fields: Mapping[str, str]) -> tuple[JobQuery, dict[str, str]]:
         idempotency_key=given["idempotency_key"] or None,
         concurrency_key=given["concurrency_key"] or None,
         error_text=given["error"] or None,
+        workflow_id=workflow,
         limit=PAGE_SIZE,
     )
     return query, {name: value for name, value in given.items() if value}
@@ -452,8 +460,12 @@ async def job(
         next_items = f"/ui/jobs/{status.id}?" + urlencode(
             {**({"items": items} if items else {}), "items_after": item_page.next_after_index}
         )
-    # Workflows: its parents and children with their states, both ways linked (a first page each).
+    # Workflows: its parents and children with their states, both ways linked (a first page each),
+    # and the progress of its whole workflow (one count through its index).
     dependencies = await blocking(functools.partial(store.dependencies, status.id, limit=DEPENDENCIES_SHOWN))
+    workflow = None
+    if status.workflow_id is not None:
+        workflow = await blocking(store.workflow_progress, status.workflow_id)
     return render(
         request,
         "job.html",
@@ -465,6 +477,7 @@ async def job(
         payload=payload,
         reasons=reasons,
         dependencies=dependencies,
+        workflow=workflow,
         tag=change_tag(status),
         max_wait=MAX_WAIT_SECONDS,
         item_page=item_page,

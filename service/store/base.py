@@ -53,7 +53,7 @@ from service.jobs import (
 from service.limits import Limit, ScopeUsage
 from service.retry import Decision
 from service.schedules import Schedule, ScheduleSpec
-from service.workflows import Dependencies, ParentResult
+from service.workflows import Dependencies, ParentResult, WorkflowProgress
 
 Clock = Callable[[], datetime]
 
@@ -223,6 +223,11 @@ class Store(Protocol):
     ) -> Dependencies:
         """A page of a job's parents and of its children with their states, each in id order.
         Scoped by ``tenant`` like every job read. Raises JobNotFound."""
+        ...
+
+    def workflow_progress(self, workflow_id: uuid.UUID, tenant: str | None = None) -> WorkflowProgress:
+        """A workflow's jobs (``JobStatus.workflow_id``) counted by state, in one query through
+        its index. Scoped by ``tenant``: another tenant's workflow counts nothing."""
         ...
 
     # -- the worker's hot path (each write fenced by the lease) -------------------

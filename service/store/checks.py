@@ -253,6 +253,7 @@ LISTING_STATEMENTS = {
     "errored": "errored_jobs",
     "by_idempotency_key": "jobs_by_idempotency_key",
     "by_concurrency_key": "jobs_by_concurrency_key",
+    "by_workflow": "jobs_by_workflow",
 }
 """Each listing of :func:`job_listing` and the name its statements share in both dialects'
 ``.sql`` files: ``list_<name>`` (a page), ``list_<name>_newer`` (the page before it) and
@@ -268,13 +269,15 @@ def listing_statements(sql: Mapping[str, str]) -> dict[str, tuple[str, str, str]
 
 
 def job_listing(query: JobQuery) -> str:
-    """Which index a listing walks, by the most selective filter it has: one key's jobs, the
-    errored jobs (for an error text), a tenant's, or the primary key. The stores keep one
+    """Which index a listing walks, by the most selective filter it has: one key's or one
+    workflow's jobs, the errored jobs (for an error text), a tenant's, or the primary key. The stores keep one
     statement of each (a page, the page before, a count) under this name."""
     if query.after_id is not None and query.before_id is not None:
         raise InvalidInput("a page follows one cursor: after or before, not both")
     if query.idempotency_key is not None:
         return "by_idempotency_key"
+    if query.workflow_id is not None:  # one workflow: its jobs, however many, and no other
+        return "by_workflow"
     if query.concurrency_key is not None:
         return "by_concurrency_key"
     if query.error_text is not None:

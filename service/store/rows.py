@@ -76,6 +76,7 @@ def job_status(row: Mapping[str, Any], read: Readers) -> JobStatus:
         items_failed=row["items_failed"],
         parents_total=row["parents_total"],
         parents_pending=row["parents_pending"],
+        workflow_id=_maybe(read.ident, row["workflow_id"]),
     )
 
 

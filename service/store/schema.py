@@ -95,6 +95,10 @@ jobs = sa.Table(
     sa.Column("dependents_version", sa.Integer, nullable=False, server_default="0"),
     # The job whose failure or cancellation cancelled this one; replaying it re-arms this one.
     sa.Column("cancelled_by", Id, nullable=True),
+    # The workflow the job belongs to (migration 0016, service.workflows.workflow_ids): the id of
+    # its root, set at enqueue on every job with parents or dependents (and on a job that
+    # becomes a parent, at its children's enqueue); NULL on an independent job.
+    sa.Column("workflow_id", Id, nullable=True),
     sa.CheckConstraint("state IN ('queued','running','succeeded','failed','cancelled')", name="state"),
     sa.CheckConstraint("state <> 'failed' OR (error IS NOT NULL AND error <> '')", name="failed_has_error"),
     sa.CheckConstraint(
@@ -166,6 +170,15 @@ jobs = sa.Table(
         "cancelled_by",
         postgresql_where=sa.text("cancelled_by IS NOT NULL"),
         sqlite_where=sa.text("cancelled_by IS NOT NULL"),
+    ),
+    # One workflow's jobs (migration 0016): its progress counted, and its jobs newest first (the
+    # console's search). Only jobs of a workflow enter it: an independent job costs nothing.
+    sa.Index(
+        "ix_jobs_workflow_id_id",
+        "workflow_id",
+        "id",
+        postgresql_where=sa.text("workflow_id IS NOT NULL"),
+        sqlite_where=sa.text("workflow_id IS NOT NULL"),
     ),
     # The console's search (migration 0014): the jobs that show an error, newest first (an error
     # text is matched on these only), and one idempotency or concurrency key's jobs, any tenant.

@@ -18,6 +18,7 @@ from sqlalchemy.engine import make_url
 
 from service.jobs import Completion, ItemOutcome, ItemState
 from service.maintenance.rollup import BUCKET_BOUNDS, BUCKET_SECONDS
+from service.store.migrate import downgrade, upgrade
 from tests.analysts.roles import analyst_login, apply_role_script
 from tests.conftest import PostgresServer, build_store
 from tests.store.builders import claim_one, new_job
@@ -208,3 +209,22 @@ def test_running_the_script_twice_grants_the_same(seeded: str):
             ("job_item_history", "jobq_analyst", "SELECT"),
         ]
     )
+
+
+def test_the_analyst_keeps_reading_job_history_across_migration_0016_down_and_up(
+    postgres_server: PostgresServer, pg_template: str
+):
+    """0016 appends workflow_id to job_history in place (the grant stays); its downgrade must
+    recreate the view, and gives the role's grant back."""
+    name = postgres_server.new_name("analysts_0016")
+    url = postgres_server.create_database(name, template=pg_template)
+    try:
+        apply_role_script(url)
+        for step in (lambda: downgrade(url, "0015"), lambda: upgrade(url)):
+            step()
+            with analyst_login(url) as (_name, conn):
+                assert conn.execute("SELECT count(*) FROM job_history").fetchone() == (0,)
+        with analyst_login(url) as (_name, conn):
+            assert conn.execute("SELECT workflow_id FROM job_history").fetchall() == []
+    finally:
+        postgres_server.drop_database(name)

@@ -22,7 +22,7 @@ from tests.store.builders import claim_one, fail_job, new_job, reap
 JOB_HISTORY_COLUMNS = [
     "job_id", "tenant", "queue", "kind", "state", "attempts", "max_attempts", "claims", "priority", "done", "total",
     "created_at", "started_at", "finished_at", "queue_wait_seconds", "run_seconds", "error", "error_group",
-    "result_id", "result", "replay_count", "last_replayed_at",
+    "result_id", "result", "replay_count", "last_replayed_at", "workflow_id",
 ]  # fmt: skip
 ATTEMPT_HISTORY_COLUMNS = [
     "attempt_id", "job_id", "tenant", "queue", "kind", "claim", "attempt", "worker", "due_at", "started_at",

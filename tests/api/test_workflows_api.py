@@ -77,3 +77,35 @@ def test_the_http_client_submits_parents_by_id_and_batch_position(api: LiveApi) 
         first, second = jobq.submit_many([JobSpec("a"), JobSpec("b", depends_on=(0, parent.id))])
     assert (api.store.get(child.id).parents_pending, api.store.get(second.id).parents_pending) == (1, 2)
     assert {p.id for p in api.store.dependencies(second.id).parents} == {first.id, parent.id}
+
+
+def test_every_job_of_a_workflow_names_it_and_its_dependencies_count_the_workflow(
+    api: LiveApi, owner_store: Store
+) -> None:
+    http = api.http(api.token())
+    graph = http.post(
+        "/v1/jobs/batch",
+        json={"jobs": [{"kind": "split"}, {"kind": "classify", "depends_on": [{"index": 0}]}]},
+    ).json()["jobs"]
+    later = http.post("/v1/jobs", json={"kind": "publish", "depends_on": [graph[1]["job_id"]]}).json()
+    alone = http.post("/v1/jobs", json={"kind": "other"}).json()
+
+    root = graph[0]["job_id"]
+    assert [j["workflow_id"] for j in (*graph, later)] == [root, root, root]
+    assert http.get(f"/v1/jobs/{later['job_id']}").json()["workflow_id"] == root
+    assert alone["workflow_id"] is None
+    owner_store.complete(owner_store.claim("w", ["default"], 1, 60)[0].lease, "split")
+
+    workflow = http.get(f"/v1/jobs/{later['job_id']}/dependencies").json()["workflow"]
+    assert workflow == {
+        "workflow_id": root,
+        "total": 3,
+        "done": 1,
+        "queued": 2,
+        "waiting": 1,
+        "running": 0,
+        "succeeded": 1,
+        "failed": 0,
+        "cancelled": 0,
+    }
+    assert http.get(f"/v1/jobs/{alone['job_id']}/dependencies").json()["workflow"] is None

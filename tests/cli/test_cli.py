@@ -33,7 +33,7 @@ JOBQ = [str(JOBQ_SCRIPT)] if JOBQ_SCRIPT.exists() else [sys.executable, "-m", "s
 
 STATUS_FIELDS = [
     "job_id", "kind", "queue", "state", "done", "total", "items_ok", "items_failed", "attempts", "max_attempts", "error", "run_after",
-    "stale", "cancel_requested", "parents_total", "parents_pending", "created_at", "started_at", "finished_at",
+    "stale", "cancel_requested", "parents_total", "parents_pending", "workflow_id", "created_at", "started_at", "finished_at",
     "updated_at",
 ]  # fmt: skip
 
@@ -349,6 +349,10 @@ def test_enqueue_after_parents_waits_for_them_and_status_shows_the_count(run: Ru
     assert (row["parents_total"], row["parents_pending"], row["on_parent_failure"]) == (2, 2, "run")
     status = run("status", str(child))
     assert "parents           0 of 2 done" in status.stdout
+    # Both parents were independent jobs: they join the child's workflow, rooted at the older.
+    assert f"workflow          {first}" in status.stdout
+    assert f"workflow          {first}" in run("status", str(second)).stdout
+    assert "workflow" not in run("status", str(enqueue(run, "alone"))).stdout  # an independent job: no line
     explained = run("explain", str(child))
     assert explained.returncode == 0 and "waiting for 2 of 2 parents" in explained.stdout
 

@@ -9,7 +9,7 @@ import re
 
 import httpx
 
-from service.jobs import ItemOutcome, ItemState, WorkerInfo
+from service.jobs import Completion, ItemOutcome, ItemState, NewJob, WorkerInfo
 from service.retry import GiveUp, Retry
 from tests.api.conftest import LiveApi
 from tests.console.conftest import admin_token
@@ -218,3 +218,40 @@ def test_the_overview_lists_failures_workers_and_schedules_have_live_parts(api: 
         # The filters' form is outside the live part: a refresh never resets what is being typed.
         live = text[text.index(f'id="{part}"') :]
         assert '<form class="filters"' not in live, page
+
+
+def test_any_job_of_a_workflow_shows_its_progress_and_links_to_its_jobs_listed_in_keyset_pages(api: LiveApi) -> None:
+    http = operator(api)
+    store = api.store
+    root, *leaves = store.enqueue_many(
+        [new_job("split", queue="flow")] + [new_job("chunk", queue="flow", depends_on=(0,)) for _ in range(53)]
+    )
+    [split] = store.claim("worker-a", ["flow"], 1, 30)
+    store.complete_many([Completion(split.lease, "s", children=(NewJob("audit", queue="flow"),))])
+    late = store.enqueue(new_job("publish", queue="flow", depends_on=(leaves[-1].id,)))
+    [audit] = store.claim("worker-a", ["flow"], 1, 30, kinds=["audit"])
+    store.fail(audit.lease, "ValueError: bad audit", GiveUp())
+    alone = store.enqueue(new_job("other", queue="flow"))
+
+    expected = "Workflow: 2 of 56 done"  # split succeeded, its audit failed; 53 chunks and publish to go
+    for job_id in (root.id, leaves[10].id, late.id):
+        page = http.get(f"/ui/jobs/{job_id}").text
+        assert expected in page, job_id
+        counts = re.search(r'id="workflow-counts">(.*?)</ul>', page, re.S)
+        assert counts is not None
+        text = re.sub(r"<[^>]+>", "", counts.group(1)).split()
+        assert text == ["queued", "54", "(1", "waiting", "for", "parents)", "running", "0",
+                        "succeeded", "1", "failed", "1", "cancelled", "0"]  # fmt: skip
+    assert 'id="workflow-progress"' not in http.get(f"/ui/jobs/{alone.id}").text
+
+    link = re.search(r'id="workflow-progress">.*?href="([^"]+)"', http.get(f"/ui/jobs/{late.id}").text, re.S)
+    assert link is not None and link.group(1) == f"/ui/jobs?workflow={root.id}"
+    first = http.get(link.group(1).replace("&amp;", "&"))
+    assert "<strong>56</strong> matching job(s)" in first.text
+    listed = set(re.findall(r'href="/ui/jobs/([0-9a-f-]{36})"', first.text))
+    after = re.search(r'id="next-page" href="([^"]+)"', first.text)
+    assert after is not None and len(listed) == 50
+    second = http.get(after.group(1).replace("&amp;", "&")).text
+    listed |= set(re.findall(r'href="/ui/jobs/([0-9a-f-]{36})"', second))
+    assert len(listed) == 56 and str(alone.id) not in listed and str(root.id) in listed
+    assert http.get("/ui/jobs", params={"workflow": "nope"}).status_code == 422

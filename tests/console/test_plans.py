@@ -9,10 +9,12 @@ import pytest
 
 from service.store.postgres import console as pg_console
 from service.store.postgres import queries as pg
+from service.store.postgres import workflows as pg_workflows
 from service.store.sqlite import console as lite_console
 from service.store.sqlite import queries as lite
+from service.store.sqlite import workflows as lite_workflows
 from tests.conftest import Database
-from tests.plans import full_scans, seed
+from tests.plans import full_scans, seed, seeded_workflow
 
 # page -> the statements it runs (by name, the same in both stores' query modules)
 PAGES = {
@@ -38,6 +40,13 @@ def test_every_console_query_reads_an_index_not_the_history(db: Database, make_s
         scans, shown = full_scans(db, getattr(console_module, name), job_id)
         assert not scans, f"job: {name} reads {scans} whole\n{shown}"
 
+    # The job page's workflow progress: one workflow's slice of its own index, for any tenant or one.
+    workflows = pg_workflows if db.dialect == "postgresql" else lite_workflows
+    for tenant in (None, "t7"):
+        given = {"workflow_id": seeded_workflow(db.dialect), "tenant": tenant}
+        scans, shown = full_scans(db, workflows.WORKFLOW_PROGRESS, job_id, **given)
+        assert not scans and "ix_jobs_workflow_id_id" in shown, f"job: WORKFLOW_PROGRESS {given}\n{shown}"
+
 
 # The search's filter that picks each listing (service.store.checks.job_listing), as the console sends it.
 SEARCHES = {
@@ -46,6 +55,7 @@ SEARCHES = {
     "errored": {"tenant": None, "error_like": "%value%"},
     "by_idempotency_key": {"tenant": None, "idempotency_key": "order-300"},
     "by_concurrency_key": {"tenant": None, "concurrency_key": "c42"},
+    "by_workflow": {"tenant": None, "workflow_id": "set in the test: the seed's, on each store"},
 }
 
 
@@ -53,6 +63,7 @@ SEARCH_INDEXES = {
     "errored": "ix_jobs_errored_id",
     "by_idempotency_key": "ix_jobs_idempotency_key_id",
     "by_concurrency_key": "ix_jobs_concurrency_key_id",
+    "by_workflow": "ix_jobs_workflow_id_id",
 }
 
 
@@ -64,6 +75,8 @@ def test_every_search_reads_an_index_for_its_pages_both_ways_and_its_capped_coun
     module = pg if db.dialect == "postgresql" else lite
     assert set(SEARCHES) == set(module.JOB_LISTINGS)
     for listing, filters in SEARCHES.items():
+        if "workflow_id" in filters:
+            filters = {**filters, "workflow_id": seeded_workflow(db.dialect)}
         page, newer, count = module.JOB_LISTINGS[listing]
         for what, statement, given in (
             ("page", page, {"after_id": job_id}),
@@ -73,7 +86,7 @@ def test_every_search_reads_an_index_for_its_pages_both_ways_and_its_capped_coun
         ):
             scans, shown = full_scans(db, statement, job_id, **filters, **given)
             assert not scans, f"{listing} {what} reads {scans} whole\n{shown}"
-            if listing in SEARCH_INDEXES:  # migration 0014's indexes are what these walk
+            if listing in SEARCH_INDEXES:  # migrations 0014's and 0016's indexes are what these walk
                 assert SEARCH_INDEXES[listing] in shown, f"{listing} {what}\n{shown}"
 
 

@@ -108,6 +108,7 @@ class Reads(Connected):
             created_before=query.created_before,
             idempotency_key=query.idempotency_key,
             concurrency_key=query.concurrency_key,
+            workflow_id=query.workflow_id,
             error_like=substring_pattern(query.error_text),
             after_id=query.after_id,
             before_id=query.before_id,

@@ -282,7 +282,7 @@ class PostgresStore(
                 if not cursor.execute(COMPLETE_JOBS, params).fetchall():
                     return False
                 try:
-                    run_steps(cursor, self._dependent_steps(item.children, None))
+                    run_steps(cursor, self._dependent_steps(item.children, None, item.lease.job_id))
                 except JobNotFound as exc:  # rolls the result back with them
                     raise children_refused(exc) from None
                 return True

@@ -26,12 +26,15 @@ from service.workflows import (
     ParentResult,
     RearmCandidate,
     StoredParent,
+    WorkflowProgress,
     check_page,
     dependencies_page,
     rearm,
     still_cancelled,
     stored_parent_ids,
     wire,
+    workflow_ids,
+    workflow_progress,
 )
 
 _SQL = statements("postgres")
@@ -48,6 +51,7 @@ PARENT_RESULTS = _SQL["parent_results"]
 JOB_PARENTS = _SQL["job_parents"]
 JOB_CHILDREN = _SQL["job_children"]
 UNFINISHED_PARENTS = _SQL["unfinished_parents"]
+WORKFLOW_PROGRESS = _SQL["workflow_progress"]
 TENANT_FOR_TOKEN = _SQL["tenant_for_token"]
 READ_BY_IDEMPOTENCY_KEYS = _SQL["read_by_idempotency_keys"]
 
@@ -55,23 +59,28 @@ READ_BY_IDEMPOTENCY_KEYS = _SQL["read_by_idempotency_keys"]
 class Workflows(Connected):
     """The workflow operations and the pieces the other areas run in their transactions."""
 
-    def _dependent_steps(self, jobs: Sequence[NewJob], token_hash: str | None) -> Steps:
+    def _dependent_steps(
+        self, jobs: Sequence[NewJob], token_hash: str | None, spawner: uuid.UUID | None = None
+    ) -> Steps:
         """A batch with dependencies, all or none (the plan is atomic: a transaction, or a savepoint
         in the caller's): the stored parents locked (LOCK_PARENTS), the batch wired
-        (service.workflows.wire), the jobs and edges inserted (ENQUEUE_DEPENDENTS), their statuses
-        read back."""
+        (service.workflows.wire) and placed in workflows (workflow_ids; ``spawner``: the job
+        whose handler enqueued them, locked with the parents), the jobs and edges inserted
+        (ENQUEUE_DEPENDENTS), their statuses read back."""
         ids = new_job_ids(len(jobs))
         if token_hash is not None:
             rows = yield Query(TENANT_FOR_TOKEN, {"token_hash": token_hash})
             tenant = checks.token_scope(rows[0]["tenant"] if rows else None)
             jobs = [replace(job, tenant=tenant) for job in jobs]
-        stored = yield from self._lock_parents(stored_parent_ids(jobs))
+        parent_ids = stored_parent_ids(jobs)
+        stored = yield from self._lock_parents(sorted({*parent_ids, spawner}) if spawner else parent_ids)
         wirings = wire(jobs, ids, stored)  # refuses before anything is inserted
+        workflows = workflow_ids(jobs, ids, stored, spawner)
         taken = yield from self._taken_keys(jobs)
         if taken is not None:
             return taken
         rows = checks.enqueue_rows(jobs, ids, payloads=lambda values: values, time=lambda t: t.isoformat())
-        for row, job, wiring in zip(rows, jobs, wirings, strict=True):
+        for row, job, wiring, workflow in zip(rows, jobs, wirings, workflows.jobs, strict=True):
             row.update(
                 state=wiring.state.value,
                 error=wiring.error,
@@ -80,6 +89,7 @@ class Workflows(Connected):
                 parents_pending=wiring.pending,
                 on_parent_failure=job.on_parent_failure,
                 dependents_version=int(wiring.has_children),
+                workflow_id=None if workflow is None else str(workflow),
             )
         edges = [
             {"parent": str(parent), "child": str(child)}
@@ -91,6 +101,8 @@ class Workflows(Connected):
             self._params(
                 batch=dump_payload_batch(rows, [job.payload for job in jobs], self.max_payload_bytes),
                 edges=json.dumps(edges),
+                joined_ids=list(workflows.joined),
+                joined_workflows=list(workflows.joined.values()),
                 wake_queues=",".join(sorted({job.queue for job in jobs})),
             ),
         )
@@ -102,7 +114,9 @@ class Workflows(Connected):
             return {}
         rows = yield Query(LOCK_PARENTS, self._params(ids=parent_ids))
         return {
-            row["id"]: StoredParent(row["id"], row["tenant"], JobState(row["state"]), row["cancelled_by"])
+            row["id"]: StoredParent(
+                row["id"], row["tenant"], JobState(row["state"]), row["cancelled_by"], row["workflow_id"]
+            )
             for row in rows
         }
 
@@ -169,10 +183,14 @@ class Workflows(Connected):
         children_after: uuid.UUID | None = None,
     ) -> Dependencies:
         check_page(limit)
-        checks.found(self._fetchone(GET_JOB, self._params(job_id=job_id, tenant=tenant)), job_id)
+        job = checks.found(self._fetchone(GET_JOB, self._params(job_id=job_id, tenant=tenant)), job_id)
         parents = self._fetchall(JOB_PARENTS, self._params(job_id=job_id, after=parents_after, limit=limit + 1))
         children = self._fetchall(JOB_CHILDREN, self._params(job_id=job_id, after=children_after, limit=limit + 1))
-        return dependencies_page(parents, children, limit)
+        return dependencies_page(parents, children, limit, job["workflow_id"])
+
+    def workflow_progress(self, workflow_id: uuid.UUID, tenant: str | None = None) -> WorkflowProgress:
+        row = self._fetchone(WORKFLOW_PROGRESS, self._params(workflow_id=workflow_id, tenant=tenant))
+        return workflow_progress(workflow_id, row)
 
 
 def _candidate(row: dict[str, Any]) -> RearmCandidate:

@@ -43,7 +43,7 @@ LIMIT :limit
     id, tenant, queue, kind, state, priority, attempts, max_attempts, done, total, error,
     cancel_requested, concurrency_key, idempotency_key, lease_owner, lease_expires_at,
     run_after, created_at, started_at, finished_at, updated_at, result_id, items_ok, items_failed,
-    parents_total, parents_pending, (state = 'running' AND lease_expires_at < {{now}}) AS stale
+    parents_total, parents_pending, workflow_id, (state = 'running' AND lease_expires_at < {{now}}) AS stale
 
 -- name: running_in_scope
 -- Running jobs in one scope that the caller may see (a tenant sees only its own ids).
@@ -205,6 +205,30 @@ FROM (
     SELECT {{search_columns}} FROM jobs WHERE concurrency_key = :concurrency_key ORDER BY id DESC LIMIT :limit
 ) AS walked
 
+-- name: list_jobs_by_workflow
+-- The jobs of one workflow, every state, newest first, through ix_jobs_workflow_id_id (migration
+-- 0016): the console's link from a job's page to its whole workflow.
+SELECT {{status_columns}}
+FROM jobs
+WHERE workflow_id = :workflow_id
+{{job_filters}}
+{{job_page(DESC)}}
+
+-- name: list_jobs_by_workflow_newer
+-- The page before (newer than :before_id) of list_jobs_by_workflow.
+SELECT {{status_columns}}
+FROM jobs
+WHERE workflow_id = :workflow_id
+{{job_filters}}
+{{job_page(ASC)}}
+
+-- name: count_jobs_by_workflow
+-- How many jobs of the workflow match, reading at most :limit of its index (see count_jobs).
+SELECT count(*) FILTER (WHERE true {{job_filters}}) AS n, count(*) AS read
+FROM (
+    SELECT {{search_columns}} FROM jobs WHERE workflow_id = :workflow_id ORDER BY id DESC LIMIT :limit
+) AS walked
+
 -- fragment: search_columns
 -- What job_filters reads of a row: a count walks only these.
-id, tenant, state, kind, queue, created_at, idempotency_key, concurrency_key, error
+id, tenant, state, kind, queue, created_at, idempotency_key, concurrency_key, error, workflow_id

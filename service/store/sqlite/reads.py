@@ -118,6 +118,7 @@ def _listing_params(query: JobQuery, limit: int) -> dict[str, Any]:
         "created_before": text(query.created_before),
         "idempotency_key": query.idempotency_key,
         "concurrency_key": query.concurrency_key,
+        "workflow_id": str(query.workflow_id) if query.workflow_id else None,
         "error_like": substring_pattern(query.error_text),
         "after_id": str(query.after_id) if query.after_id else None,
         "before_id": str(query.before_id) if query.before_id else None,

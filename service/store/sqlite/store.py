@@ -329,7 +329,7 @@ class SqliteStore(
                     release_children(conn, now, lease.job_id)
                 if item.children:  # the jobs its handler enqueued, fenced with the result
                     try:
-                        insert_dependents(conn, now, item.children, None, self.max_payload_bytes)
+                        insert_dependents(conn, now, item.children, None, self.max_payload_bytes, lease.job_id)
                     except JobNotFound as exc:  # the batch rolls back; the finisher writes it job by job
                         raise children_refused(exc) from None
                 conn.execute(STORE_RESULT, params)

@@ -25,12 +25,15 @@ from service.workflows import (
     ParentResult,
     RearmCandidate,
     StoredParent,
+    WorkflowProgress,
     check_page,
     dependencies_page,
     rearm,
     still_cancelled,
     stored_parent_ids,
     wire,
+    workflow_ids,
+    workflow_progress,
 )
 
 _SQL = statements("sqlite")
@@ -52,6 +55,7 @@ PARENT_RESULTS = _SQL["parent_results"]
 JOB_PARENTS = _SQL["job_parents"]
 JOB_CHILDREN = _SQL["job_children"]
 UNFINISHED_PARENTS = _SQL["unfinished_parents"]
+WORKFLOW_PROGRESS = _SQL["workflow_progress"]
 READ_BY_IDEMPOTENCY_KEY = _SQL["read_by_idempotency_keys"]
 RECORD_REPLAY = _SQL["record_replay"]
 
@@ -125,7 +129,7 @@ def rearm_dependents(conn: sqlite3.Connection, now: str, ids: Sequence[uuid.UUID
     # for children, which it does only with dependents_version moved; a parent that was cancelled or
     # failed when a child was submitted under it, then replayed or re-armed here, never was.
     waited_for = sorted({parent for job_id in chosen for parent in parents_by_job[job_id]})
-    conn.execute(BUMP_PARENTS, {"ids": json.dumps(waited_for)})
+    conn.execute(BUMP_PARENTS, {"ids": json.dumps(waited_for), "joined": "{}"})
     return sorted(chosen)
 
 
@@ -156,14 +160,19 @@ class Workflows(Connected):
         check_page(limit)
         with self._read() as (conn, now):
             found = conn.execute(GET_JOB, {"job_id": str(job_id), "tenant": tenant, "now": now}).fetchone()
-            checks.found(found, job_id)
+            job = checks.found(found, job_id)
             parents = conn.execute(
                 JOB_PARENTS, {"job_id": str(job_id), "after": _text(parents_after), "limit": limit + 1}
             ).fetchall()
             children = conn.execute(
                 JOB_CHILDREN, {"job_id": str(job_id), "after": _text(children_after), "limit": limit + 1}
             ).fetchall()
-        return dependencies_page([dict(r) for r in parents], [dict(r) for r in children], limit)
+        return dependencies_page([dict(r) for r in parents], [dict(r) for r in children], limit, job["workflow_id"])
+
+    def workflow_progress(self, workflow_id: uuid.UUID, tenant: str | None = None) -> WorkflowProgress:
+        with self._read() as (conn, _now):
+            row = conn.execute(WORKFLOW_PROGRESS, {"workflow_id": str(workflow_id), "tenant": tenant}).fetchone()
+        return workflow_progress(workflow_id, dict(row) if row is not None else None)
 
 
 def _text(value: uuid.UUID | None) -> str | None:
@@ -195,34 +204,44 @@ def _taken_keys(conn: sqlite3.Connection, now: str, jobs: Sequence[NewJob]) -> l
 
 
 def insert_dependents(
-    conn: sqlite3.Connection, now: str, jobs: Sequence[NewJob], token_hash: str | None, max_payload_bytes: int
+    conn: sqlite3.Connection,
+    now: str,
+    jobs: Sequence[NewJob],
+    token_hash: str | None,
+    max_payload_bytes: int,
+    spawner: uuid.UUID | None = None,
 ) -> list[JobStatus]:
     """A batch with dependencies in the write transaction open on ``conn``, each payload within
-    ``max_payload_bytes`` (the store's)."""
+    ``max_payload_bytes`` (the store's); ``spawner``: the job whose handler enqueued them (its
+    follow-ups are part of its workflow, service.workflows.workflow_ids)."""
     ids = [new_job_id() for _ in jobs]
     if token_hash is not None:
         token = conn.execute(TENANT_FOR_TOKEN, {"token_hash": token_hash}).fetchone()
         tenant = checks.token_scope(token["tenant"] if token is not None else None)
         jobs = [replace(job, tenant=tenant) for job in jobs]
     parents = [str(i) for i in stored_parent_ids(jobs)]
+    read = [*parents, str(spawner)] if spawner is not None else parents
     stored = {
         uuid.UUID(row["id"]): StoredParent(
             uuid.UUID(row["id"]),
             row["tenant"],
             JobState(row["state"]),
             uuid.UUID(row["cancelled_by"]) if row["cancelled_by"] else None,
+            uuid.UUID(row["workflow_id"]) if row["workflow_id"] else None,
         )
-        for row in conn.execute(LOCK_PARENTS, {"ids": json.dumps(parents)}).fetchall()
+        for row in conn.execute(LOCK_PARENTS, {"ids": json.dumps(read)}).fetchall()
     }
-    conn.execute(BUMP_PARENTS, {"ids": json.dumps(parents)})
     wirings = wire(jobs, ids, stored)  # refuses before anything is inserted (and rolls back)
+    workflows = workflow_ids(jobs, ids, stored, spawner)
     taken = _taken_keys(conn, now, jobs)
     if taken is not None:
         return taken
+    joined = {str(job_id): str(workflow) for job_id, workflow in workflows.joined.items()}
+    conn.execute(BUMP_PARENTS, {"ids": json.dumps(parents), "joined": json.dumps(joined)})
     rows = checks.enqueue_rows(
         jobs, ids, payloads=lambda values: dump_payloads(values, max_payload_bytes), time=to_text
     )
-    for row, job, wiring in zip(rows, jobs, wirings, strict=True):
+    for row, job, wiring, workflow in zip(rows, jobs, wirings, workflows.jobs, strict=True):
         conn.execute(
             ENQUEUE_DEPENDENT,
             {
@@ -236,6 +255,7 @@ def insert_dependents(
                 "on_parent_failure": job.on_parent_failure,
                 "dependents_version": int(wiring.has_children),
                 "held_until": HELD_UNTIL_TEXT,
+                "workflow_id": None if workflow is None else str(workflow),
             },
         )
         for parent in wiring.parents:

@@ -10,6 +10,7 @@
   AND (:created_before::timestamptz IS NULL OR created_at < :created_before::timestamptz)
   AND (:idempotency_key::text IS NULL OR idempotency_key = :idempotency_key)
   AND (:concurrency_key::text IS NULL OR concurrency_key = :concurrency_key)
+  AND (:workflow_id::uuid IS NULL OR workflow_id = :workflow_id::uuid)
   AND (:error_like::text IS NULL OR (state <> 'succeeded' AND error ILIKE :error_like ESCAPE '\'))
 
 -- fragment: job_page(order)

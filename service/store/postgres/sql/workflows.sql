@@ -27,9 +27,10 @@
 -- finished, and one that finishes after it waits for this transaction's commit. An unknown
 -- id, or another tenant's, is simply not returned (the caller refuses the batch). Only parents
 -- still queued or running are bumped: a finished one has no completion left to race, and a
--- terminal job changes only through replay (invariant 5).
+-- terminal job changes only through replay (invariant 5). Their workflow_id, as locked, is what
+-- service.workflows.workflow_ids reads (the enqueuing job of a handler's children is locked too).
 WITH locked AS (
-    SELECT id, tenant, state, cancelled_by FROM jobs WHERE id = ANY(:ids::uuid[]) ORDER BY id FOR UPDATE
+    SELECT id, tenant, state, cancelled_by, workflow_id FROM jobs WHERE id = ANY(:ids::uuid[]) ORDER BY id FOR UPDATE
 ),
 bumped AS (
     UPDATE jobs AS j
@@ -37,7 +38,7 @@ bumped AS (
     FROM locked
     WHERE j.id = locked.id AND locked.state IN ('queued', 'running')
 )
-SELECT id, tenant, state, cancelled_by FROM locked
+SELECT id, tenant, state, cancelled_by, workflow_id FROM locked
 
 -- name: open_transaction
 -- Sent first on a caller's connection that has no transaction open yet (not autocommit): its
@@ -51,6 +52,11 @@ SELECT 1 AS opened
 -- {{held_until}} keeps it out of ix_jobs_claimable (``claimable``) and the autoscaler's count,
 -- its own due time kept in due_after_parents.
 -- A job whose parent already failed is born cancelled, its error naming the parent.
+-- Each job's workflow_id is in :batch (service.workflows.workflow_ids); the stored jobs that had
+-- none and join one (a parent named for the first time becomes its workflow's root, a handler's
+-- job its follow-ups') get it in ``joined``: their rows are locked by lock_parents in this
+-- transaction, and none of them is a row this statement inserts. A finished job gets it too: the
+-- workflow it belongs to is a label, not a change of state (invariant 5 is about states).
 WITH n AS (
     SELECT {{now}} AS ts
 ),
@@ -60,20 +66,28 @@ input AS (
          AS i(id uuid, tenant text, queue text, kind text, payload jsonb, priority int, max_attempts int,
               max_attempts_default boolean, delay float8, run_after timestamptz, total int, concurrency_key text,
               idempotency_key text, state text, error text, cancelled_by uuid, parents_total int,
-              parents_pending int, on_parent_failure text, dependents_version int)
+              parents_pending int, on_parent_failure text, dependents_version int, workflow_id uuid)
     CROSS JOIN n
+),
+joined AS (
+    -- found by primary key (= ANY of an array: the planner knows its length), never by a scan
+    -- of jobs, whatever the statistics say; nothing at all for a batch that names none.
+    UPDATE jobs AS j
+    SET workflow_id = w.workflow_id
+    FROM unnest(:joined_ids::uuid[], :joined_workflows::uuid[]) AS w(id, workflow_id)
+    WHERE j.id = ANY(:joined_ids::uuid[]) AND j.id = w.id AND j.workflow_id IS NULL
 ),
 inserted AS (
     INSERT INTO jobs (id, tenant, queue, kind, payload, state, priority, attempts, max_attempts,
                       max_attempts_default, done, total, run_after, concurrency_key, idempotency_key,
                       created_at, updated_at, finished_at, error, cancelled_by, parents_total, parents_pending,
-                      on_parent_failure, due_after_parents, dependents_version)
+                      on_parent_failure, due_after_parents, dependents_version, workflow_id)
     SELECT i.id, i.tenant, i.queue, i.kind, i.payload, i.state, i.priority, 0, i.max_attempts,
            i.max_attempts_default, 0, i.total,
            CASE WHEN i.state = 'queued' AND i.parents_pending > 0 THEN {{held_until}} ELSE i.due END,
            i.concurrency_key, i.idempotency_key, i.ts, i.ts,
            CASE WHEN i.state = 'cancelled' THEN i.ts END, i.error, i.cancelled_by, i.parents_total,
-           i.parents_pending, i.on_parent_failure, i.due, i.dependents_version
+           i.parents_pending, i.on_parent_failure, i.due, i.dependents_version, i.workflow_id
     FROM input AS i
     RETURNING id, tenant, state, parents_pending
 ),

@@ -11,6 +11,7 @@
   AND (:created_before IS NULL OR created_at < :created_before)
   AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
   AND (:concurrency_key IS NULL OR concurrency_key = :concurrency_key)
+  AND (:workflow_id IS NULL OR workflow_id = :workflow_id)
   AND (:error_like IS NULL OR (state <> 'succeeded' AND error LIKE :error_like ESCAPE '\'))
 
 -- fragment: job_page(order)

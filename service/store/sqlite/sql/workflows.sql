@@ -9,15 +9,24 @@
 
 -- name: lock_parents
 -- Workflows: the stored parents an enqueue names, read in its write transaction (BEGIN
--- IMMEDIATE: no completion can run until it commits). Unknown ids are not returned.
-SELECT id, tenant, state, cancelled_by FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))
+-- IMMEDIATE: no completion can run until it commits). Unknown ids are not returned. Their
+-- workflow_id is what service.workflows.workflow_ids reads (a handler's job is read with them).
+SELECT id, tenant, state, cancelled_by, workflow_id FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))
 
 -- name: bump_parents
--- Those still queued or running: their dependents_version grows, so that their completions
--- look for children (release_children). A finished one is left alone (invariant 5). Also the
--- parents a replay's re-armed jobs wait for again (rearm_dependents), queued by then.
-UPDATE jobs SET dependents_version = dependents_version + 1
-WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('queued', 'running')
+-- Once the batch is wired: the parents (:ids) still queued or running get their
+-- dependents_version grown, so that their completions look for children (release_children);
+-- and the stored jobs that had no workflow and join one (:joined, id -> workflow id: a parent
+-- named for the first time becomes its workflow's root, a handler's job its follow-ups') get
+-- it. A finished parent's state is left alone (invariant 5); the workflow it belongs to is a
+-- label, not a state, and it gets that too. One statement for the batch, not one per job.
+-- Also the parents a replay's re-armed jobs wait for again (rearm_dependents, :joined empty).
+UPDATE jobs
+SET dependents_version = dependents_version
+        + CASE WHEN id IN (SELECT value FROM json_each(:ids)) AND state IN ('queued', 'running') THEN 1 ELSE 0 END,
+    workflow_id = coalesce(workflow_id, (SELECT value FROM json_each(:joined) WHERE key = jobs.id))
+WHERE (id IN (SELECT value FROM json_each(:ids)) AND state IN ('queued', 'running'))
+   OR id IN (SELECT key FROM json_each(:joined))
 
 -- name: enqueue_dependent
 -- One job of a batch with dependencies, as service.workflows wired it: held (run_after
@@ -26,13 +35,13 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('queued', 'running
 INSERT INTO jobs (id, tenant, queue, kind, payload, state, priority, attempts, max_attempts,
                   max_attempts_default, done, total, run_after, concurrency_key, idempotency_key,
                   created_at, updated_at, finished_at, error, cancelled_by, parents_total, parents_pending,
-                  on_parent_failure, due_after_parents, dependents_version)
+                  on_parent_failure, due_after_parents, dependents_version, workflow_id)
 SELECT :id, :tenant, :queue, :kind, :payload, :state, :priority, 0, :max_attempts,
        :max_attempts_default, 0, :total,
        CASE WHEN :state = 'queued' AND :parents_pending > 0 THEN :held_until ELSE due END,
        :concurrency_key, :idempotency_key, :now, :now,
        CASE WHEN :state = 'cancelled' THEN :now END, :error, :cancelled_by, :parents_total, :parents_pending,
-       :on_parent_failure, due, :dependents_version
+       :on_parent_failure, due, :dependents_version, :workflow_id
 FROM (SELECT coalesce(:run_after, strftime('%Y-%m-%d %H:%M:%f', :now, :delay || ' seconds')) AS due)
 
 -- name: insert_edge
