@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime, timedelta
 
+from service.limits import Limit
 from service.store.postgres.heads import FULL_WALK_SECONDS, MARGIN_SECONDS, LineHeads
 from tests.conftest import FakeClock
 from tests.store.builders import LEASE_SECONDS, claim_one, new_job
@@ -65,8 +66,9 @@ class Ticks:
         return self.now
 
 
-def claimed_row(tenant: str, priority: int, run_after: datetime) -> dict[str, object]:
-    return {"queue": "default", "tenant": tenant, "priority": priority, "run_after": run_after}
+def claimed_row(tenant: str, head_priority: int, head_run_after: datetime) -> dict[str, object]:
+    """A row as CLAIM_JOBS returns it: a job taken, with the head its line had in that claim."""
+    return {"queue": "default", "tenant": tenant, "head_priority": head_priority, "head_run_after": head_run_after}
 
 
 def test_the_first_claim_and_one_every_full_walk_period_walk_every_line():
@@ -82,21 +84,31 @@ def test_the_first_claim_and_one_every_full_walk_period_walk_every_line():
     assert heads.params()["hint_tenants"] == []
 
 
-def test_a_lines_hint_is_its_highest_priority_earliest_job_less_the_margin():
+def test_a_lines_hint_is_the_head_its_claim_found_less_the_margin():
     heads = LineHeads(clock=Ticks())
     at = datetime(2030, 1, 1, tzinfo=UTC)
     heads.params()
 
-    heads.learn(
-        [
-            claimed_row("acme", 0, at - timedelta(hours=1)),
-            claimed_row("acme", 5, at + timedelta(seconds=3)),
-            claimed_row("acme", 5, at),
-            claimed_row("zeta", 0, at),
-        ]
-    )
+    heads.learn([claimed_row("acme", 5, at), claimed_row("acme", 5, at), claimed_row("zeta", 0, at)])
 
     params = heads.params()
     assert params["hint_tenants"] == ["acme", "zeta"]
     assert params["hint_priorities"] == [5, 0]
     assert params["hint_run_afters"] == [at - timedelta(seconds=MARGIN_SECONDS)] * 2
+
+
+def test_a_job_held_back_by_a_limit_keeps_the_lines_hint_below_it(store, clock: FakeClock):
+    # The line's head is the job a full concurrency key holds back, not the job taken after it
+    # ten seconds later: once the key has room, the next claim takes the held job, hinted or not.
+    store.set_limit(Limit(scope="key:k", concurrency=1))
+    first = store.enqueue(new_job("first", concurrency_key="k"))
+    second = store.enqueue(new_job("second", concurrency_key="k"))
+    running = claim_one(store)
+    assert running.id == first.id
+    clock.advance(10)
+    later = store.enqueue(new_job("later"))
+    assert claim_one(store).id == later.id  # the key is full: the line's head, second, waits
+
+    store.complete(running.lease, None)
+
+    assert claim_one(store).id == second.id

@@ -29,13 +29,6 @@ def run_to_success(store: Store, job_id: uuid.UUID, result: object = "ok") -> No
     store.complete(job.lease, result)  # type: ignore[arg-type]
 
 
-def known_postgres_gap(request: pytest.FixtureRequest, reason: str) -> None:
-    """This test's PostgreSQL variant is expected to fail (strictly: it says so once it passes):
-    a gap fixed on SQLite whose PostgreSQL statements are being changed elsewhere."""
-    if request.node.callspec.params["store_url"] == "postgres":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=f"{reason} (fixed on SQLite)"))
-
-
 # -- waiting and release ---------------------------------------------------------------------
 
 
@@ -502,18 +495,12 @@ def test_replaying_a_failed_parent_makes_a_run_anyway_child_that_has_not_started
     assert claimable(store) == {child.id}
 
 
-def test_replaying_a_failed_grandparent_makes_a_run_anyway_child_of_a_rearmed_job_wait_again(
-    store: Store, request: pytest.FixtureRequest
-):
+def test_replaying_a_failed_grandparent_makes_a_run_anyway_child_of_a_rearmed_job_wait_again(store: Store):
     """parent -> middle (cancel) -> child ('run'): the parent's failure cancels the middle job,
     which releases the child (its only parent ended); replaying the parent re-arms the middle
     job, and the child, not started yet, waits for it again like a 'run' child of the replayed
     job itself. Found by the stateful test on SQLite (a queued job counting 0 unfinished parents
     while its re-armed parent was queued: claimable before its parent ran)."""
-    known_postgres_gap(
-        request,
-        "PostgreSQL's rearm_candidates takes the queued children of the replayed jobs only, not of the jobs it re-arms",
-    )
     parent, middle, child = store.enqueue_many(
         [new_job(), new_job(depends_on=(0,)), new_job(depends_on=(1,), on_parent_failure="run")]
     )
@@ -529,18 +516,11 @@ def test_replaying_a_failed_grandparent_makes_a_run_anyway_child_of_a_rearmed_jo
     assert claimable(store) == {middle.id}  # not the child: its parent has not run
 
 
-def test_a_child_born_cancelled_under_a_cancelled_parent_is_released_by_it_after_a_replay(
-    store: Store, request: pytest.FixtureRequest
-):
+def test_a_child_born_cancelled_under_a_cancelled_parent_is_released_by_it_after_a_replay(store: Store):
     """parent -> middle; the parent fails for good, cancelling the middle job; a child of the
     middle job submitted then is born cancelled. Replaying the parent re-arms both, and the
     middle job's success releases the child: its completion must look for children although it
     had none when it was submitted (the child's enqueue found it cancelled, and left it alone)."""
-    known_postgres_gap(
-        request,
-        "PostgreSQL's rearm_candidates bumps dependents_version of the parents outside its candidates only: "
-        "a re-armed middle job's completion does not look for the child submitted while it was cancelled",
-    )
     parent, middle = store.enqueue_many([new_job(), new_job(depends_on=(0,))])
     fail_job(store, claim_one(store), "boom", retryable=False)
     late = store.enqueue(new_job(depends_on=(middle.id,)))

@@ -7,18 +7,18 @@ began: the oldest keys of each (queue, tenant) line, which the claim's walk pass
 claim, a heap visit each, to reach the first job still due (5,713 of a claim's 6,285 buffers
 after 240 s pinned at 800 jobs/s: docs/PERFORMANCE.md, "bloat").
 
-So the store remembers, per line, the key of the first job its last claims took there (the
-line's head then), less ``MARGIN_SECONDS`` of run_after, and the next claim's walk starts that
-line's probe there (sql/claim.sql, ``walk``). Its higher priorities are read whole, so a job
+So the store remembers, per line its claims took from, the head the claim's walk found there
+(the line's first due job in that claim's snapshot, whether a limit let it be taken or not),
+less ``MARGIN_SECONDS`` of run_after, and the next claim's walk starts that line's probe there
+(sql/claim.sql, ``walk``). Its higher priorities are read whole, so a job
 of higher priority is never passed over; within the hinted priority, a job below the hint is.
 
 What that gives up, and its bound: a job that becomes due with a key below the hint, at the
 hinted priority, waits until the next full walk, at most ``FULL_WALK_SECONDS``. Such a job is
 one whose run_after lies more than the margin before the line's head when it is written: an
 enqueue that commits more than the margin after its statement began, a ``run_at`` in the past
-(the API takes one), a job whose lease expired (it keeps its run_after), a claim of another
-worker rolled back. Everything else enters at the line's end: enqueues, retries (now +
-backoff), releases by parents and by graceful shutdown, replays (now). Fairness between
+(the API takes one). Everything else enters at the line's end: enqueues, retries and expired
+leases retried (now + backoff), releases by parents and by graceful shutdown, replays (now). Fairness between
 tenants and every limit are decided as before, on the heads the walk finds.
 
 A full walk (no hints) every ``FULL_WALK_SECONDS`` finds every such job and starts the hints
@@ -84,15 +84,15 @@ class LineHeads:
         }
 
     def learn(self, claimed: Iterable[Mapping[str, Any]]) -> None:
-        """Each line's head among the jobs a claim took (the highest priority, then the earliest
-        run_after), as its hint, less the margin."""
-        heads: dict[tuple[str, str], Hint] = {}
-        for row in claimed:
-            line = (row["queue"], row["tenant"])
-            hint = Hint(row["priority"], row["run_after"] - timedelta(seconds=MARGIN_SECONDS))
-            best = heads.get(line)
-            if best is None or (-hint.priority, hint.run_after) < (-best.priority, best.run_after):
-                heads[line] = hint
+        """The head of each line a claim took from (its rows' ``head_priority`` and
+        ``head_run_after``), as that line's hint, less the margin."""
+        heads = {
+            (row["queue"], row["tenant"]): Hint(
+                row["head_priority"], row["head_run_after"] - timedelta(seconds=MARGIN_SECONDS)
+            )
+            for row in claimed
+            if row["head_run_after"] is not None
+        }
         if heads:
             with self._lock:
                 self._hints.update(heads)

@@ -287,8 +287,7 @@ claimed AS (
     FROM admitted, n
     WHERE j.id = admitted.id
     RETURNING j.id, j.kind, j.queue, j.tenant, j.concurrency_key, j.payload, j.checkpoint, j.done, j.total, j.items_ok, j.items_failed,
-              j.attempts, j.claims, j.max_attempts, j.lease_expires_at, j.run_after, j.priority, n.ts AS started_at,
-              {{notify_changed}}
+              j.attempts, j.claims, j.max_attempts, j.lease_expires_at, j.run_after, n.ts AS started_at, {{notify_changed}}
 ),
 -- The claimed jobs added to the very counter rows ``counters`` holds: running, and the
 -- starts in the current rate window (a new window starts its count afresh).
@@ -312,7 +311,17 @@ opened AS (
     INSERT INTO job_attempts (job_id, claim, attempt, worker, due_at, started_at)
     SELECT id, claims, attempts, :worker, run_after, started_at FROM claimed
 )
-SELECT * FROM claimed ORDER BY id
+-- Each claimed job with the head the walk found for its line (the store's next hint there,
+-- service.store.postgres.heads): the line's first due job in this snapshot, taken or not.
+SELECT c.*, h.priority AS head_priority, h.run_after AS head_run_after
+FROM claimed AS c
+LEFT JOIN LATERAL (
+    SELECT h.priority, h.run_after
+    FROM rivals AS t CROSS JOIN LATERAL unnest(t.hq, t.ht, t.hp, t.hr, t.hi) AS h(queue, tenant, priority, run_after, id)
+    WHERE t.tenant = c.tenant AND h.tenant = c.tenant AND h.queue = c.queue
+    LIMIT 1
+) AS h ON true
+ORDER BY c.id
 
 -- fragment: tenant_line(queue, tenant)
 -- A tenant's line in one queue (jobs alias j), in the order of

@@ -208,18 +208,24 @@ SELECT (SELECT count(*) FROM cancelled) AS cancelled,
 -- name: rearm_candidates
 -- Replay's second statement, in its transaction: the jobs that the replayed jobs' failure
 -- cancelled (cancelled_by, transitively), replayed jobs that have parents of their own, and
--- the queued children of the replayed jobs (a 'run' child released by the failure waits for
--- the parent again), with their parents. The parents outside that set are locked and their dependents_version
+-- the queued children of both (a 'run' child released by its parent's end waits for it again
+-- when the parent is replayed or re-armed: a queued job counts exactly its unfinished
+-- parents), with their parents. The parents outside that set are locked and their dependents_version
 -- bumped, as an enqueue's (lock_parents): a parent completing meanwhile that waited for the
 -- lock completes again behind one and sees these children queued. The states are the rows'
 -- as locked, and each parent outside the set says whose replay re-arms it (root).
 -- service.workflows.rearm decides which jobs wait again, and for how many parents.
-WITH candidates AS (
+WITH cancelled AS (
+    SELECT j.id FROM jobs AS j WHERE j.cancelled_by = ANY(:ids::uuid[]) AND j.state = 'cancelled'
+),
+candidates AS (
     SELECT j.id, j.tenant, j.state, j.error, j.attempts, j.on_parent_failure, j.cancelled_by
     FROM jobs AS j
-    WHERE (j.cancelled_by = ANY(:ids::uuid[]) AND j.state = 'cancelled')
+    WHERE j.id IN (SELECT id FROM cancelled)
        OR (j.id = ANY(:ids::uuid[]) AND j.parents_total > 0 AND j.state = 'queued')
-       OR (j.state = 'queued' AND j.id IN (SELECT e.child FROM job_edges AS e WHERE e.parent = ANY(:ids::uuid[])))
+       OR (j.state = 'queued'
+           AND j.id IN (SELECT e.child FROM job_edges AS e
+                        WHERE e.parent = ANY(:ids::uuid[]) OR e.parent IN (SELECT id FROM cancelled)))
 ),
 edges AS (
     SELECT e.child, e.parent FROM job_edges AS e WHERE e.child IN (SELECT id FROM candidates)
@@ -249,7 +255,9 @@ GROUP BY c.id, c.tenant, c.state, c.error, c.attempts, c.on_parent_failure, c.ca
 -- name: rearm_jobs
 -- The jobs service.workflows.rearm chose, back to queued and waiting for :batch's count of
 -- parents (due now when none); the replay of each one a failure had cancelled is recorded in
--- job_replays, naming the job whose replay re-armed it (invariant 5).
+-- job_replays, naming the job whose replay re-armed it (invariant 5). Each one's
+-- dependents_version grows, so that its completion (or end) looks for children: a child
+-- submitted while it was cancelled did not bump it (lock_parents leaves a finished parent alone).
 WITH n AS (
     SELECT {{now}} AS ts
 ),
@@ -266,6 +274,7 @@ rearmed AS (
         error = CASE WHEN j.state = 'cancelled' THEN NULL ELSE j.error END,
         attempts = CASE WHEN j.state = 'cancelled' THEN 0 ELSE j.attempts END,
         parents_pending = i.pending,
+        dependents_version = j.dependents_version + 1,
         run_after = CASE WHEN i.pending > 0 THEN {{held_until}}
                          ELSE greatest(n.ts, coalesce(j.due_after_parents, n.ts)) END,
         updated_at = n.ts

@@ -234,8 +234,7 @@ claimed AS (
     FROM admitted, n
     WHERE j.id = admitted.id
     RETURNING j.id, j.kind, j.queue, j.tenant, j.concurrency_key, j.payload, j.checkpoint, j.done, j.total, j.items_ok, j.items_failed,
-              j.attempts, j.claims, j.max_attempts, j.lease_expires_at, j.run_after, j.priority, n.ts AS started_at,
-              CASE WHEN %(notify)s THEN pg_notify('jobq_job_changes', j.id::text) END AS notified
+              j.attempts, j.claims, j.max_attempts, j.lease_expires_at, j.run_after, n.ts AS started_at, CASE WHEN %(notify)s THEN pg_notify('jobq_job_changes', j.id::text) END AS notified
 ),
 counted AS (
     UPDATE scope_counters AS c
@@ -256,4 +255,12 @@ opened AS (
     INSERT INTO job_attempts (job_id, claim, attempt, worker, due_at, started_at)
     SELECT id, claims, attempts, %(worker)s, run_after, started_at FROM claimed
 )
-SELECT * FROM claimed ORDER BY id
+SELECT c.*, h.priority AS head_priority, h.run_after AS head_run_after
+FROM claimed AS c
+LEFT JOIN LATERAL (
+    SELECT h.priority, h.run_after
+    FROM rivals AS t CROSS JOIN LATERAL unnest(t.hq, t.ht, t.hp, t.hr, t.hi) AS h(queue, tenant, priority, run_after, id)
+    WHERE t.tenant = c.tenant AND h.tenant = c.tenant AND h.queue = c.queue
+    LIMIT 1
+) AS h ON true
+ORDER BY c.id
