@@ -30,7 +30,9 @@ tables (the server's configuration is never touched: where its ``autovacuum`` is
 changes nothing, and the report says so). ``--explain`` ends each phase with EXPLAIN
 (ANALYZE, BUFFERS) of the idle poll (has_claimable), the claim and a completion, in a
 transaction rolled back, and reports each one's time and shared buffers; the plans go to
-``--explain-dir``.
+``--explain-dir``. The poll and the claim twice: as a full walk (``*_full``), and with the
+hints a worker's claims leave between full walks (service.store.postgres.heads), as most
+claims run.
 """
 
 from __future__ import annotations
@@ -381,9 +383,11 @@ def _explain(url: str, conn: psycopg.Connection[Any], phase: str, directory: Pat
         # jobs of the transaction's own, so each claim (EXPLAINed twice, JSON and text, then run) has
         # one to take and the completion one to finish even when the queue is empty
         store.enqueue_many([NewJob(kind="noop") for _ in range(4 * values["limit"])], connection=conn)
-        found.update(_explained(conn, "has_claimable", HAS_CLAIMABLE, _statement_params(HAS_CLAIMABLE, values), plans))
-        conn.execute(CLAIM_PLANNER)
         values.update(NO_HINTS)
+        found.update(
+            _explained(conn, "has_claimable_full", HAS_CLAIMABLE, _statement_params(HAS_CLAIMABLE, values), plans)
+        )
+        conn.execute(CLAIM_PLANNER)
         found.update(_explained(conn, "claim_full", CLAIM_JOBS, _statement_params(CLAIM_JOBS, values), plans))
         # then as a worker claims between its full walks: from the heads its claims found
         heads = LineHeads()
@@ -391,6 +395,8 @@ def _explain(url: str, conn: psycopg.Connection[Any], phase: str, directory: Pat
         with conn.cursor(row_factory=dict_row) as cur:
             heads.learn(cur.execute(CLAIM_JOBS, _statement_params(CLAIM_JOBS, values)).fetchall())
         values.update(heads.params())
+        found.update(_explained(conn, "has_claimable", HAS_CLAIMABLE, _statement_params(HAS_CLAIMABLE, values), plans))
+        conn.execute(CLAIM_PLANNER)
         found.update(_explained(conn, "claim", CLAIM_JOBS, _statement_params(CLAIM_JOBS, values), plans))
         with conn.cursor(row_factory=dict_row) as cur:
             claimed = cur.execute(CLAIM_JOBS, _statement_params(CLAIM_JOBS, values)).fetchall()

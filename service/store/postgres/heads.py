@@ -76,12 +76,14 @@ class LineHeads:
                 self._walked_at = now
                 self._hints.clear()
             lines = sorted(self._hints.items())
-        return {
-            "hint_queues": [queue for (queue, _tenant), _hint in lines],
-            "hint_tenants": [tenant for (_queue, tenant), _hint in lines],
-            "hint_priorities": [hint.priority for _line, hint in lines],
-            "hint_run_afters": [hint.run_after for _line, hint in lines],
-        }
+        return _arrays(lines)
+
+    def known(self) -> dict[str, Any]:
+        """The hints as they are, for the idle poll (HAS_CLAIMABLE), which is no claim: it
+        neither starts a full walk nor learns."""
+        with self._lock:
+            lines = sorted(self._hints.items())
+        return _arrays(lines)
 
     def learn(self, claimed: Iterable[Mapping[str, Any]]) -> None:
         """The head of each line a claim took from (its rows' ``head_priority`` and
@@ -96,3 +98,12 @@ class LineHeads:
         if heads:
             with self._lock:
                 self._hints.update(heads)
+
+
+def _arrays(lines: list[tuple[tuple[str, str], Hint]]) -> dict[str, Any]:
+    return {
+        "hint_queues": [queue for (queue, _tenant), _hint in lines],
+        "hint_tenants": [tenant for (_queue, tenant), _hint in lines],
+        "hint_priorities": [hint.priority for _line, hint in lines],
+        "hint_run_afters": [hint.run_after for _line, hint in lines],
+    }

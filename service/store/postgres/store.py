@@ -166,7 +166,9 @@ class PostgresStore(
         return [claimed_job(row, request.worker, _READ) for row in rows]
 
     def has_claimable(self, queues: Sequence[str], kinds: Sequence[str] | None = None) -> bool:
-        params = self._params(queues=list(queues), kinds=list(kinds) if kinds is not None else None)
+        params = self._params(
+            queues=list(queues), kinds=list(kinds) if kinds is not None else None, **self._heads.known()
+        )
         row = self._fetchone(HAS_CLAIMABLE, params, replay=True)
         return bool(row is not None and row["claimable"])
 

@@ -386,7 +386,24 @@ SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan'
 -- queue, stopping at the first due row; no lock, no write, no planner settings. The
 -- fair claim, which decides limits and shares, runs only after a true answer, so an
 -- idle fleet's polls read an empty index instead of walking tenants under row locks.
+-- First, the lines this worker's claims have hints for, each from its hint at its hinted
+-- priority (service.store.postgres.heads): behind a pinned horizon the probe from a queue's
+-- start passes every job claimed since (3,844 buffers, 45 ms, after 120 s at 800 jobs/s),
+-- and a worker woken while its lines have work needs no more. Only when they have none
+-- does the probe read each queue from its start, as the full answer.
 SELECT EXISTS (
+    SELECT 1
+    FROM unnest(:hint_queues::text[], :hint_tenants::text[], :hint_priorities::int[],
+                :hint_run_afters::timestamptz[]) AS k(queue, tenant, priority, run_after)
+    CROSS JOIN LATERAL (
+        SELECT 1
+        FROM jobs AS j
+        WHERE {{claimable(j)}} AND j.queue = k.queue AND j.tenant = k.tenant AND j.priority = k.priority
+          AND j.run_after >= k.run_after AND j.run_after <= {{now}}
+          AND (:kinds::text[] IS NULL OR j.kind = ANY(:kinds::text[]))
+        LIMIT 1
+    ) AS due
+) OR EXISTS (
     SELECT 1
     FROM unnest(:queues::text[]) AS q(queue)
     CROSS JOIN LATERAL (
