@@ -8,7 +8,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from service.limits import Limit
-from service.store.postgres.heads import FULL_WALK_SECONDS, MARGIN_SECONDS, LineHeads
+from service.store.postgres.heads import FULL_WALK_SECONDS, FULL_WALK_SHARE, MARGIN_SECONDS, LineHeads
 from tests.conftest import FakeClock
 from tests.store.builders import LEASE_SECONDS, claim_one, new_job
 
@@ -81,6 +81,20 @@ def test_the_first_claim_and_one_every_full_walk_period_walk_every_line():
     assert heads.params()["hint_tenants"] == ["acme"]
     ticks.now += FULL_WALK_SECONDS
     assert heads.params()["hint_tenants"] == []  # a full walk, and the hints start afresh
+    assert heads.params()["hint_tenants"] == []
+
+
+def test_a_slow_full_walk_makes_the_next_one_wait_for_its_share_of_the_time():
+    ticks = Ticks()
+    heads = LineHeads(clock=ticks)
+    at = datetime(2030, 1, 1, tzinfo=UTC)
+
+    assert heads.params()["hint_tenants"] == []  # a full walk, which takes 70 ms
+    ticks.now += 0.07
+    heads.learn([claimed_row("acme", 0, at)])
+    ticks.now += FULL_WALK_SECONDS
+    assert heads.params()["hint_tenants"] == ["acme"]  # a second on: still hinted
+    ticks.now = 100.0 + 0.07 / FULL_WALK_SHARE
     assert heads.params()["hint_tenants"] == []
 
 
