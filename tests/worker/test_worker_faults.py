@@ -182,7 +182,12 @@ def test_partition(fleet: Fleet, pg_url: str, make_store: Callable[..., Store], 
     parts = urlsplit(pg_url)
     with FaultProxy((parts.hostname or "127.0.0.1", parts.port or 5432)) as proxy:
         lease = 2.0
-        cut_off = fleet.start("--concurrency", "1", "--lease-seconds", str(lease), url=_via(pg_url, proxy.port))
+        # The cut-off worker, first, leads the maintenance: the other reaps its job once it has the lead,
+        # within a leadership lease as short as the job's (the default 15 s was most of this test's time).
+        leader_lease = ("--leader-lease-seconds", str(lease))
+        cut_off = fleet.start(
+            "--concurrency", "1", "--lease-seconds", str(lease), *leader_lease, url=_via(pg_url, proxy.port)
+        )
         cut_off_id = cut_off.wait_started()
         store = make_store(pg_url)
         job = store.enqueue(
@@ -197,7 +202,7 @@ def test_partition(fleet: Fleet, pg_url: str, make_store: Callable[..., Store], 
 
         proxy.blackhole()
         blackholed_at = time.monotonic()
-        other = fleet.start("--concurrency", "1", "--lease-seconds", str(lease), "--poll-seconds", "0.5")
+        other = fleet.start("--concurrency", "1", "--lease-seconds", str(lease), "--poll-seconds", "0.5", *leader_lease)
         other_id = other.wait_started()
         wait_until(lambda: pg.job(job.id)["state"] == "succeeded", 30, what="the other worker to take over")
         taken_over_after = time.monotonic() - blackholed_at
@@ -228,7 +233,9 @@ def test_partition(fleet: Fleet, pg_url: str, make_store: Callable[..., Store], 
 def test_poison_job(fleet: Fleet, pg_url: str, make_store: Callable[..., Store], pg: Database) -> None:
     """A handler that kills its own process every time: after max_attempts the job fails with an error
     that says its lease expired that many times; the other jobs keep flowing meanwhile."""
-    args = ("--concurrency", "2", "--lease-seconds", "2", "--poll-seconds", "0.5")
+    # Each death may be the leader's: a short leadership lease lets the next worker reap soon after
+    # (with the default 15 s, up to three times 10-15 s of waiting).
+    args = ("--concurrency", "2", "--lease-seconds", "2", "--poll-seconds", "0.5", "--leader-lease-seconds", "2")
     store = make_store(pg_url)
     poison = store.enqueue(NewJob(kind="poison", max_attempts=3))
     others = store.enqueue_many([NewJob(kind="sleep", payload={"seconds": 0.3}, max_attempts=10) for _ in range(30)])
