@@ -98,7 +98,9 @@ def test_a_fleet_of_fifty_workers_through_pgbouncer_with_ten_killed(
             store.enqueue_many([NewJob(kind="itemised", payload=payload, max_attempts=10) for _ in range(JOBS)])
         finally:
             store.close()
-        args = ["--concurrency", "1", "--lease-seconds", "3", "--poll-seconds", "1"]
+        # A killed leader's jobs are reaped once another worker has the lead: within a leadership lease
+        # as short as the jobs' (the default 15 s held them back 10-15 s whenever a victim led).
+        args = ["--concurrency", "1", "--lease-seconds", "3", "--poll-seconds", "1", "--leader-lease-seconds", "3"]
         env = {"JOBQ_NOTIFY": "false", "JOBQ_SIDE_EFFECT_URL": side_effect_url}
         for n in range(WORKERS):
             fleet.workers.append(WorkerProcess(url, tmp_path, f"worker{n}", args, env=env, app="tests.pooler.apps"))
