@@ -10,9 +10,11 @@ index the probe reads; autovacuum is off on the bench machine's server).
 PostgreSQL backend CPU per probe is read from /proc.
 
 The crash: two idle ``jobq worker`` processes at their defaults (``--lease-seconds``
-to change the lease); one claims a ``sleep`` job and is killed with SIGKILL;
-the time from the kill to the job's next attempt starting on the other worker
-(both instants from the database clock).
+to change the lease, ``--leader-lease-seconds`` the maintenance leadership's); one claims a
+``sleep`` job and is killed with SIGKILL; the time from the kill to the job's next attempt
+starting on the other worker (both instants from the database clock). The killed worker, started
+first, usually leads the fleet's maintenance: the other reaps only once it has the lead, so the
+time is about the longer of the two leases.
 """
 
 from __future__ import annotations
@@ -48,6 +50,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trials", type=int, default=200, help="probes per case")
     parser.add_argument("--crash-trials", type=int, default=2, help="kill -9 trials (each waits about a lease)")
     parser.add_argument("--lease-seconds", type=float, default=None, help="the workers' lease (default: theirs, 60)")
+    parser.add_argument(
+        "--leader-lease-seconds",
+        type=float,
+        default=None,
+        help="the workers' maintenance leadership lease (default: theirs, 15)",
+    )
 
 
 def run(args: argparse.Namespace) -> Report:
@@ -119,6 +127,8 @@ def _crash(report: Report, url: str, args: argparse.Namespace, logs: Path, trial
     options = ["--log-level", "warning"]
     if args.lease_seconds is not None:
         options += ["--lease-seconds", str(args.lease_seconds)]
+    if args.leader_lease_seconds is not None:
+        options += ["--leader-lease-seconds", str(args.leader_lease_seconds)]
     victim = WorkerProcess(url, *options, log_path=logs / f"victim-{trial}.log")
     survivor: WorkerProcess | None = None
     try:

@@ -98,7 +98,9 @@ def test_a_fleet_of_fifty_workers_through_pgbouncer_with_ten_killed(
             store.enqueue_many([NewJob(kind="itemised", payload=payload, max_attempts=10) for _ in range(JOBS)])
         finally:
             store.close()
-        args = ["--concurrency", "1", "--lease-seconds", "3", "--poll-seconds", "1"]
+        # A killed leader's jobs are reaped once another worker has the lead: within a leadership lease
+        # as short as the jobs' (the default 15 s held them back 10-15 s whenever a victim led).
+        args = ["--concurrency", "1", "--lease-seconds", "3", "--poll-seconds", "1", "--leader-lease-seconds", "3"]
         env = {"JOBQ_NOTIFY": "false", "JOBQ_SIDE_EFFECT_URL": side_effect_url}
         for n in range(WORKERS):
             fleet.workers.append(WorkerProcess(url, tmp_path, f"worker{n}", args, env=env, app="tests.pooler.apps"))
@@ -110,7 +112,14 @@ def test_a_fleet_of_fifty_workers_through_pgbouncer_with_ten_killed(
         # Victims among the workers that have started: under load some of the 50 are still
         # importing when the first 100 jobs are done (3 of 10 victims were, 4 Dec), and a worker
         # killed before it started holds nothing to lose.
-        running = [w for w in fleet.workers if w.events("worker.started")]
+        # On a loaded machine fewer than KILLS may have started by then (4 Dec, load 10: "Sample larger
+        # than population"): wait for KILLS of them.
+
+        def started_workers() -> list[WorkerProcess]:
+            up = [w for w in fleet.workers if w.events("worker.started")]
+            return up if len(up) >= KILLS else []
+
+        running = wait_until(started_workers, 120, interval=0.2, what=f"{KILLS} workers to start")
         for victim in rng.sample(running, KILLS):
             victim.kill()
             killed.append(victim)

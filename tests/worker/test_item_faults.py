@@ -22,7 +22,9 @@ from tests.worker.harness import Fleet, wait_until
 pytestmark = pytest.mark.slow
 
 
-ARGS = ("--concurrency", "1", "--lease-seconds", "1.5", "--poll-seconds", "0.2")
+# The replacement worker reaps the first one's job once it leads the fleet's maintenance: with the
+# default leadership lease (15 s) it waited ~10-15 s for the dead or paused leader's lease to end.
+ARGS = ("--concurrency", "1", "--lease-seconds", "1.5", "--poll-seconds", "0.2", "--leader-lease-seconds", "2")
 
 
 def start_job(

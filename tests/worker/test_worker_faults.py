@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,9 +15,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
+from service.config import Settings
 from service.jobs import NewJob
-from service.store import Store
+from service.store import Store, migrate, open_store
 from tests.conftest import Database
+from tests.private_postgres import PrivateServer, private_server  # noqa: F401 (the fixture)
 from tests.worker.harness import Fleet, WorkerProcess, wait_until
 from tests.worker.proxy import FaultProxy
 
@@ -99,71 +99,74 @@ def test_chaos_kill(fleet: Fleet, pg_url: str, make_store: Callable[..., Store],
     assert elapsed < 75
 
 
-def _restart_postgres() -> None:
-    if shutil.which("pg_ctlcluster") is None:
-        pytest.skip("needs pg_ctlcluster (a local PostgreSQL cluster) to restart the database")
-    subprocess.run(
-        ["pg_ctlcluster", "--skip-systemctl-redirect", "15", "main", "restart"],
-        check=True,
-        timeout=60,
-        capture_output=True,
-    )
-
-
-def test_database_restart(fleet: Fleet, pg_url: str, make_store: Callable[..., Store], tmp_path: Path) -> None:
+def test_database_restart(private_server: PrivateServer, tmp_path: Path) -> None:  # noqa: F811
     """Restart PostgreSQL while a worker runs jobs: every job finishes, the worker never exits,
-    and it listens again (a job enqueued after the restart is picked up without waiting for a poll)."""
-    if urlsplit(pg_url).hostname not in {"127.0.0.1", "localhost"}:
-        pytest.skip("restarts the local cluster only")
-    worker = fleet.start("--concurrency", "4", "--lease-seconds", "3", "--poll-seconds", "5")
-    worker.wait_started()
-    store = make_store(pg_url)
-    before = store.enqueue_many([NewJob(kind="sleep", payload={"seconds": 0.5}, max_attempts=5) for _ in range(24)])
-    time.sleep(1.2)  # some done, some running
-    restart_began = time.monotonic()
-    _restart_postgres()
-    restarted_after = time.monotonic() - restart_began
+    and it listens again (a job enqueued after the restart is picked up without waiting for a poll).
 
-    def enqueue_after() -> list[Any]:
+    The server is a private cluster (tests/private_postgres.py): restarting the shared test server
+    broke every other test, and every other person, using it at the time."""
+    url = private_server.url
+    migrate.upgrade(url)
+    with Fleet(url, tmp_path) as fleet:
+        worker = fleet.start("--concurrency", "4", "--lease-seconds", "3", "--poll-seconds", "5")
+        worker.wait_started()
+        store = open_store(Settings(database_url=url))
         try:
-            return store.enqueue_many(
-                [NewJob(kind="sleep", payload={"seconds": 0.5}, max_attempts=5) for _ in range(8)]
+            before = store.enqueue_many(
+                [NewJob(kind="sleep", payload={"seconds": 0.5}, max_attempts=5) for _ in range(24)]
             )
-        except Exception:  # the pool may still hand out a connection the restart killed
-            return []
+            time.sleep(1.2)  # some done, some running
+            restart_began = time.monotonic()
+            private_server.restart()
+            restarted_after = time.monotonic() - restart_began
 
-    after = wait_until(enqueue_after, 20, interval=0.2, what="the database to accept jobs again")
-    pg = Database(pg_url)
-    try:
-        ids = [j.id for j in before + after]
-        wait_until(
-            lambda: pg.count("jobs", "state = 'succeeded'") == len(ids), 60, interval=0.2, what="every job to finish"
+            def enqueue_after() -> list[Any]:
+                try:
+                    return store.enqueue_many(
+                        [NewJob(kind="sleep", payload={"seconds": 0.5}, max_attempts=5) for _ in range(8)]
+                    )
+                except Exception:  # the pool may still hand out a connection the restart killed
+                    return []
+
+            after = wait_until(enqueue_after, 20, interval=0.2, what="the database to accept jobs again")
+            ids = [j.id for j in before + after]
+            pg = Database(url)
+            try:
+                wait_until(
+                    lambda: pg.count("jobs", "state = 'succeeded'") == len(ids),
+                    60,
+                    interval=0.2,
+                    what="every job to finish",
+                )
+                assert worker.alive(), "a database restart must never kill the worker"
+                assert pg.count("jobs", "state <> 'succeeded'") == 0
+                # Listening again: with polls 2.5-7.5 s apart (and one just made when the last slot
+                # freed), only a NOTIFY can start each of these within a second.
+                pickups = []
+                for _ in range(3):
+                    enqueued_at = time.time()
+                    stamp = store.enqueue(NewJob(kind="stamp", payload={"markers": str(tmp_path)}))
+                    started = wait_until(
+                        lambda s=stamp: markers(tmp_path, s.id, "start"), 10, interval=0.01, what="pickup"
+                    )
+                    pickups.append(started[0]["at"] - enqueued_at)
+                    wait_until(lambda s=stamp: pg.job(s.id)["state"] == "succeeded", 10, what="the stamp job to finish")
+                assert max(pickups) < 1.0, f"pickups after the restart: {pickups}"
+            finally:
+                pg.close()
+        finally:
+            store.close()
+        outages = worker.events("store.unavailable")
+        recoveries = worker.events("store.available")
+        print(
+            f"\ndatabase restart took {restarted_after:.1f} s; the worker logged {len(outages)} outage(s), "
+            f"back after {recoveries[0]['down_s'] if recoveries else '?'} s; all {len(ids)} jobs succeeded"
         )
-        assert worker.alive(), "a database restart must never kill the worker"
-        assert pg.count("jobs", "state <> 'succeeded'") == 0
-        # Listening again: with polls 2.5-7.5 s apart (and one just made when the last slot
-        # freed), only a NOTIFY can start each of these within a second.
-        pickups = []
-        for _ in range(3):
-            enqueued_at = time.time()
-            stamp = store.enqueue(NewJob(kind="stamp", payload={"markers": str(tmp_path)}))
-            started = wait_until(lambda s=stamp: markers(tmp_path, s.id, "start"), 10, interval=0.01, what="pickup")
-            pickups.append(started[0]["at"] - enqueued_at)
-            wait_until(lambda s=stamp: pg.job(s.id)["state"] == "succeeded", 10, what="the stamp job to finish")
-        assert max(pickups) < 1.0, f"pickups after the restart: {pickups}"
-    finally:
-        pg.close()
-    outages = worker.events("store.unavailable")
-    recoveries = worker.events("store.available")
-    print(
-        f"\ndatabase restart took {restarted_after:.1f} s; the worker logged {len(outages)} outage(s), "
-        f"back after {recoveries[0]['down_s'] if recoveries else '?'} s; all {len(ids)} jobs succeeded"
-    )
-    # The store drops a pooled connection the restart ended before using it (service/store/postgres),
-    # so a worker between statements may see no outage at all; one it saw has ended, once.
-    assert len(outages) == len(recoveries) <= 1
-    worker.terminate()
-    assert worker.wait(timeout=15) == 0
+        # The store drops a pooled connection the restart ended before using it (service/store/postgres),
+        # so a worker between statements may see no outage at all; one it saw has ended, once.
+        assert len(outages) == len(recoveries) <= 1
+        worker.terminate()
+        assert worker.wait(timeout=15) == 0
 
 
 def _via(url: str, port: int) -> str:
@@ -179,7 +182,12 @@ def test_partition(fleet: Fleet, pg_url: str, make_store: Callable[..., Store], 
     parts = urlsplit(pg_url)
     with FaultProxy((parts.hostname or "127.0.0.1", parts.port or 5432)) as proxy:
         lease = 2.0
-        cut_off = fleet.start("--concurrency", "1", "--lease-seconds", str(lease), url=_via(pg_url, proxy.port))
+        # The cut-off worker, first, leads the maintenance: the other reaps its job once it has the lead,
+        # within a leadership lease as short as the job's (the default 15 s was most of this test's time).
+        leader_lease = ("--leader-lease-seconds", str(lease))
+        cut_off = fleet.start(
+            "--concurrency", "1", "--lease-seconds", str(lease), *leader_lease, url=_via(pg_url, proxy.port)
+        )
         cut_off_id = cut_off.wait_started()
         store = make_store(pg_url)
         job = store.enqueue(
@@ -194,7 +202,7 @@ def test_partition(fleet: Fleet, pg_url: str, make_store: Callable[..., Store], 
 
         proxy.blackhole()
         blackholed_at = time.monotonic()
-        other = fleet.start("--concurrency", "1", "--lease-seconds", str(lease), "--poll-seconds", "0.5")
+        other = fleet.start("--concurrency", "1", "--lease-seconds", str(lease), "--poll-seconds", "0.5", *leader_lease)
         other_id = other.wait_started()
         wait_until(lambda: pg.job(job.id)["state"] == "succeeded", 30, what="the other worker to take over")
         taken_over_after = time.monotonic() - blackholed_at
@@ -225,7 +233,9 @@ def test_partition(fleet: Fleet, pg_url: str, make_store: Callable[..., Store], 
 def test_poison_job(fleet: Fleet, pg_url: str, make_store: Callable[..., Store], pg: Database) -> None:
     """A handler that kills its own process every time: after max_attempts the job fails with an error
     that says its lease expired that many times; the other jobs keep flowing meanwhile."""
-    args = ("--concurrency", "2", "--lease-seconds", "2", "--poll-seconds", "0.5")
+    # Each death may be the leader's: a short leadership lease lets the next worker reap soon after
+    # (with the default 15 s, up to three times 10-15 s of waiting).
+    args = ("--concurrency", "2", "--lease-seconds", "2", "--poll-seconds", "0.5", "--leader-lease-seconds", "2")
     store = make_store(pg_url)
     poison = store.enqueue(NewJob(kind="poison", max_attempts=3))
     others = store.enqueue_many([NewJob(kind="sleep", payload={"seconds": 0.3}, max_attempts=10) for _ in range(30)])

@@ -147,7 +147,10 @@ def test_resume_runs_only_the_items_after_the_checkpoint(
     """A 100-item classify job, its worker SIGKILLed at about item 50; the next attempt resumes."""
     store = make_store(pg_url)
     call_log = tmp_path / "calls.log"
-    first = fleet.start("--concurrency", "1", "--lease-seconds", "2")
+    # The second worker reaps the first one's job once it leads the maintenance: within a leadership
+    # lease as short as the job's (the default 15 s was most of this test's time).
+    args = ("--concurrency", "1", "--lease-seconds", "2", "--leader-lease-seconds", "2")
+    first = fleet.start(*args)
     job = store.enqueue(
         NewJob(
             kind="classify",
@@ -161,7 +164,7 @@ def test_resume_runs_only_the_items_after_the_checkpoint(
     position = killed["checkpoint"]["position"]
     calls_before_kill = len(call_log.read_text().splitlines())
 
-    fleet.start("--concurrency", "1", "--lease-seconds", "2")
+    fleet.start(*args)
     wait_until(lambda: job_state(pg, job.id) == "succeeded", 30, what="the job to succeed on a second worker")
     calls = [tuple(map(int, line.split())) for line in call_log.read_text().splitlines()]
     first_attempt = [item for attempt, item in calls if attempt == 1]
