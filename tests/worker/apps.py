@@ -151,9 +151,13 @@ def numbered(ctx: JobContext) -> list[Any]:
 
 
 # -- workflows: a fan-out from a handler, its leaves, the fan-in, and a chain's links ----------
+# The kills of the workflow process tests are theirs, not the jobs' fault: a job may be cut
+# short several times (one SIGKILL every 2 s), and must not run out of attempts doing so
+# (a run ended with 3 jobs failed or cancelled, at the default of 3 attempts).
+KILLED_OFTEN = 20
 
 
-@app.handler("fan_out")
+@app.handler("fan_out", max_attempts=KILLED_OFTEN)
 def fan_out(ctx: JobContext) -> dict[str, Any]:
     """Enqueue ``leaves`` leaf jobs and one fan_in job waiting for all of them (ctx.enqueue)."""
     leaves = [ctx.enqueue("leaf", {"n": n, "markers": ctx.payload["markers"]}) for n in range(ctx.payload["leaves"])]
@@ -161,13 +165,13 @@ def fan_out(ctx: JobContext) -> dict[str, Any]:
     return {"leaves": len(leaves)}
 
 
-@app.handler("leaf")
+@app.handler("leaf", max_attempts=KILLED_OFTEN)
 def leaf(ctx: JobContext) -> dict[str, Any]:
     time.sleep(0.05 + (ctx.payload["n"] % 5) * 0.05)
     return {"n": ctx.payload["n"]}
 
 
-@app.handler("fan_in")
+@app.handler("fan_in", max_attempts=KILLED_OFTEN)
 def fan_in(ctx: JobContext) -> dict[str, Any]:
     """Record what it saw of its parents: how many, in which states, their results."""
     parents = ctx.parents()
