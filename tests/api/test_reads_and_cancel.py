@@ -19,7 +19,7 @@ from tests.store.builders import fail_job
 STATUS_FIELDS = {
     "job_id", "kind", "queue", "state", "done", "total", "items_ok", "items_failed", "attempts", "max_attempts", "error", "run_after", "stale",
     "cancel_requested", "created_at", "started_at", "finished_at", "updated_at", "result_url",
-    "poll_after_seconds", "parents_total", "parents_pending",
+    "poll_after_seconds", "parents_total", "parents_pending", "workflow_id",
 }  # fmt: skip
 
 
