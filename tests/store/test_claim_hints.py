@@ -9,6 +9,10 @@ from datetime import UTC, datetime, timedelta
 
 from service.limits import Limit
 from service.store.postgres.heads import FULL_WALK_SECONDS, FULL_WALK_SHARE, MARGIN_SECONDS, LineHeads
+from service.store.postgres.statements import CLAIM_JOBS
+from service.store.postgres.workflows import ENQUEUE_DEPENDENTS
+from service.store.schema import HELD_UNTIL_PG
+from service.workflows import HELD_UNTIL
 from tests.conftest import FakeClock
 from tests.store.builders import LEASE_SECONDS, claim_one, new_job
 
@@ -126,3 +130,10 @@ def test_a_job_held_back_by_a_limit_keeps_the_lines_hint_below_it(store, clock: 
     store.complete(running.lease, None)
 
     assert claim_one(store).id == second.id
+
+
+def test_the_held_until_literal_is_one_instant_in_the_schema_the_sql_and_the_domain():
+    # ix_jobs_claimable's predicate (schema.py) must be provable from the claim's own literal
+    # (the SQL fragment held_until), and both must be the run_after a waiting job is written with.
+    assert HELD_UNTIL_PG == f"'{HELD_UNTIL}+00'::timestamptz"
+    assert HELD_UNTIL_PG in CLAIM_JOBS and HELD_UNTIL_PG in ENQUEUE_DEPENDENTS

@@ -75,17 +75,15 @@ class LineHeads:
         self._clock = clock
         self._lock = threading.Lock()
         self._hints: dict[tuple[str, str], Hint] = {}
-        self._walked_at: float | None = None  # the last full walk's start
-        self._walk_in_flight = False  # a full walk was handed out and has not come back yet
-        self._next_walk = 0.0  # when the next claim walks in full
+        self._walk_started: float | None = None  # a full walk handed out and not back yet: when
+        self._next_walk = 0.0  # when the next claim walks in full (the first one does)
 
     def params(self) -> dict[str, Any]:
         """The hint arrays for the next claim: empty (a full walk) when one is due."""
         with self._lock:
             now = self._clock()
-            if self._walked_at is None or now >= self._next_walk:
-                self._walked_at = now
-                self._walk_in_flight = True
+            if now >= self._next_walk:
+                self._walk_started = now
                 self._next_walk = now + FULL_WALK_SECONDS
                 self._hints.clear()
             lines = sorted(self._hints.items())
@@ -103,10 +101,10 @@ class LineHeads:
         ``head_run_after``), as that line's hint, less the margin; and, after a full walk, when
         the next one is due (``FULL_WALK_SHARE``). Called as each claim returns, empty or not."""
         with self._lock:
-            if self._walk_in_flight and self._walked_at is not None:
-                took = self._clock() - self._walked_at
-                self._next_walk = self._walked_at + max(FULL_WALK_SECONDS, took / FULL_WALK_SHARE)
-                self._walk_in_flight = False
+            if self._walk_started is not None:
+                took = self._clock() - self._walk_started
+                self._next_walk = self._walk_started + max(FULL_WALK_SECONDS, took / FULL_WALK_SHARE)
+                self._walk_started = None
         heads = {
             (row["queue"], row["tenant"]): Hint(
                 row["head_priority"], row["head_run_after"] - timedelta(seconds=MARGIN_SECONDS)
