@@ -82,6 +82,8 @@ def test_cancel_while_running_is_seen_within_one_heartbeat(
     assert stopped[0]["reason"] == "cancelled"
     assert seen_after <= lease / 3 + 0.5  # one heartbeat interval, plus slack for a busy machine
     assert [a["outcome"] for a in pg.attempts(job.id)] == ["cancelled"]
+    # The worker logs the event after its acknowledgement commits, so the log may trail the row.
+    wait_until(lambda: worker.events("job.cancelled"), 10, what="the worker to log the cancel")
     assert [e["job_id"] for e in worker.events("job.cancelled")] == [str(job.id)]
 
 
