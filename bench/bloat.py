@@ -64,7 +64,7 @@ from bench.common import (
 from service.config import Settings
 from service.jobs import NewJob
 from service.store import open_store
-from service.store.postgres.heads import NO_HINTS, LineHeads
+from service.store.postgres.heads import LineHeads, every_line
 from service.store.postgres.statements import CLAIM_JOBS, CLAIM_PLANNER, COMPLETE_JOBS, HAS_CLAIMABLE
 
 TICK_SECONDS = 0.05
@@ -383,7 +383,7 @@ def _explain(url: str, conn: psycopg.Connection[Any], phase: str, directory: Pat
         # jobs of the transaction's own, so each claim (EXPLAINed twice, JSON and text, then run) has
         # one to take and the completion one to finish even when the queue is empty
         store.enqueue_many([NewJob(kind="noop") for _ in range(4 * values["limit"])], connection=conn)
-        values.update(NO_HINTS)
+        values.update(every_line(values["queues"]))  # the hints of a full walk, and the full poll's lines
         found.update(
             _explained(conn, "has_claimable_full", HAS_CLAIMABLE, _statement_params(HAS_CLAIMABLE, values), plans)
         )
@@ -394,7 +394,7 @@ def _explain(url: str, conn: psycopg.Connection[Any], phase: str, directory: Pat
         heads.params()  # the claim below is a full walk
         with conn.cursor(row_factory=dict_row) as cur:
             heads.learn(cur.execute(CLAIM_JOBS, _statement_params(CLAIM_JOBS, values)).fetchall())
-        values.update(heads.params())
+        values.update({**heads.params(), **heads.poll(values["queues"])})
         found.update(_explained(conn, "has_claimable", HAS_CLAIMABLE, _statement_params(HAS_CLAIMABLE, values), plans))
         conn.execute(CLAIM_PLANNER)
         found.update(_explained(conn, "claim", CLAIM_JOBS, _statement_params(CLAIM_JOBS, values), plans))

@@ -116,7 +116,8 @@ jobs = sa.Table(
     # nor jobs waiting for parents (migration 0011 says what they cost a claim inside it).
     # On PostgreSQL a job waiting for parents is marked by its run_after (HELD_UNTIL), not
     # by parents_pending, so a parent's completion that leaves its child waiting is a HOT
-    # update of the child (migration 0016).
+    # update of the child (migration 0015). The autoscaler's count (jobq_slots_needed) reads it
+    # too: no other index of queued rows is left for a claim to be planned on (migration 0017).
     sa.Index(
         "ix_jobs_claimable",
         "queue",
@@ -144,15 +145,6 @@ jobs = sa.Table(
         postgresql_where=sa.text("state = 'running'"),
         sqlite_where=sa.text("state = 'running'"),
     ),
-    # The autoscaler's count (jobq_slots_needed, migration 0010): due queued rows of given queues
-    # and kinds, read without visiting delayed ones. PostgreSQL only: SQLite has no scaler.
-    sa.Index(
-        "ix_jobs_due",
-        "queue",
-        "kind",
-        "run_after",
-        postgresql_where=sa.text("state = 'queued'"),
-    ).ddl_if(dialect="postgresql"),
     # A tenant's jobs newest first (ids are time-ordered UUIDv7).
     sa.Index("ix_jobs_tenant_id", "tenant", sa.text("id DESC")),
     # The same idempotency key names the same job, per tenant.

@@ -100,7 +100,8 @@ def test_cost_does_not_grow_with_delayed_jobs(pg_url: str, make_store: Callable[
         conn.execute("VACUUM ANALYZE jobs")
     after = explain_buffers(pg_url)
     assert slots_needed(pg_url, ["default"], ["a"]) == 20
-    assert after < 40, f"{after} buffers with 100,000 delayed jobs (before them: {before})"
+    # A deeper index costs each descent a page or two; reading the delayed entries would cost 1,100.
+    assert after - before < 20, f"{after} buffers with 100,000 delayed jobs (before them: {before})"
 
 
 @contextmanager

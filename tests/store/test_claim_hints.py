@@ -8,7 +8,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from service.limits import Limit
-from service.store.postgres.heads import FULL_WALK_SECONDS, FULL_WALK_SHARE, MARGIN_SECONDS, LineHeads
+from service.store.postgres.heads import FULL_WALK_SECONDS, FULL_WALK_SHARE, KEEP_SECONDS, MARGIN_SECONDS, LineHeads
 from service.store.postgres.statements import CLAIM_JOBS
 from service.store.postgres.workflows import ENQUEUE_DEPENDENTS
 from service.store.schema import HELD_UNTIL_PG
@@ -59,6 +59,36 @@ def test_a_job_due_long_before_the_lines_head_is_claimed_within_the_full_walk_pe
         time.sleep(0.05)
 
 
+def test_the_idle_poll_sees_a_new_tenant_and_a_higher_priority_beside_a_hinted_line(store):
+    store.enqueue_many([new_job(tenant="acme") for _ in range(2)])
+    claim_one(store)
+    claim_one(store)  # acme's line is hinted, and empty
+    assert not store.has_claimable(["default"])
+
+    store.enqueue(new_job(tenant="abc"))  # sorts before acme
+    assert store.has_claimable(["default"])
+    claim_one(store)
+    store.enqueue(new_job(tenant="zeta"))  # after it
+    assert store.has_claimable(["default"])
+    claim_one(store)
+    store.enqueue(new_job(tenant="acme", priority=9))
+    assert store.has_claimable(["default"])
+    assert not store.has_claimable(["default"], ["another-kind"])
+
+
+def test_the_idle_poll_sees_a_job_due_long_before_the_lines_head_within_the_full_walk_period(store, clock: FakeClock):
+    store.enqueue_many([new_job("routine") for _ in range(2)])
+    claim_one(store)
+    claim_one(store)
+    late = store.enqueue(new_job("backdated", run_after=clock.now() - timedelta(hours=1)))
+
+    started = time.monotonic()
+    while not store.has_claimable(["default"]):
+        assert time.monotonic() - started < FULL_WALK_SECONDS + 1.0, "the poll did not see the backdated job"
+        time.sleep(0.05)
+    assert claim_one(store).id == late.id  # the claim after that poll walks in full
+
+
 # -- the hints themselves ----------------------------------------------------------------------
 
 
@@ -84,8 +114,76 @@ def test_the_first_claim_and_one_every_full_walk_period_walk_every_line():
     heads.learn([claimed_row("acme", 0, at)])
     assert heads.params()["hint_tenants"] == ["acme"]
     ticks.now += FULL_WALK_SECONDS
-    assert heads.params()["hint_tenants"] == []  # a full walk, and the hints start afresh
+    assert heads.params()["hint_tenants"] == []  # a full walk
+    heads.learn([])  # which took nothing: acme's hint is still below everything in its line
+    assert heads.params()["hint_tenants"] == ["acme"]
+
+
+def test_a_hint_not_learned_again_is_dropped_at_the_first_full_walk_after_its_keep():
+    ticks = Ticks()
+    heads = LineHeads(clock=ticks)
+    at = datetime(2030, 1, 1, tzinfo=UTC)
+    heads.params()
+    heads.learn([claimed_row("acme", 0, at), claimed_row("zeta", 0, at)])
+
+    ticks.now += KEEP_SECONDS - 1
+    heads.params()  # a full walk
+    heads.learn([claimed_row("zeta", 0, at)])
+    ticks.now += FULL_WALK_SECONDS / 2
+    assert heads.params()["hint_tenants"] == ["acme", "zeta"]  # kept until the next full walk
+    ticks.now += FULL_WALK_SECONDS
     assert heads.params()["hint_tenants"] == []
+    heads.learn([])
+    assert heads.params()["hint_tenants"] == ["zeta"]
+
+
+def test_the_idle_poll_reads_the_tenants_between_hinted_lines_each_range_whole():
+    heads = LineHeads(clock=Ticks())
+    at = datetime(2030, 1, 1, tzinfo=UTC)
+    heads.params()
+    heads.learn([claimed_row("acme", 0, at), claimed_row("zeta", 0, at)])
+
+    lines = heads.poll(["default", "ocr"])
+
+    assert lines["hint_tenants"] == ["acme", "zeta"]
+    assert list(zip(lines["gap_queues"], lines["gap_afters"], lines["gap_befores"], strict=True)) == [
+        ("default", "", "acme"),
+        ("default", "acme", "zeta"),
+        ("default", "zeta", None),
+        ("ocr", "", None),
+    ]
+
+
+def test_the_idle_poll_reads_every_line_from_its_start_once_a_period_and_a_find_there_makes_a_full_walk():
+    ticks = Ticks()
+    heads = LineHeads(clock=ticks)
+    at = datetime(2030, 1, 1, tzinfo=UTC)
+    heads.params()
+    heads.learn([claimed_row("acme", 0, at)])
+    probed: list[dict[str, object]] = []
+
+    def finds(lines: dict[str, object]) -> bool:
+        probed.append(lines)
+        return True
+
+    assert heads.poll_in_full(["default"], finds)
+    assert probed == [
+        {
+            "hint_queues": [],
+            "hint_tenants": [],
+            "hint_priorities": [],
+            "hint_run_afters": [],
+            "gap_queues": ["default"],
+            "gap_afters": [""],
+            "gap_befores": [None],
+        }
+    ]
+    assert heads.params()["hint_tenants"] == []  # the job lies below a hint: the next claim walks in full
+    heads.learn([claimed_row("acme", 0, at)])
+    assert not heads.poll_in_full(["default"], finds)  # not again within the period
+    ticks.now += FULL_WALK_SECONDS
+    assert heads.poll_in_full(["default"], finds)
+    assert len(probed) == 2
 
 
 def test_a_slow_full_walk_makes_the_next_one_wait_for_its_share_of_the_time():

@@ -166,11 +166,12 @@ class PostgresStore(
         return [claimed_job(row, request.worker, _READ) for row in rows]
 
     def has_claimable(self, queues: Sequence[str], kinds: Sequence[str] | None = None) -> bool:
-        params = self._params(
-            queues=list(queues), kinds=list(kinds) if kinds is not None else None, **self._heads.known()
-        )
-        row = self._fetchone(HAS_CLAIMABLE, params, replay=True)
-        return bool(row is not None and row["claimable"])
+        def probe(lines: Mapping[str, Any]) -> bool:
+            params = self._params(kinds=list(kinds) if kinds is not None else None, **lines)
+            row = self._fetchone(HAS_CLAIMABLE, params, replay=True)
+            return bool(row is not None and row["claimable"])
+
+        return probe(self._heads.poll(queues)) or self._heads.poll_in_full(queues, probe)
 
     def heartbeat(
         self,
