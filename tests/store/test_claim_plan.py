@@ -14,7 +14,13 @@ import pytest
 from service.jobs import Completion, NewJob
 from service.limits import Limit
 from service.store.postgres.heads import MARGIN_SECONDS
-from service.store.postgres.statements import CLAIM_JOBS, CLAIM_PLANNER, COMPLETE_JOBS, HAS_CLAIMABLE
+from service.store.postgres.statements import (
+    CLAIM_JOBS,
+    CLAIM_PLANNER,
+    COMPLETE_JOBS,
+    HAS_CLAIMABLE,
+    KEY_LOOKUP_PLANNER,
+)
 from service.store.postgres.workflows import SETTLE_DEPENDENTS
 from tests.analysts.synthetic import fill
 from tests.conftest import Database, FakeClock
@@ -109,12 +115,12 @@ def test_completion_finds_rows_by_index_in_a_plan_prepared_while_tables_are_smal
     (nothing replans it until an ANALYZE). The plan must find rows by their keys: one that reads
     a table whole makes every batch slower than the last, and one that reads a set of rows again
     for each row of another (a Materialize inside a nested loop) makes a wide release quadratic.
-    The store runs it behind CLAIM_PLANNER, as it plans here."""
+    The store runs it behind KEY_LOOKUP_PLANNER, as it plans here."""
     store = make_store(store_url)
     store.enqueue_many([new_job() for _ in range(50)])
     store.complete_many([Completion(job.lease, None) for job in store.claim("w", ["default"], 50, 30)])
     values = {"now": "NULL", "batch": "'[]'", "items": "'[]'", "notify": "false", "recheck": "true"}
-    _assert_found_by_key(*_generic_plan(db, COMPLETE_JOBS, values, setting=CLAIM_PLANNER), "COMPLETE_JOBS")
+    _assert_found_by_key(*_generic_plan(db, COMPLETE_JOBS, values, setting=KEY_LOOKUP_PLANNER), "COMPLETE_JOBS")
 
 
 def test_settling_dependents_finds_rows_by_index_in_a_plan_prepared_while_tables_are_small(
@@ -124,7 +130,7 @@ def test_settling_dependents_finds_rows_by_index_in_a_plan_prepared_while_tables
     store = make_store(store_url)
     store.enqueue_many([new_job(), *(new_job(depends_on=(0,)) for _ in range(20))])
     values = {"now": "NULL", "ids": "ARRAY[]::uuid[]", "notify": "false"}
-    _assert_found_by_key(*_generic_plan(db, SETTLE_DEPENDENTS, values, setting=CLAIM_PLANNER), "SETTLE_DEPENDENTS")
+    _assert_found_by_key(*_generic_plan(db, SETTLE_DEPENDENTS, values, setting=KEY_LOOKUP_PLANNER), "SETTLE_DEPENDENTS")
 
 
 def _assert_found_by_key(nodes: list[dict[str, Any]], shown: str, name: str) -> None:

@@ -22,7 +22,7 @@ from service.store.base import (
 from service.store.postgres.leadership import Fenced
 from service.store.postgres.queries import HEALTH_STATS
 from service.store.postgres.rollup import FOLD_ROLLUP
-from service.store.postgres.statements import CLAIM_PLANNER
+from service.store.postgres.statements import KEY_LOOKUP_PLANNER
 from service.store.postgres.workflows import SETTLE_DEPENDENTS
 from service.store.sqlfiles import statements
 
@@ -53,7 +53,7 @@ class Maintenance(Fenced):
                 rows = conn.execute(REAP_EXPIRED, params).fetchall()
                 parents = [job_id for row in rows for job_id in row["parents"] or ()]
                 if parents:
-                    conn.execute(CLAIM_PLANNER)  # for SETTLE_DEPENDENTS (workflows.sql, ``waiting``)
+                    conn.execute(KEY_LOOKUP_PLANNER)  # for SETTLE_DEPENDENTS (workflows.sql, ``waiting``)
                     conn.execute(SETTLE_DEPENDENTS, self._params(ids=parents))
                 return rows
 

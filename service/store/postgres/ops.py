@@ -33,7 +33,7 @@ from service.store.postgres.queries import (
     THROUGHPUT,
 )
 from service.store.postgres.reads import Reads
-from service.store.postgres.statements import CLAIM_PLANNER
+from service.store.postgres.statements import KEY_LOOKUP_PLANNER
 from service.store.postgres.workflows import SETTLE_DEPENDENTS, Workflows
 from service.store.sqlfiles import statements
 
@@ -55,7 +55,7 @@ class Operations(Reads, Workflows):
             with self._connection() as conn:
                 with conn.pipeline():
                     cancelled = conn.execute(CANCEL_JOB, params)
-                    conn.execute(CLAIM_PLANNER)  # for SETTLE_DEPENDENTS (workflows.sql, ``waiting``)
+                    conn.execute(KEY_LOOKUP_PLANNER)  # for SETTLE_DEPENDENTS (workflows.sql, ``waiting``)
                     conn.execute(SETTLE_DEPENDENTS, self._params(ids=[job_id]))
                 return cancelled.fetchone()
 

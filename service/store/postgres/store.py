@@ -51,6 +51,7 @@ from service.store.postgres.statements import (
     COMPLETE_JOBS,
     FAIL_JOB,
     HAS_CLAIMABLE,
+    KEY_LOOKUP_PLANNER,
     READ_ATTEMPT_RECEIPT,
     REFILL_LOCK_TIMEOUT,
     REFILL_LOCK_TIMEOUT_END,
@@ -214,13 +215,13 @@ class PostgresStore(
         return self._lost(finished, self._complete_raced(finished, rows))
 
     def _completed(self, params: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """COMPLETE_JOBS alone, behind CLAIM_PLANNER (one transaction, one round trip): its
+        """COMPLETE_JOBS alone, behind KEY_LOOKUP_PLANNER (one transaction, one round trip): its
         releases update children found by key, and only that plan keeps them so (``waiting``)."""
 
         def run() -> list[dict[str, Any]]:
             with self._connection() as conn:
                 with conn.pipeline():
-                    conn.execute(CLAIM_PLANNER)
+                    conn.execute(KEY_LOOKUP_PLANNER)
                     done = conn.execute(COMPLETE_JOBS, params)
                 return done.fetchall()
 
@@ -244,8 +245,11 @@ class PostgresStore(
             with self._connection() as conn:
                 with conn.pipeline():
                     conn.execute(REFILL_LOCK_TIMEOUT)
-                    conn.execute(CLAIM_PLANNER)
+                    # each statement behind its own planner settings (a plan is made under the
+                    # settings of its first run and kept, whatever the settings later)
+                    conn.execute(KEY_LOOKUP_PLANNER)
                     done = conn.execute(COMPLETE_JOBS, complete_params) if complete_params else None
+                    conn.execute(CLAIM_PLANNER)
                     got = conn.execute(claim_statement, claim_params)
                     # The commit waits as every commit does. Never prepared: behind the claim, which may
                     # time out, the server skips it, and psycopg (3.3) records a statement it promotes to
@@ -281,7 +285,7 @@ class PostgresStore(
         def run() -> bool:
             with self._connection() as conn, conn.transaction(), conn.cursor() as cursor:
                 cursor.execute(LOCK_JOBS, self._params(ids=[item.lease.job_id]))
-                cursor.execute(CLAIM_PLANNER)
+                cursor.execute(KEY_LOOKUP_PLANNER)
                 if not cursor.execute(COMPLETE_JOBS, params).fetchall():
                     return False
                 try:
@@ -308,7 +312,7 @@ class PostgresStore(
             with self._connection() as conn:
                 with conn.pipeline():
                     conn.execute(LOCK_JOBS, self._params(ids=sorted(raced)))
-                    conn.execute(CLAIM_PLANNER)
+                    conn.execute(KEY_LOOKUP_PLANNER)
                     done = conn.execute(COMPLETE_JOBS, params)
                 return done.fetchall()
 
@@ -352,7 +356,7 @@ class PostgresStore(
             with self._connection() as conn:
                 with conn.pipeline():
                     ended = conn.execute(statement, params)
-                    conn.execute(CLAIM_PLANNER)  # for SETTLE_DEPENDENTS (workflows.sql, ``waiting``)
+                    conn.execute(KEY_LOOKUP_PLANNER)  # for SETTLE_DEPENDENTS (workflows.sql, ``waiting``)
                     conn.execute(SETTLE_DEPENDENTS, self._params(ids=[lease.job_id]))
                 return ended.fetchone()
 

@@ -358,8 +358,7 @@ AND ((SELECT kinds FROM n) IS NULL OR {j}.kind = ANY((SELECT kinds FROM n)::text
 j.priority = {h}.priority AND (j.run_after, j.id) >= ({h}.run_after, {h}.id)
 
 -- name: claim_planner
--- Run in the transaction of every CLAIM_JOBS, before it; and of every COMPLETE_JOBS and
--- SETTLE_DEPENDENTS, for the same reason (workflows.sql, ``waiting``). The claim keeps one generic plan
+-- Run in the transaction of every CLAIM_JOBS, before it. The claim keeps one generic plan
 -- per connection (its comment at ``n`` says why), planned for a row count it cannot know: LIMIT
 -- from a parameter is taken as a tenth of the rows. On a small analysed table that makes
 -- "read every queued row and sort them" look cheapest for ``cand`` and ``picked`` (a
@@ -369,21 +368,30 @@ j.priority = {h}.priority AND (j.run_after, j.id) >= ({h}.run_after, {h}.id)
 -- every read of jobs walks ix_jobs_claimable in claim order and stops at the share, and
 -- every set it joins (at most its limit of rows) is joined by a nested loop of key
 -- lookups. So that is the only plan left while it is planned, whatever the tables' size
--- or statistics: no sequential or bitmap scans, no hash or merge joins, and no Materialize
--- (a set read once and then again for every row of the other side: how a release of 8,000
--- children read 8,000 edges 8,000 times, 10 s). No sorts either: every probe of jobs takes its
--- order from ix_jobs_claimable, and what is left to sort is the few rows the claim holds, which
--- every plan sorts alike; a plan that reads another index and sorts what it found is what goes
--- (under statistics taken behind a pinned horizon, each probe read every entry of the queue
--- in ix_jobs_due and sorted them: 250 ms a claim, migration 0017). And no JIT: the
--- connection asks for jit=off, but a pooler refuses that option (connection.py), and over a
--- deep queue the claim's cost estimate passes jit_above_cost (~230 ms of compiling a claim
--- that runs in ~2 ms, 1 M queued rows).
-SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
-       set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),
-       set_config('enable_material', 'off', true), set_config('enable_sort', 'off', true),
-       set_config('enable_incremental_sort', 'off', true), set_config('jit', 'off', true)
+-- or statistics: key lookups only (``key_lookups``), and no sorts. Every probe of jobs takes
+-- its order from ix_jobs_claimable, and what is left to sort is the few rows the claim holds,
+-- which every plan sorts alike; a plan that reads another index and sorts what it found is
+-- what goes (under statistics taken behind a pinned horizon, each probe read every entry of
+-- the queue in ix_jobs_due and sorted them: 250 ms a claim, migration 0017).
+SELECT {{key_lookups}}, set_config('enable_sort', 'off', true), set_config('enable_incremental_sort', 'off', true)
 
+-- name: key_lookup_planner
+-- Run in the transaction of every COMPLETE_JOBS and SETTLE_DEPENDENTS, before it: their
+-- releases update children found by key (workflows.sql, ``waiting``), and a plan made while
+-- the tables were small would read a set once per child. Sorts stay on: a settle locks its
+-- children in id order, and without a sort the plan reads the primary key whole for that order
+-- (cancelling 8,000 children took 2 s instead of 1).
+SELECT {{key_lookups}}
+
+-- fragment: key_lookups
+-- No sequential or bitmap scans, no hash or merge joins, and no Materialize (a set read once
+-- and then again for every row of the other side: how a release of 8,000 children read 8,000
+-- edges 8,000 times, 10 s). And no JIT: the connection asks for jit=off, but a pooler refuses
+-- that option (connection.py), and over a deep queue the claim's cost estimate passes
+-- jit_above_cost (~230 ms of compiling a claim that runs in ~2 ms, 1 M queued rows).
+set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
+set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),
+set_config('enable_material', 'off', true), set_config('jit', 'off', true)
 
 -- name: has_claimable
 -- The idle worker's poll, before any claim: is a job of its queues (and kinds) due?

@@ -104,7 +104,7 @@ FROM inserted
 -- The children in ``{met}`` (child, met: how many of its parents just ended) that still wait
 -- for parents, each found by one primary-key lookup and locked, in id order, its state read
 -- on the row as locked (OFFSET 0 keeps the check out of the lookup, as complete_jobs's
--- ``held``); the statement then updates them joined by id alone, behind CLAIM_PLANNER (nested
+-- ``held``); the statement then updates them joined by id alone, behind KEY_LOOKUP_PLANNER (nested
 -- loops of key lookups only). Why not join jobs to the children with these conditions: that
 -- join is planned for a few children, and a plan made while few jobs waited read all of
 -- ix_jobs_held (whose predicate the conditions matched) once per child: a fan-out of 10,000
