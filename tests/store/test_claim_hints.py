@@ -115,7 +115,21 @@ def test_the_first_claim_and_one_every_full_walk_period_walk_every_line():
     assert heads.params()["hint_tenants"] == ["acme"]
     ticks.now += FULL_WALK_SECONDS
     assert heads.params()["hint_tenants"] == []  # a full walk
-    heads.learn([])  # which took nothing: acme's hint is still below everything in its line
+    heads.learn([claimed_row("zeta", 0, at)])  # which took jobs: the hints start afresh from its heads
+    assert heads.params()["hint_tenants"] == ["zeta"]
+
+
+def test_a_full_walk_that_takes_nothing_leaves_the_hints_as_they_were():
+    ticks = Ticks()
+    heads = LineHeads(clock=ticks)
+    at = datetime(2030, 1, 1, tzinfo=UTC)
+    heads.params()
+    heads.learn([claimed_row("acme", 0, at)])
+
+    ticks.now += FULL_WALK_SECONDS
+    assert heads.params()["hint_tenants"] == []
+    heads.learn([])  # other workers emptied the line: acme's hint is still below all of it
+
     assert heads.params()["hint_tenants"] == ["acme"]
 
 
@@ -126,13 +140,14 @@ def test_a_hint_not_learned_again_is_dropped_at_the_first_full_walk_after_its_ke
     heads.params()
     heads.learn([claimed_row("acme", 0, at), claimed_row("zeta", 0, at)])
 
-    ticks.now += KEEP_SECONDS - 1
-    heads.params()  # a full walk
+    ticks.now += KEEP_SECONDS - FULL_WALK_SECONDS / 2
+    heads.params()  # a full walk that takes nothing
+    heads.learn([])
+    ticks.now += FULL_WALK_SECONDS / 4
+    assert heads.params()["hint_tenants"] == ["acme", "zeta"]  # a claim between full walks
     heads.learn([claimed_row("zeta", 0, at)])
-    ticks.now += FULL_WALK_SECONDS / 2
-    assert heads.params()["hint_tenants"] == ["acme", "zeta"]  # kept until the next full walk
     ticks.now += FULL_WALK_SECONDS
-    assert heads.params()["hint_tenants"] == []
+    assert heads.params()["hint_tenants"] == []  # the next full walk, which takes nothing either
     heads.learn([])
     assert heads.params()["hint_tenants"] == ["zeta"]
 

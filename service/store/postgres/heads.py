@@ -23,13 +23,13 @@ leases retried (now + backoff), releases by parents and by graceful shutdown, re
 Fairness between tenants and every limit are decided as before, on the heads the walk finds.
 
 A full walk (no hints) every ``FULL_WALK_SECONDS``, or less often while full walks are slow
-(``FULL_WALK_SHARE``), finds every such job, and the heads it takes from become those lines'
-hints. A hint survives a full walk that took nothing from its line (other workers emptied it,
-or a limit held it): it is still at or below every job that entered the line since, and
-dropping it made every claim after such a walk a full one, until a claim took something
-there. A hint not learned again for ``KEEP_SECONDS`` is dropped at the next full walk (or
-full poll): the line is walked whole until a claim takes from it again. A line none of this worker's claims
-took from has no hint and is walked whole.
+(``FULL_WALK_SHARE``), finds every such job; when it takes jobs, the hints start afresh from
+the heads of the lines it took from. A full walk that takes nothing (other workers emptied the
+lines, or limits hold them) leaves the hints as they were: the walk found nothing below them
+that it could take, and dropping them made every claim after such a walk a full one until a
+claim took something. A hint not learned again for ``KEEP_SECONDS`` is dropped at the next
+full walk (or full poll): its line may be gone. A line none of this worker's claims took from
+has no hint and is walked whole.
 
 The idle poll (``HAS_CLAIMABLE``) reads the hinted lines as a claim does and every other tenant
 whole, and once per full-walk period, while its lines show nothing, every line from its start
@@ -83,8 +83,8 @@ class Hint:
 
 
 class LineHeads:
-    """The hints of one store's claims: learned from the jobs each claim took, kept across full
-    walks for ``KEEP_SECONDS``. Safe across threads (the worker's claimer and finisher both
+    """The hints of one store's claims: learned from the jobs each claim took, started afresh by
+    each full walk that takes jobs. Safe across threads (the worker's claimer and finisher both
     claim)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
@@ -111,11 +111,14 @@ class LineHeads:
         """The head of each line a claim took from (its rows' ``head_priority`` and
         ``head_run_after``), as that line's hint, less the margin; and, after a full walk, when
         the next one is due (``FULL_WALK_SHARE``). Called as each claim returns, empty or not."""
+        claimed = list(claimed)
         with self._lock:
             now = self._clock()
             if self._walk_started is not None:
                 self._next_walk = self._walk_started + _period(now - self._walk_started)
                 self._walk_started = None
+                if claimed:  # the heads it found, for the lines it took from; the others walk whole
+                    self._hints.clear()
             self._hints.update(
                 {
                     (row["queue"], row["tenant"]): Hint(
