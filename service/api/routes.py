@@ -239,6 +239,10 @@ async def list_jobs(
         BeforeValidator(iso_datetime),
         Query(description="Only jobs created after this instant (ISO 8601; UTC if no offset)."),
     ] = None,
+    workflow: Annotated[
+        uuid.UUID | None,
+        Query(description="Only the jobs of this workflow (a job's workflow_id: its root job's id)."),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = DEFAULT_PAGE_SIZE,
     cursor: Annotated[
         str | None, Query(pattern=CURSOR_PATTERN, description="The next_cursor of the previous page.")
@@ -253,6 +257,7 @@ async def list_jobs(
         created_after=_aware(created_after),
         limit=limit,
         after_id=decode_cursor(cursor) if cursor is not None else None,
+        workflow_id=workflow,
     )
     page = await blocking(store.list_jobs, query)
     return JobPageOut(

@@ -109,3 +109,23 @@ def test_every_job_of_a_workflow_names_it_and_its_dependencies_count_the_workflo
         "cancelled": 0,
     }
     assert http.get(f"/v1/jobs/{alone['job_id']}/dependencies").json()["workflow"] is None
+
+
+def test_the_list_of_jobs_filters_one_workflow_and_never_shows_another_tenants(api: LiveApi) -> None:
+    http = api.http(api.token())
+    graph = http.post(
+        "/v1/jobs/batch",
+        json={"jobs": [{"kind": "split"}, *({"kind": "classify", "depends_on": [{"index": 0}]} for _ in range(3))]},
+    ).json()["jobs"]
+    http.post("/v1/jobs", json={"kind": "other"})
+    root = graph[0]["job_id"]
+
+    first = http.get("/v1/jobs", params={"workflow": root, "limit": 3}).json()
+    rest = http.get("/v1/jobs", params={"workflow": root, "limit": 3, "cursor": first["next_cursor"]}).json()
+
+    listed = [job["job_id"] for job in first["items"] + rest["items"]]
+    assert listed == [job["job_id"] for job in reversed(graph)]  # newest first, across pages
+    assert rest["next_cursor"] is None
+    other_tenant = api.http(api.token(tenant="someone-else"))
+    assert other_tenant.get("/v1/jobs", params={"workflow": root}).json()["items"] == []
+    assert_problem(http.get("/v1/jobs", params={"workflow": "not-a-uuid"}), 422)
