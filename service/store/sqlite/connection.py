@@ -39,10 +39,13 @@ class Connected:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 yield self._conn, self._now()
+                self._conn.execute("COMMIT")
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                # A failed COMMIT (a deferred constraint, a full disk) may leave the transaction
+                # open, and then no later write could begin on the store's one connection.
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
                 raise
-            self._conn.execute("COMMIT")
 
     @contextmanager
     def _read(self) -> Iterator[tuple[sqlite3.Connection, str]]:
