@@ -480,7 +480,11 @@ def test_behind_a_pinned_horizon_the_claim_keeps_to_the_claimable_index_under_st
     looked like one row whichever index it read, and the plan read ix_jobs_due (queue, kind,
     run_after), which has no tenant or priority: each probe then read every entry of the queue,
     dead ones included, and sorted (250 ms a claim, 0.83x completions: docs/PERFORMANCE.md,
-    "bloat"). Under CLAIM_PLANNER only ix_jobs_claimable gives the claim's order."""
+    "bloat"). Migration 0017 dropped that index; this test makes its like again (an operator's
+    index, or a later migration's), because the claim must keep to its own whatever other index
+    of queued rows exists: under CLAIM_PLANNER (no sorts) only ix_jobs_claimable gives the
+    claim's order."""
+    db.execute("CREATE INDEX ix_jobs_queued_by_kind ON jobs (queue, kind, run_after) WHERE state = 'queued'")
     clock = FakeClock(datetime.now(UTC) - timedelta(hours=1))
     store = make_store(store_url, clock=clock)
     with psycopg.connect(store_url, autocommit=True) as pin:
