@@ -135,8 +135,9 @@ class PostgresStore(
         statement, params = self._claim_statement(request)
         return self._claimed(request, self._claim_rows(statement, params))
 
-    def _claim_rows(self, statement: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """CLAIM_JOBS behind CLAIM_PLANNER: one transaction, one round trip (the hot path's comment)."""
+    def _claim_rows(self, statement: str, params: Mapping[str, Any], *, replay: bool = False) -> list[dict[str, Any]]:
+        """CLAIM_JOBS (or HAS_CLAIMABLE, a read: ``replay``) behind CLAIM_PLANNER: one
+        transaction, one round trip (the hot path's comment)."""
 
         def run() -> list[dict[str, Any]]:
             with self._connection() as conn:
@@ -145,7 +146,7 @@ class PostgresStore(
                     got = conn.execute(statement, params)
                 return got.fetchall()
 
-        return self._retrying(run)
+        return self._retrying(run, replay=replay)
 
     def _claim_statement(self, request: ClaimRequest) -> tuple[str, dict[str, Any]]:
         check_claim(request.worker, request.limit, request.lease_seconds)
@@ -169,8 +170,8 @@ class PostgresStore(
     def has_claimable(self, queues: Sequence[str], kinds: Sequence[str] | None = None) -> bool:
         def probe(lines: Mapping[str, Any]) -> bool:
             params = self._params(kinds=list(kinds) if kinds is not None else None, **lines)
-            row = self._fetchone(HAS_CLAIMABLE, params, replay=True)
-            return bool(row is not None and row["claimable"])
+            rows = self._claim_rows(HAS_CLAIMABLE, params, replay=True)
+            return bool(rows and rows[0]["claimable"])
 
         return probe(self._heads.poll(queues)) or self._heads.poll_in_full(queues, probe)
 

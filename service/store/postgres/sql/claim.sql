@@ -396,9 +396,11 @@ set_config('enable_material', 'off', true), set_config('jit', 'off', true)
 -- name: has_claimable
 -- The idle worker's poll, before any claim: is a job of its queues (and kinds) due?
 -- A few probes of the claim's partial index (ix_jobs_claimable: queued rows only), each
--- stopping at the first due row; no lock, no write, no planner settings. The fair claim,
--- which decides limits and shares, runs only after a true answer, so an idle fleet's polls
--- read an empty index instead of walking tenants under row locks.
+-- stopping at the first due row; no lock, no write. Behind CLAIM_PLANNER, and each probe in
+-- the index's order, so that, as for the claim, no other index can serve it (the poll read
+-- ix_jobs_due under statistics taken behind a pinned horizon). The fair claim, which decides
+-- limits and shares, runs only after a true answer, so an idle fleet's polls read an empty
+-- index instead of walking tenants under row locks.
 -- The lines this worker's claims have hints for are read as the claim reads them
 -- (service.store.postgres.heads): their higher and lower priorities whole, the hinted one from
 -- its hint. Every other tenant of the worker's queues is read whole, a range of tenants
@@ -414,15 +416,18 @@ SELECT EXISTS (
     CROSS JOIN LATERAL (
         (SELECT 1 FROM jobs AS j
          WHERE {{polled(j)}} AND j.queue = k.queue AND j.tenant = k.tenant AND j.priority > k.priority
+         ORDER BY j.priority DESC, j.run_after, j.id
          LIMIT 1)
         UNION ALL
         (SELECT 1 FROM jobs AS j
          WHERE {{polled(j)}} AND j.queue = k.queue AND j.tenant = k.tenant AND j.priority = k.priority
            AND j.run_after >= k.run_after
+         ORDER BY j.run_after, j.id
          LIMIT 1)
         UNION ALL
         (SELECT 1 FROM jobs AS j
          WHERE {{polled(j)}} AND j.queue = k.queue AND j.tenant = k.tenant AND j.priority < k.priority
+         ORDER BY j.priority DESC, j.run_after, j.id
          LIMIT 1)
         LIMIT 1
     ) AS due
@@ -432,10 +437,12 @@ SELECT EXISTS (
     CROSS JOIN LATERAL (
         (SELECT 1 FROM jobs AS j
          WHERE {{polled(j)}} AND j.queue = g.queue AND j.tenant > g.after AND j.tenant < g.before
+         ORDER BY j.tenant, j.priority DESC, j.run_after, j.id
          LIMIT 1)
         UNION ALL
         (SELECT 1 FROM jobs AS j
          WHERE {{polled(j)}} AND j.queue = g.queue AND j.tenant > g.after AND g.before IS NULL
+         ORDER BY j.tenant, j.priority DESC, j.run_after, j.id
          LIMIT 1)
         LIMIT 1
     ) AS due
