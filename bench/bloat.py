@@ -384,6 +384,7 @@ def _explain(url: str, conn: psycopg.Connection[Any], phase: str, directory: Pat
         # one to take and the completion one to finish even when the queue is empty
         store.enqueue_many([NewJob(kind="noop") for _ in range(4 * values["limit"])], connection=conn)
         values.update(every_line(values["queues"]))  # the hints of a full walk, and the full poll's lines
+        conn.execute(CLAIM_PLANNER)  # as the store runs the poll and the claim (it lasts the transaction)
         found.update(
             _explained(conn, "has_claimable_full", HAS_CLAIMABLE, _statement_params(HAS_CLAIMABLE, values), plans)
         )
