@@ -388,7 +388,6 @@ def _explain(url: str, conn: psycopg.Connection[Any], phase: str, directory: Pat
         found.update(
             _explained(conn, "has_claimable_full", HAS_CLAIMABLE, _statement_params(HAS_CLAIMABLE, values), plans)
         )
-        conn.execute(CLAIM_PLANNER)
         found.update(_explained(conn, "claim_full", CLAIM_JOBS, _statement_params(CLAIM_JOBS, values), plans))
         # then as a worker claims between its full walks: from the heads its claims found
         heads = LineHeads()
@@ -397,7 +396,6 @@ def _explain(url: str, conn: psycopg.Connection[Any], phase: str, directory: Pat
             heads.learn(cur.execute(CLAIM_JOBS, _statement_params(CLAIM_JOBS, values)).fetchall())
         values.update({**heads.params(), **heads.poll(values["queues"])})
         found.update(_explained(conn, "has_claimable", HAS_CLAIMABLE, _statement_params(HAS_CLAIMABLE, values), plans))
-        conn.execute(CLAIM_PLANNER)
         found.update(_explained(conn, "claim", CLAIM_JOBS, _statement_params(CLAIM_JOBS, values), plans))
         with conn.cursor(row_factory=dict_row) as cur:
             claimed = cur.execute(CLAIM_JOBS, _statement_params(CLAIM_JOBS, values)).fetchall()
@@ -417,12 +415,16 @@ def _explain(url: str, conn: psycopg.Connection[Any], phase: str, directory: Pat
                     }
                 ]
             )
+            conn.execute(SORTS_BACK_ON)  # the store runs it behind KEY_LOOKUP_PLANNER, which leaves them on
             found.update(_explained(conn, "complete", COMPLETE_JOBS, _statement_params(COMPLETE_JOBS, values), plans))
     finally:
         conn.execute("ROLLBACK")
         store.close()
     (directory / f"{phase}.txt").write_text("\n\n".join(plans))
     return found
+
+
+SORTS_BACK_ON = "SELECT set_config('enable_sort', 'on', true), set_config('enable_incremental_sort', 'on', true)"
 
 
 def _explained(
