@@ -68,13 +68,13 @@ def test_a_refill_whose_counter_is_held_retries_once_cleanly_and_keeps_its_conne
     [job] = store.claim("worker-a", ["default"], 1, LEASE_SECONDS, kinds=["mine"])
     store.enqueue(new_job(kind="theirs", tenant="b"))
     fallbacks: list[str] = []
-    claim_alone = store._claim_rows
+    claim_alone = store._behind_claim_planner
 
     def counted(statement, params):  # the fallback's claim, after the completion committed alone
         fallbacks.append("claim alone")
         return claim_alone(statement, params)
 
-    store._claim_rows = counted
+    store._behind_claim_planner = counted
     outcome: list[object] = []
 
     def refill() -> None:
@@ -120,18 +120,18 @@ def _commit_holding_the_notify_lock(url: str) -> None:
 
 @contextlib.contextmanager
 def _counting_fallbacks(store: PostgresStore, fallbacks: list[str]) -> Iterator[None]:
-    """complete_and_claim's fallback claims alone (``_claim_rows``) after a lock wait: count them."""
-    claim_alone = store._claim_rows
+    """complete_and_claim's fallback claims alone (``_behind_claim_planner``) after a lock wait: count them."""
+    claim_alone = store._behind_claim_planner
 
     def counted(statement: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
         fallbacks.append("claim alone")
         return claim_alone(statement, params)
 
-    store._claim_rows = counted  # type: ignore[method-assign]
+    store._behind_claim_planner = counted  # type: ignore[method-assign]
     try:
         yield
     finally:
-        del store._claim_rows  # the class's method again
+        del store._behind_claim_planner  # the class's method again
 
 
 def test_a_refill_whose_commit_queues_for_the_notify_lock_commits_once_and_keeps_its_connection(

@@ -133,9 +133,11 @@ class PostgresStore(
             tuple((max_attempts or {}).items()),
         )
         statement, params = self._claim_statement(request)
-        return self._claimed(request, self._claim_rows(statement, params))
+        return self._claimed(request, self._behind_claim_planner(statement, params))
 
-    def _claim_rows(self, statement: str, params: Mapping[str, Any], *, replay: bool = False) -> list[dict[str, Any]]:
+    def _behind_claim_planner(
+        self, statement: str, params: Mapping[str, Any], *, replay: bool = False
+    ) -> list[dict[str, Any]]:
         """CLAIM_JOBS (or HAS_CLAIMABLE, a read: ``replay``) behind CLAIM_PLANNER: one
         transaction, one round trip (the hot path's comment)."""
 
@@ -170,7 +172,7 @@ class PostgresStore(
     def has_claimable(self, queues: Sequence[str], kinds: Sequence[str] | None = None) -> bool:
         def probe(lines: Mapping[str, Any]) -> bool:
             params = self._params(kinds=list(kinds) if kinds is not None else None, **lines)
-            rows = self._claim_rows(HAS_CLAIMABLE, params, replay=True)
+            rows = self._behind_claim_planner(HAS_CLAIMABLE, params, replay=True)
             return bool(rows and rows[0]["claimable"])
 
         return probe(self._heads.poll(queues)) or self._heads.poll_in_full(queues, probe)
@@ -267,7 +269,7 @@ class PostgresStore(
             # back: two finishers doing that in opposite orders deadlock. Nothing was written;
             # the completion alone, then the claim alone, each wait holding nothing else.
             completed = self._completed(complete_params) if complete_params else []
-            claimed = self._claim_rows(claim_statement, claim_params)
+            claimed = self._behind_claim_planner(claim_statement, claim_params)
         return self._lost(finished, self._complete_raced(finished, completed)), self._claimed(claim, claimed)
 
     def _complete_params(self, finished: Sequence[Completion], recheck: bool = True) -> dict[str, Any]:
