@@ -32,6 +32,12 @@ Fixtures (usable from any package under tests/):
 
 Mark a test ``@pytest.mark.postgres_only(reason=…)``: its ``sqlite`` variant is
 skipped with that reason.
+
+The suite runs on two processes (pytest-xdist, ``-n 2 --dist loadgroup`` in pyproject.toml; ``-n 0``
+runs it in one). Each process has its own session fixtures (server, templates); the tests of a
+module with a module-scoped fixture stay on one process, so the fixture is made once (see
+:func:`pytest_collection_modifyitems`); ``@pytest.mark.xdist_group(name)`` keeps tests that must
+never overlap (fleets of tens of processes and connections) on one process, one after another.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ import sqlite3
 import time
 import uuid
 import warnings
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
@@ -177,6 +183,18 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"jobq PostgreSQL: {source.detail}"
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # On an xdist worker: its databases that could not be dropped go to the controller, which reports them.
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["jobq_undropped"] = list(_undropped)
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: only called when xdist runs the suite
+def pytest_testnodedown(node: Any, error: object) -> None:
+    _undropped.extend(getattr(node, "workeroutput", {}).get("jobq_undropped", []))
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     if _undropped:
         terminalreporter.write_sep("!", f"{len(_undropped)} test database(s) could not be dropped", yellow=True)
@@ -190,7 +208,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.write_line(source.detail, red=True)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the xdist_group marks added here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _keep_module_fixtures_on_one_process(items)
     for item in items:
         marker = item.get_closest_marker("postgres_only")
         callspec = getattr(item, "callspec", None)
@@ -199,6 +219,40 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         reason = marker.kwargs.get("reason") or (marker.args[0] if marker.args else "needs PostgreSQL")
         item.add_marker(pytest.mark.skip(reason=f"PostgreSQL only: {reason}"))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Under ``--dist loadgroup``, fail rather than run a partial suite: xdist schedules by node id, so
+    two tests of one id run as one, and it names a test's group by appending it to the node id, which
+    pytest 9.2 no longer reads (its groups were silently ignored: why pyproject.toml pins pytest below it)."""
+    if not getattr(session.config.option, "loadgroup", False):
+        return
+    ids = Counter(item.nodeid for item in session.items)
+    twice = sorted(nodeid for nodeid, count in ids.items() if count > 1)
+    ungrouped = [
+        item.nodeid for item in session.items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid
+    ]
+    if twice or ungrouped:
+        raise pytest.UsageError(
+            f"xdist would not run the suite as written: node ids shared by several tests {twice[:3]}, "
+            f"tests whose xdist_group is ignored {ungrouped[:3]}"
+        )
+
+
+def _keep_module_fixtures_on_one_process(items: list[pytest.Item]) -> None:
+    """A module-scoped fixture is made once per process that runs a test of its module: on two,
+    the analysts' six weeks of history were written twice, and the idle fleet's forty workers
+    started twice at once (past the shared server's connections). So such a module's tests go to
+    one process (xdist_group), unless the module names a group of its own."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        definitions = getattr(item, "_fixtureinfo", None)
+        if definitions is None:
+            continue
+        scopes = {d.scope for defs in definitions.name2fixturedefs.values() for d in defs}
+        if scopes & {"module", "class"}:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 # -- PostgreSQL: one server per session, a template, a database per test --------------------

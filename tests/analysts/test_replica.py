@@ -80,7 +80,15 @@ def primary_lsn(primary: str) -> str:
 
 
 def replayed(replica: str, lsn: str) -> bool:
-    return bool(one(replica, "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", [lsn]))
+    try:
+        return bool(one(replica, "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", [lsn]))
+    except psycopg.OperationalError as error:
+        # With max_standby_streaming_delay at 1 s, replay cancels a session that is still starting up
+        # (reading the catalog) when the primary's vacuum conflicts with it: seen once in 3 full runs
+        # on two xdist processes. Replay is then still under way: not caught up yet.
+        if "conflict with recovery" not in str(error):
+            raise
+        return False
 
 
 def caught_up(primary: str, replica: str) -> None:

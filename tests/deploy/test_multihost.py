@@ -20,10 +20,10 @@ from service.jobs import NewJob
 from service.store import Store
 from tests.conftest import Database
 from tests.deploy.netns import Host, Hosts
-from tests.worker.harness import ROOT, Fleet, WorkerProcess, wait_until
+from tests.worker.harness import ONE_FLEET_AT_A_TIME, ROOT, Fleet, WorkerProcess, wait_until
 from tests.worker.proxy import FaultProxy
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, ONE_FLEET_AT_A_TIME]
 
 LEASE = 2.0
 WORKER_ARGS = ("--concurrency", "3", "--lease-seconds", str(LEASE), "--poll-seconds", "0.5", "--grace-seconds", "1")

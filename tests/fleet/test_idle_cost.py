@@ -21,9 +21,13 @@ from dataclasses import dataclass
 import pytest
 
 from tests.conftest import Database, PostgresServer
-from tests.worker.harness import Fleet, wait_until
+from tests.worker.harness import ONE_FLEET_AT_A_TIME, Fleet, wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres_only(reason="pg_stat_database is PostgreSQL's")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.postgres_only(reason="pg_stat_database is PostgreSQL's"),
+    ONE_FLEET_AT_A_TIME,
+]
 
 WORKERS, SECONDS, PER_WORKER = 20, 30.0, 0.6
 NOTIFY = ("true", "false")

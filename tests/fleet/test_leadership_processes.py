@@ -24,9 +24,13 @@ from service.schedules import ScheduleSpec
 from service.store import Store, open_store
 from service.store.base import MAINTENANCE, LeaderLease
 from tests.conftest import Database
-from tests.worker.harness import Fleet, WorkerProcess, wait_until
+from tests.worker.harness import ONE_FLEET_AT_A_TIME, Fleet, WorkerProcess, wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres_only(reason="a fleet of processes on one PostgreSQL")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.postgres_only(reason="a fleet of processes on one PostgreSQL"),
+    ONE_FLEET_AT_A_TIME,
+]
 
 FLEET_DUTIES = {"reap", "schedule", "rollup", "retention", "rollup_retention"}
 LEADER_LEASE = 3.0

@@ -25,9 +25,9 @@ from service.jobs import NewJob
 from service.store import open_store
 from tests.conftest import Database, PostgresServer
 from tests.pgbouncer import PgBouncer
-from tests.worker.harness import Fleet, WorkerProcess, wait_until
+from tests.worker.harness import ONE_FLEET_AT_A_TIME, Fleet, WorkerProcess, wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres_only(reason="PgBouncer pools PostgreSQL")]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres_only(reason="PgBouncer pools PostgreSQL"), ONE_FLEET_AT_A_TIME]
 
 WORKERS, POOL_SIZE, JOBS, ITEMS, KILLS = 50, 10, 1_000, 10, 10
 

@@ -18,6 +18,12 @@ ROOT = Path(__file__).resolve().parents[2]
 TEST_APP = "tests.worker.apps"
 T = TypeVar("T")
 
+# The suite runs on two xdist processes. A test of ten to fifty worker processes marked with this
+# runs after, never beside, another so marked: two such fleets at once would want more connections
+# than the shared server has (100; the idle fleet's forty workers hold about 60) and more CPU than
+# their timing bounds were set for.
+ONE_FLEET_AT_A_TIME = pytest.mark.xdist_group("fleets")
+
 
 def wait_until(predicate: Callable[[], T], timeout: float, interval: float = 0.05, what: str = "condition") -> T:
     """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout`` seconds."""
