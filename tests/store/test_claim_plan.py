@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -271,11 +273,8 @@ def test_behind_a_pinned_horizon_the_claim_reads_the_claimed_jobs_entries_once(m
     store = make_store(store_url)
     store.enqueue_many([new_job() for _ in range(1_600)])
     db.execute("ANALYZE")
-    with psycopg.connect(store_url, autocommit=True) as pin:
-        pin.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-        pin.execute("SELECT 1")  # its snapshot: nothing claimed from here on can be cleaned up
-        for _ in range(15):
-            store.complete_many([Completion(job.lease, None) for job in store.claim("w", ["default"], 100, 30)])
+    with _pinned_horizon(store_url):
+        _claimed_and_finished(store, batches=15)
         plan = _generic_plan_run(db, {**_claim_values(), "cursor": "'default'"})
     shown = json.dumps(plan, indent=1)
     assert plan[0]["Plan"]["Actual Rows"] == 10, shown
@@ -296,12 +295,8 @@ def test_behind_a_pinned_horizon_a_claim_between_full_walks_starts_at_its_hint(m
         store.enqueue_many([new_job() for _ in range(100)])
         clock.advance(10)
     db.execute("ANALYZE")
-    with psycopg.connect(store_url, autocommit=True) as pin:
-        pin.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-        pin.execute("SELECT 1")
-        for _ in range(15):
-            last = store.claim("w", ["default"], 100, 30)
-            store.complete_many([Completion(job.lease, None) for job in last])
+    with _pinned_horizon(store_url):
+        last = _claimed_and_finished(store, batches=15)
         head = db.one("SELECT min(run_after) AS at FROM jobs WHERE id = ANY(%(ids)s)", ids=[j.id for j in last])["at"]
         hinted = {
             **_claim_values(),
@@ -341,12 +336,8 @@ def test_behind_a_pinned_horizon_the_idle_poll_passes_no_dead_entry_of_a_hinted_
         store.enqueue_many([new_job(tenant="acme") for _ in range(100)])
         clock.advance(10)
     db.execute("ANALYZE")
-    with psycopg.connect(store_url, autocommit=True) as pin:
-        pin.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-        pin.execute("SELECT 1")
-        for _ in range(15):
-            last = store.claim("w", ["default"], 100, 30)
-            store.complete_many([Completion(job.lease, None) for job in last])
+    with _pinned_horizon(store_url):
+        last = _claimed_and_finished(store, batches=15)
         # the line is empty: its hint lies past its last job
         head = db.one("SELECT max(run_after) AS at FROM jobs WHERE id = ANY(%(ids)s)", ids=[j.id for j in last])["at"]
         store.enqueue(new_job(tenant="zeta"))
@@ -380,6 +371,25 @@ def test_behind_a_pinned_horizon_the_idle_poll_passes_no_dead_entry_of_a_hinted_
     assert plan[0]["Plan"]["Shared Hit Blocks"] + plan[0]["Plan"].get("Shared Read Blocks", 0) <= 20, shown
     read_in_full = {n.get("Index Name") for n in full_nodes if n.get("Relation Name") == "jobs"}
     assert read_in_full == {"ix_jobs_claimable"}, full_shown
+
+
+@contextmanager
+def _pinned_horizon(store_url: str) -> Iterator[None]:
+    """A session idle in a REPEATABLE READ transaction: its snapshot keeps every row version
+    that dies while the block runs (nothing claimed from here on can be cleaned up)."""
+    with psycopg.connect(store_url, autocommit=True) as pin:
+        pin.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        pin.execute("SELECT 1")
+        yield
+
+
+def _claimed_and_finished(store: Any, *, batches: int) -> list[Any]:
+    """``batches`` claims of 100, each completed; the jobs of the last one."""
+    last: list[Any] = []
+    for _ in range(batches):
+        last = store.claim("w", ["default"], 100, 30)
+        store.complete_many([Completion(job.lease, None) for job in last])
+    return last
 
 
 def _buffers(node: dict[str, Any]) -> int:
@@ -497,9 +507,7 @@ def test_behind_a_pinned_horizon_the_claim_keeps_to_the_claimable_index_under_st
     db.execute("CREATE INDEX ix_jobs_queued_by_kind ON jobs (queue, kind, run_after) WHERE state = 'queued'")
     clock = FakeClock(datetime.now(UTC) - timedelta(hours=1))
     store = make_store(store_url, clock=clock)
-    with psycopg.connect(store_url, autocommit=True) as pin:
-        pin.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-        pin.execute("SELECT 1")
+    with _pinned_horizon(store_url):
         for _ in range(40):
             store.enqueue_many([new_job() for _ in range(100)])
             clock.advance(1)
