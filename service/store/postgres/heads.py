@@ -147,10 +147,9 @@ class LineHeads:
             self._drop_stale(now)  # an idle worker's hints go too: its polls are then one probe again
             if not any(queue in queues for queue, _tenant in self._hints):
                 return False  # the poll of the hinted lines read every line from its start
-        started = self._clock()
         found = probe(every_line(queues))
         with self._lock:
-            self._next_full_poll = started + _period(self._clock() - started)
+            self._next_full_poll = now + _period(self._clock() - now)
             if found:
                 self._next_walk = 0.0
         return found
